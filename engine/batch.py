@@ -1,0 +1,87 @@
+"""The decode batch of one lane: continuous batching over mlx-lm's BatchKVCache.
+
+Requests join between steps once their prompt is prefilled and leave when they
+finish or are cancelled. Steps are pipelined as in mlx-lm: step n+1's graph is
+built and started (`mx.async_eval`) before step n's tokens are read back, so
+Python overlaps the device.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from .request import Request
+from .sampling import TokenSampler, sample_rows
+
+
+class DecodeBatch:
+    """Requests decoding together: one token per request per step."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.requests: list[Request] = []
+        self.samplers: list[TokenSampler] = []
+        self.cache: list[BatchKVCache] | None = None
+        self._next_inputs: mx.array | None = None  # (B,) tokens to feed next
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def kv_bytes(self) -> int:
+        if self.cache is None:
+            return 0
+        return sum(c.nbytes for c in self.cache)
+
+    def add(self, request: Request, sampler: TokenSampler, caches: list[KVCache],
+            first_token: mx.array) -> None:
+        """Join a prefilled request whose first token is `first_token` (shape (1,))."""
+        merged = [BatchKVCache.merge([c]) for c in caches]
+        if self.cache is None or not self.requests:
+            self.cache = merged
+            self._next_inputs = first_token
+        else:
+            for mine, theirs in zip(self.cache, merged):
+                mine.extend(theirs)
+            self._next_inputs = mx.concatenate([self._next_inputs, first_token])
+        self.requests.append(request)
+        self.samplers.append(sampler)
+
+    def step(self) -> mx.array:
+        """Start one decode step; return the (lazy) tokens it feeds, one per request.
+
+        The returned tokens were sampled by the previous step (or are each new
+        request's first token); read them with `.tolist()` after this call.
+        """
+        inputs = self._next_inputs
+        logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
+        sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs))
+        self._next_inputs = sampled
+        mx.async_eval(sampled)
+        return inputs
+
+    def _context(self, i: int, inputs: mx.array) -> mx.array:
+        known = mx.array(self.requests[i].all_ids, mx.uint32)
+        return mx.concatenate([known, inputs[i : i + 1].astype(mx.uint32)])
+
+    def extract(self, index: int) -> list[KVCache]:
+        """Request `index`'s KV as single-request caches (for the prefix cache)."""
+        assert self.cache is not None
+        return [c.extract(index) for c in self.cache]
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the requests at `indices`; the others' KV is freed."""
+        if len(indices) == len(self.requests):
+            return
+        self.requests = [self.requests[i] for i in indices]
+        self.samplers = [self.samplers[i] for i in indices]
+        if not indices:
+            self.cache = None
+            self._next_inputs = None
+            return
+        idx = mx.array(indices)
+        for c in self.cache:
+            c.filter(idx)
+        self._next_inputs = self._next_inputs[idx]

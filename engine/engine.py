@@ -1,0 +1,290 @@
+"""The engine: loads a model, owns the lanes, routes requests, emits events.
+
+All MLX work runs on lane threads. `submit`, `cancel`, `set_mode`, `subscribe`
+and `close` are safe from any thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import mlx.core as mx
+
+from .errors import EngineError
+from .events import Finished, LaneSample, Queued, Routed
+from .lane import Lane, LaneConfig
+from .loader import LoadedModel, load_model, with_weight_format
+from .params import SamplingParams
+from .prefix import PrefixCache
+from .request import Request
+from .router import MODES, LaneView, LeastLoadedPolicy, Policy, RequestView, eligible_lanes
+
+Observer = Callable[[object], None]
+
+
+@dataclass(slots=True, frozen=True)
+class LaneSpec:
+    """A lane to build: its name, device ('cpu'/'gpu') and weight format.
+
+    weight_format 'auto' picks what runs fastest there: dense float32 on the
+    CPU (BLAS; see benchmarks/RESULTS.md), the file's quantization on a GPU.
+    """
+
+    name: str
+    device: str = "cpu"
+    weight_format: str = "auto"
+    config: LaneConfig | None = None
+
+    def resolved_format(self) -> str:
+        if self.weight_format != "auto":
+            return self.weight_format
+        return "float32" if self.device == "cpu" else "quantized"
+
+
+def gpu_available() -> bool:
+    """Whether MLX has a usable GPU here (Metal on macOS, CUDA on Linux)."""
+    try:
+        return bool(mx.is_available(mx.gpu))
+    except Exception:
+        return False
+
+
+def default_lanes() -> list[LaneSpec]:
+    if gpu_available():
+        return [LaneSpec("gpu", "gpu"), LaneSpec("cpu", "cpu")]
+    return [LaneSpec("cpu", "cpu")]
+
+
+class RequestHandle:
+    """A submitted request: iterate its events, wait for the result, cancel it."""
+
+    def __init__(self, engine: "Engine", request: Request):
+        self._engine = engine
+        self.request = request
+        self._events: queue.Queue = queue.Queue()
+        self._finished = threading.Event()
+        self.finished: Finished | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def _deliver(self, event) -> None:
+        self._events.put(event)
+        if isinstance(event, Finished):
+            self.finished = event
+            self._finished.set()
+
+    def __iter__(self) -> Iterator[object]:
+        while True:
+            event = self._events.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+    def cancel(self) -> None:
+        self._engine.cancel(self.request_id)
+
+    def result(self, timeout: float | None = None) -> Finished:
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
+        assert self.finished is not None
+        return self.finished
+
+
+class Engine:
+    """Continuous-batching inference over one model on one or more lanes."""
+
+    def __init__(self, loaded: LoadedModel, lanes: list[LaneSpec] | None = None,
+                 mode: str | None = None, policy: Policy | None = None,
+                 prefix_cache_bytes: int = 1 << 30, prefix_block_size: int = 16,
+                 sample_interval_s: float = 0.1):
+        self.model_info = loaded
+        self.tokenizer = loaded.tokenizer
+        self.context_length = loaded.context_length
+        self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
+        self.policy: Policy = policy or LeastLoadedPolicy()
+        specs = lanes or default_lanes()
+        if len({s.name for s in specs}) != len(specs):
+            raise EngineError("Lane names must be unique.", "bad-argument")
+        self._observers: list[Observer] = []
+        self._handles: dict[str, RequestHandle] = {}
+        self._requests: dict[str, tuple[Request, Lane]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.lanes: dict[str, Lane] = {}
+        models = _models_by_format(loaded, [spec.resolved_format() for spec in specs])
+        for spec in specs:
+            self.lanes[spec.name] = Lane(
+                spec.name, spec.device, models[spec.resolved_format()], loaded.tokenizer,
+                self.prefix_cache, self._emit, loaded.stop_token_ids, loaded.context_length,
+                spec.config)
+        self.mode = mode or ("hybrid" if any(s.device == "gpu" for s in specs) else "cpu-only")
+        self.set_mode(self.mode)
+        for lane in self.lanes.values():
+            lane.start()
+        self._sampler_stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
+                                         name="lane-sampler", daemon=True)
+        self._sampler.start()
+
+    @classmethod
+    def load(cls, model: str = "default", lanes: list[LaneSpec] | None = None,
+             mode: str | None = None, **kwargs) -> "Engine":
+        """Load `model` ('default', a GGUF file, a model folder or a repo id)."""
+        return cls(load_model(model), lanes=lanes, mode=mode, **kwargs)
+
+    # ---- API ---------------------------------------------------------------
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of `messages` in the model's chat template, ready to answer."""
+        try:
+            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        except Exception as e:
+            raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
+
+    def submit(self, messages: list[dict[str, str]] | None = None,
+               params: SamplingParams | None = None, tab_id: str | None = None,
+               prompt_ids: list[int] | None = None) -> RequestHandle:
+        """Queue a generation for `messages` (or raw `prompt_ids`)."""
+        if self._closed:
+            raise EngineError("The engine is closed.", "closed")
+        params = params or SamplingParams()
+        ids = list(prompt_ids) if prompt_ids is not None else self.render(messages or [])
+        if not ids:
+            raise EngineError("The prompt is empty.", "bad-argument")
+        if len(ids) >= self.context_length:
+            raise EngineError(
+                f"The conversation is {len(ids)} tokens long, more than the model's context "
+                f"of {self.context_length} tokens. Start a new chat or shorten it.",
+                "prompt-too-long")
+        request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
+        handle = RequestHandle(self, request)
+        cached = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
+        with self._lock:
+            views = [self._lane_view(lane) for lane in self.lanes.values()]
+            placement = self.policy.place(
+                RequestView(request.request_id, len(ids), cached),
+                eligible_lanes(self.mode, views))
+            lane = self.lanes[placement.lane]
+            self._handles[request.request_id] = handle
+            self._requests[request.request_id] = (request, lane)
+        self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
+        self._emit(Routed(request.request_id, tab_id, phase="prefill", lane=lane.name,
+                          reason=placement.reason, predicted_s=placement.predicted_s,
+                          cached_tokens=cached))
+        lane.submit(request)
+        return handle
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request at the next step boundary; its slot and KV are freed."""
+        with self._lock:
+            entry = self._requests.get(request_id)
+        if entry is not None:
+            request, lane = entry
+            request.cancel_event.set()
+            lane.wake()
+
+    def cancel_tab(self, tab_id: str) -> None:
+        with self._lock:
+            ids = [rid for rid, (req, _) in self._requests.items() if req.tab_id == tab_id]
+        for rid in ids:
+            self.cancel(rid)
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise EngineError(f"Unknown mode '{mode}' (expected one of {', '.join(MODES)}).",
+                              "bad-argument")
+        self.mode = mode
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call `observer(event)` for every event, on engine threads; returns an
+        unsubscribe function."""
+        with self._lock:
+            self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if observer in self._observers:
+                    self._observers.remove(observer)
+        return unsubscribe
+
+    def generate(self, messages: list[dict[str, str]] | None = None,
+                 params: SamplingParams | None = None, prompt_ids: list[int] | None = None,
+                 timeout: float | None = None) -> Finished:
+        """Submit and wait: a convenience for scripts and tests."""
+        return self.submit(messages, params, prompt_ids=prompt_ids).result(timeout)
+
+    def close(self) -> None:
+        """Cancel everything and stop the lanes."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sampler_stop.set()
+        self._sampler.join()
+        for lane in self.lanes.values():
+            lane.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- internals ---------------------------------------------------------
+    def _lane_view(self, lane: Lane) -> LaneView:
+        return LaneView(lane.name, lane.device, lane.queue_depth, lane.batch_size,
+                        lane.pending_prompt_tokens)
+
+    def _emit(self, event) -> None:
+        request_id = getattr(event, "request_id", None)
+        with self._lock:
+            observers = list(self._observers)
+            handle = self._handles.get(request_id) if request_id else None
+            if isinstance(event, Finished):
+                self._handles.pop(request_id, None)
+                self._requests.pop(request_id, None)
+        if handle is not None:
+            handle._deliver(event)
+        for observer in observers:
+            try:
+                observer(event)
+            except Exception:  # an observer's bug must not stop a lane
+                import traceback
+                traceback.print_exc()
+
+    def _sample_lanes(self, interval: float) -> None:
+        last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
+                for name, lane in self.lanes.items()}
+        while not self._sampler_stop.wait(interval):
+            for name, lane in self.lanes.items():
+                busy, out, t = lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter()
+                busy0, out0, t0 = last[name]
+                last[name] = (busy, out, t)
+                dt = max(t - t0, 1e-6)
+                self._emit(LaneSample(
+                    lane=name, device=lane.device, busy_fraction=min(1.0, (busy - busy0) / dt),
+                    tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
+                    queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
+                    prefix_cache_bytes=self.prefix_cache.nbytes))
+
+
+def _models_by_format(loaded: LoadedModel, formats: list[str]) -> dict:
+    """One model object per weight format the lanes need; lanes share it
+    read-only. The loaded model is converted in place when no lane wants its
+    original format, and other formats are loaded afresh."""
+    wanted = list(dict.fromkeys(formats))
+    models = {}
+    if loaded.weight_format in wanted:
+        models[loaded.weight_format] = loaded.model
+    for fmt in wanted:
+        if fmt in models:
+            continue
+        if not models:
+            models[fmt] = with_weight_format(loaded, fmt).model
+        else:
+            models[fmt] = load_model(loaded.source, fmt).model
+    return models

@@ -1,0 +1,102 @@
+"""Engine events: plain, timestamped dataclasses emitted on engine threads.
+
+Observers must return quickly; the app's bridge turns them into Qt signals.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+@dataclass(slots=True, frozen=True)
+class Event:
+    request_id: str
+    tab_id: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class Queued(Event):
+    prompt_tokens: int
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class Routed(Event):
+    """A placement decision: `phase` ('prefill' or 'decode') runs on `lane`."""
+
+    phase: str
+    lane: str
+    reason: str
+    predicted_s: dict[str, float] = field(default_factory=dict)
+    cached_tokens: int = 0
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class Migrated(Event):
+    from_lane: str
+    to_lane: str
+    reason: str
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class Token(Event):
+    """One sampled token and the text it completes (may be '' mid-character)."""
+
+    token_id: int
+    text: str
+    lane: str
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class Finished(Event):
+    """The end of a request. reason: 'stop', 'length', 'cancelled' or 'error'."""
+
+    reason: str
+    text: str
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    time_per_output_token_s: float | None
+    e2e_s: float
+    lanes: tuple[tuple[str, str], ...] = ()  # (phase, lane) in order
+    error: str | None = None
+    time: float = field(default_factory=now)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if not self.time_per_output_token_s:
+            return None
+        return 1.0 / self.time_per_output_token_s
+
+
+@dataclass(slots=True, frozen=True)
+class LaneSample:
+    """A lane's state, about 10 times a second."""
+
+    lane: str
+    device: str
+    busy_fraction: float
+    tokens_per_s: float
+    batch_size: int
+    queue_depth: int
+    kv_bytes: int
+    prefix_cache_bytes: int
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class EngineErrorEvent(Event):
+    """An error not tied to the user's input (a lane crashed, out of memory)."""
+
+    message: str
+    time: float = field(default_factory=now)
+

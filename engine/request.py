@@ -1,0 +1,67 @@
+"""A request: one generation's state as it moves through queue, prefill, decode."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from .events import now
+from .params import SamplingParams
+
+_ids = itertools.count(1)
+
+
+def next_request_id() -> str:
+    return f"r{next(_ids)}"
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # routed to a lane, not started
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Token ids of the rendered conversation plus everything generated so far."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    tab_id: str | None = None
+    request_id: str = field(default_factory=next_request_id)
+    status: RequestStatus = RequestStatus.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    num_computed: int = 0  # prompt tokens whose KV is in this request's cache
+    lane_history: list[tuple[str, str]] = field(default_factory=list)
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    submitted_at: float = field(default_factory=now)
+    first_token_at: float | None = None
+    finish_reason: str | None = None
+
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    def note_lane(self, phase: str, lane: str) -> None:
+        if not self.lane_history or self.lane_history[-1] != (phase, lane):
+            self.lane_history.append((phase, lane))

@@ -1,0 +1,69 @@
+"""Per-request token choice over a batch of logits, built on mlx-lm's samplers.
+
+Greedy rows of a batch are picked with one argmax; rows with temperature use
+mlx-lm's top-p / min-p / top-k filters and a per-request PRNG key, so a seeded
+request gives the same tokens alone or batched.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_repetition_penalty
+
+from .params import SamplingParams
+
+
+class TokenSampler:
+    """The sampling state of one request: its PRNG key and logits processors."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self._key = mx.random.key(seed)
+        self._processors = []
+        if params.repetition_penalty != 1.0:
+            self._processors.append(
+                make_repetition_penalty(params.repetition_penalty, params.repetition_context_size)
+            )
+
+    @property
+    def needs_context(self) -> bool:
+        return bool(self._processors)
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        return self.params.is_greedy and not self._processors
+
+    def sample(self, logits: mx.array, context: mx.array | None) -> mx.array:
+        """Pick a token from one row of logits (shape (1, V)); returns shape (1,)."""
+        for processor in self._processors:
+            logits = processor(context if context is not None else mx.array([], mx.uint32), logits)
+        if self.params.is_greedy:
+            return mx.argmax(logits, axis=-1)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        p = self.params
+        if 0 < p.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, p.top_p)
+        if p.min_p > 0:
+            logprobs = apply_min_p(logprobs, p.min_p)
+        if p.top_k > 0:
+            logprobs = apply_top_k(logprobs, p.top_k)
+        self._key, sub = mx.random.split(self._key)
+        return mx.random.categorical(logprobs * (1.0 / p.temperature), key=sub)
+
+
+def sample_rows(logits: mx.array, samplers: list[TokenSampler], context_of) -> mx.array:
+    """Sample one token per row of `logits` (B, V); returns shape (B,), lazily.
+
+    `context_of(i)` gives row i's token history (an mx.array) for processors
+    such as the repetition penalty; it is only called for rows that need it.
+    """
+    if all(s.is_plain_greedy for s in samplers):
+        return mx.argmax(logits, axis=-1)
+    rows = []
+    for i, sampler in enumerate(samplers):
+        context = context_of(i) if sampler.needs_context else None
+        rows.append(sampler.sample(logits[i : i + 1], context))
+    return mx.concatenate(rows, axis=0)
