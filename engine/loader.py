@@ -147,6 +147,18 @@ def _stop_ids(hf_tokenizer, metadata: dict) -> set[int]:
     return ids
 
 
+def _folder_error(source: str, e: Exception) -> EngineError:
+    """An EngineError for a model folder mlx-lm could not load."""
+    if isinstance(e, json.JSONDecodeError):
+        return EngineError(f"{source}: config.json is not valid JSON ({e}).", "corrupt-model")
+    if isinstance(e, FileNotFoundError):
+        return EngineError(f"{source}: incomplete model ({e}).", "not-a-model")
+    if isinstance(e, ValueError) and "not supported" in str(e):
+        return EngineError(f"Cannot load {source}: {e}", "unsupported-architecture")
+    return EngineError(f"Cannot load {source}: the model files are corrupt or unreadable "
+                       f"({type(e).__name__}: {e}).", "corrupt-model")
+
+
 def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     import mlx_lm
 
@@ -155,16 +167,14 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
         raise EngineError(f"{path} is not a model folder (no config.json).", "not-a-model")
     try:
         model, tokenizer, config = mlx_lm.load(source, return_config=True)
-    except FileNotFoundError as e:
+    except Exception as e:
+        if not path.exists():  # a repo id: the hub or its local cache failed
+            raise EngineError(
+                f"Cannot load {source} from Hugging Face (offline, not cached, or not a "
+                f"model repo): {e}", "download-failed") from e
+        raise _folder_error(source, e) from e
+
         raise EngineError(f"{source}: incomplete model ({e}).", "not-a-model") from e
-    except ValueError as e:
-        msg = str(e)
-        kind = "unsupported-architecture" if "not supported" in msg else "corrupt-model"
-        raise EngineError(f"Cannot load {source}: {msg}", kind) from e
-    except json.JSONDecodeError as e:
-        raise EngineError(f"{source}: config.json is not valid JSON ({e}).", "corrupt-model") from e
-    except Exception as e:  # hub errors, safetensors errors, offline without cache
-        raise EngineError(f"Cannot load {source}: {type(e).__name__}: {e}", "corrupt-model") from e
     stop_ids = set(tokenizer.eos_token_ids or ())
     vocab = tokenizer.get_vocab()
     for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):

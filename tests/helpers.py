@@ -1,0 +1,52 @@
+"""Shared helpers for engine tests."""
+
+from __future__ import annotations
+
+import threading
+
+import mlx.core as mx
+from mlx_lm.generate import generate_step
+
+from engine.events import Finished, Token
+
+
+def reference_greedy(loaded, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """mlx-lm's own greedy tokens, cut after the first stop token as the engine does."""
+    out = []
+    for token, _ in generate_step(mx.array(prompt_ids), loaded.model, max_tokens=max_tokens):
+        token = int(token)
+        out.append(token)
+        if token in loaded.stop_token_ids:
+            break
+    return out
+
+
+def prompt_of(loaded, text: str) -> list[int]:
+    return list(loaded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True))
+
+
+class TokenCounter:
+    """Counts Token events per request; lets a test wait for the n-th token."""
+
+    def __init__(self, engine):
+        self._counts: dict[str, int] = {}
+        self._done: set[str] = set()
+        self._cond = threading.Condition()
+        engine.subscribe(self._on_event)
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, (Token, Finished)):
+            with self._cond:
+                if isinstance(event, Token):
+                    self._counts[event.request_id] = self._counts.get(event.request_id, 0) + 1
+                else:
+                    self._done.add(event.request_id)
+                self._cond.notify_all()
+
+    def wait_for(self, request_id: str, n: int, timeout: float = 60.0) -> None:
+        """Wait until the request has streamed n tokens or has finished."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._counts.get(request_id, 0) >= n
+                                     or request_id in self._done, timeout)
+        assert ok, f"{request_id} did not reach {n} tokens"
