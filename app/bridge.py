@@ -1,0 +1,84 @@
+"""Engine events to Qt signals, on the GUI thread, at a bounded repaint rate.
+
+The engine calls observers on its own threads. The bridge only appends each
+event to a queue there; a GUI-thread timer drains the queue every ~33 ms,
+merges consecutive text of a request into one `tokens` signal (so the GUI
+repaints at most ~30 times a second however fast tokens come), and emits the
+other events in the order they happened.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine import Finished, LaneSample, Queued, Routed, Token
+
+FLUSH_INTERVAL_MS = 33
+
+
+class EngineBridge(QObject):
+    queued = Signal(object)  # Queued
+    routed = Signal(object)  # Routed
+    tokens = Signal(str, str)  # request_id, text delta (coalesced)
+    finished = Signal(object)  # Finished
+    lane_sample = Signal(object)  # LaneSample
+    error = Signal(str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._pending: deque = deque()
+        self._lock = threading.Lock()
+        self._unsubscribe = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(FLUSH_INTERVAL_MS)
+        self._timer.timeout.connect(self.flush)
+        self._timer.start()
+
+    def attach(self, engine) -> None:
+        """Observe `engine` (detaching from any previous one)."""
+        self.detach()
+        self._unsubscribe = engine.subscribe(self._on_engine_event)
+
+    def detach(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_engine_event(self, event) -> None:  # engine threads
+        with self._lock:
+            self._pending.append(event)
+
+    def flush(self) -> None:
+        """Deliver queued events (GUI thread)."""
+        with self._lock:
+            events = list(self._pending)
+            self._pending.clear()
+        text: dict[str, list[str]] = {}
+        latest_sample: dict[str, LaneSample] = {}
+
+        def flush_text(request_id: str | None = None) -> None:
+            for rid in [request_id] if request_id else list(text):
+                parts = text.pop(rid, None)
+                if parts:
+                    self.tokens.emit(rid, "".join(parts))
+
+        for event in events:
+            if isinstance(event, Token):
+                text.setdefault(event.request_id, []).append(event.text)
+            elif isinstance(event, LaneSample):
+                latest_sample[event.lane] = event
+            elif isinstance(event, Finished):
+                flush_text(event.request_id)
+                self.finished.emit(event)
+            elif isinstance(event, Routed):
+                self.routed.emit(event)
+            elif isinstance(event, Queued):
+                self.queued.emit(event)
+            elif hasattr(event, "message"):
+                self.error.emit(event.message)
+        flush_text()
+        for sample in latest_sample.values():
+            self.lane_sample.emit(sample)

@@ -1,0 +1,145 @@
+"""One chat: the conversation rendered as Markdown, a composer, Send and Stop."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser,
+                               QVBoxLayout, QWidget)
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends; Shift+Enter inserts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event):  # noqa: N802 (Qt naming)
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not (
+                event.modifiers() & Qt.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatTab(QWidget):
+    """A conversation. Emits `send_requested(messages)` and `stop_requested()`;
+    the window submits to the engine and feeds events back."""
+
+    send_requested = Signal(object)
+    stop_requested = Signal()
+
+    def __init__(self, title: str = "New chat", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.title = title
+        self.messages: list[dict[str, str]] = []
+        self.streaming_text: str | None = None  # the answer being generated
+        self.request_id: str | None = None
+        self.stats_lines: list[str] = []
+
+        self.transcript = QTextBrowser()
+        self.transcript.setOpenExternalLinks(True)
+        self.composer = Composer()
+        self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
+        self.composer.setFixedHeight(80)
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.footer = QLabel("")
+        self.footer.setObjectName("answerFooter")
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.footer, 1)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.composer)
+        layout.addLayout(buttons)
+
+        self.composer.submitted.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.set_ready(False)
+
+    # ---- user actions -----------------------------------------------------
+    def send(self) -> None:
+        text = self.composer.toPlainText().strip()
+        if not text or not self.send_button.isEnabled() or self.is_streaming:
+            return
+        self.composer.clear()
+        self.messages.append({"role": "user", "content": text})
+        self.streaming_text = ""
+        self._set_streaming(True)
+        self.render()
+        self.send_requested.emit(list(self.messages))
+
+    # ---- engine feedback (GUI thread) ---------------------------------------
+    @property
+    def is_streaming(self) -> bool:
+        return self.streaming_text is not None
+
+    def set_ready(self, ready: bool) -> None:
+        """Enable sending once a model is loaded."""
+        self.send_button.setEnabled(ready and not self.is_streaming)
+
+    def append_text(self, text: str) -> None:
+        if self.streaming_text is None:
+            return
+        self.streaming_text += text
+        self.render()
+
+    def finish(self, finished) -> None:
+        """The answer is complete (or stopped): keep it and show its stats."""
+        answer = self.streaming_text or ""
+        if answer or finished.reason != "error":
+            self.messages.append({"role": "assistant", "content": answer})
+        self.streaming_text = None
+        self.request_id = None
+        self.footer.setText(format_footer(finished))
+        self._set_streaming(False)
+        self.render()
+
+    def fail(self, message: str) -> None:
+        """The request could not start: drop the pending answer, keep the text."""
+        if self.messages and self.messages[-1]["role"] == "user":
+            self.composer.setPlainText(self.messages.pop()["content"])
+        self.streaming_text = None
+        self.request_id = None
+        self.footer.setText(f"⚠ {message}")
+        self._set_streaming(False)
+        self.render()
+
+    # ---- rendering --------------------------------------------------------
+    def render(self) -> None:
+        parts = []
+        for message in self.messages:
+            who = "**You**" if message["role"] == "user" else "**Assistant**"
+            parts.append(f"{who}\n\n{message['content']}")
+        if self.streaming_text is not None:
+            parts.append(f"**Assistant**\n\n{self.streaming_text or '…'}")
+        bar = self.transcript.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        self.transcript.setMarkdown("\n\n---\n\n".join(parts))
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _set_streaming(self, streaming: bool) -> None:
+        self.stop_button.setEnabled(streaming)
+        self.send_button.setEnabled(not streaming)
+
+
+def format_footer(done) -> str:
+    """'prefill CPU -> decode CPU · 42 tokens · 15.1 tok/s · TTFT 220 ms · 32 cached'."""
+    if done.reason == "error":
+        return f"⚠ {done.error or 'generation failed'}"
+    lanes = " → ".join(f"{phase} {lane.upper()}" for phase, lane in done.lanes) or "not started"
+    bits = [lanes, f"{done.output_tokens} tokens"]
+    if done.tokens_per_s:
+        bits.append(f"{done.tokens_per_s:.1f} tok/s")
+    if done.ttft_s is not None:
+        bits.append(f"TTFT {done.ttft_s * 1000:.0f} ms")
+    bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
+    if done.reason == "cancelled":
+        bits.append("stopped")
+    elif done.reason == "length":
+        bits.append("hit the length limit")
+    return " · ".join(bits)
