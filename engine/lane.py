@@ -28,6 +28,10 @@ from .sampling import TokenSampler, sample_rows
 from .textstream import TextStream
 
 
+# A prompt's final chunk longer than this is run as (all but last, last).
+_SPLIT_LAST_TOKEN_ABOVE = 64
+
+
 @dataclass(slots=True)
 class LaneConfig:
     """Tuning of one lane. Validated on construction."""
@@ -205,6 +209,13 @@ class Lane:
             start = request.num_computed
             n = min(budget, request.num_prompt - start)
             chunk = mx.array(request.prompt_ids[start : start + n])[None]
+            completes = start + n == request.num_prompt
+            if completes and n > _SPLIT_LAST_TOKEN_ABOVE:
+                # Only the last position's logits are needed: run the rest
+                # apart so the vocabulary projection is computed for one token
+                # (MLX never evaluates the unused logits of the first call).
+                self.model(chunk[:, :-1], cache=prefill.caches)
+                chunk = chunk[:, -1:]
             logits = self.model(chunk, cache=prefill.caches)
             request.num_computed += n
             budget -= n
