@@ -10,16 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .costmodel import CostModel
+
 MODES = ("gpu-only", "hybrid", "cpu-only")
 
 
 @dataclass(slots=True, frozen=True)
 class LaneView:
+    """A lane as the router sees it at one moment."""
+
     name: str
     device: str  # "gpu" or "cpu"
-    queue_depth: int
-    batch_size: int
-    pending_prompt_tokens: int
+    queue_depth: int  # requests routed here, not started
+    batch_size: int  # requests prefilling or decoding
+    pending_prompt_tokens: int  # prompt tokens still to prefill (queued + running)
+    decode_batch: int = 0  # requests decoding
+    mean_context: float = 0.0  # mean context of the decoding requests
+    remaining_tokens: float = 0.0  # expected output tokens left, summed over decoding requests
+    prefill_chunk: int = 128  # prompt tokens per step while requests decode
+    cost: CostModel | None = None
+
+    @property
+    def is_busy(self) -> bool:
+        return self.batch_size > 0 or self.queue_depth > 0 or self.pending_prompt_tokens > 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,6 +40,9 @@ class RequestView:
     request_id: str
     prompt_tokens: int
     cached_tokens: int
+    expected_output: int = 200  # output tokens still expected
+    output_tokens: int = 0
+    tab_id: str | None = None
 
     @property
     def uncached_tokens(self) -> int:
@@ -35,15 +51,28 @@ class RequestView:
 
 @dataclass(slots=True, frozen=True)
 class Placement:
+    """Where a phase runs. For a new request `lane` runs the prefill and
+    `decode_lane` is the plan for decode (re-decided when prefill ends)."""
+
     lane: str
     reason: str
     predicted_s: dict[str, float] = field(default_factory=dict)
+    decode_lane: str | None = None
 
 
 class Policy(Protocol):
     name: str
 
-    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement: ...
+    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
+        """Choose the prefill lane of a new request."""
+
+    def place_decode(self, request: RequestView, current: str,
+                     lanes: list[LaneView]) -> Placement:
+        """Choose the decode lane when a request's prefill ends on `current`."""
+
+    def reconsider(self, request: RequestView, current: str,
+                   lanes: list[LaneView]) -> Placement | None:
+        """Between steps: a lane to move a decoding request to, or None."""
 
 
 def eligible_lanes(mode: str, lanes: list[LaneView]) -> list[LaneView]:
@@ -84,3 +113,19 @@ class LeastLoadedPolicy:
         best = min(lanes, key=load)
         loads = ", ".join(f"{lane.name} {load(lane)[0]}" for lane in lanes)
         return Placement(best.name, f"least loaded (queued work: {loads})")
+
+    def place_decode(self, request: RequestView, current: str,
+                     lanes: list[LaneView]) -> Placement:
+        return _stay(current, lanes)
+
+    def reconsider(self, request: RequestView, current: str,
+                   lanes: list[LaneView]) -> Placement | None:
+        return None
+
+
+def _stay(current: str, lanes: list[LaneView]) -> Placement:
+    """Decode where the prefill ran, unless the mode no longer allows that lane."""
+    names = [lane.name for lane in lanes]
+    if current in names:
+        return Placement(current, "decode stays on the lane that prefilled it")
+    return Placement(names[0], f"{current} is not allowed in this mode")

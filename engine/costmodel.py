@@ -1,0 +1,94 @@
+"""Per-lane cost model: predicted prefill and decode-step times. Plain Python.
+
+prefill_s(n)            = n / prefill_tps
+decode_step_s(B, ctx)   = (1 / decode_tps(ctx)) * (1 + batch_alpha * (B - 1))
+
+decode_tps(ctx) interpolates linearly between measured (context, tokens/s)
+points. batch_alpha is 1 when batching does not raise throughput (a step of B
+requests takes B times as long) and near 0 when a batch costs the same as one
+request. `contention` is the extra fraction a step takes while the other lanes
+also run (shared memory bandwidth).
+
+The model is calibrated at load and refined online: each measured step nudges
+a correction factor (an exponential moving average of measured / predicted).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class CostModel:
+    prefill_tps: float
+    decode_points: list[tuple[int, float]]  # (context tokens, one-stream tokens/s)
+    batch_alpha: float = 1.0
+    contention: float = 0.0
+    prefill_correction: float = 1.0
+    decode_correction: float = 1.0
+    smoothing: float = 0.2
+    samples: int = 0
+    abs_errors: list[float] = field(default_factory=list)  # relative errors seen online
+
+    def __post_init__(self):
+        if self.prefill_tps <= 0 or not self.decode_points:
+            raise ValueError("a cost model needs a positive prefill rate and decode points")
+        self.decode_points = sorted(self.decode_points)
+
+    def decode_tps(self, context: float) -> float:
+        points = self.decode_points
+        if context <= points[0][0] or len(points) == 1:
+            return points[0][1]
+        if context >= points[-1][0]:
+            # Extrapolate the last segment's slope, but never below a tenth.
+            (c0, t0), (c1, t1) = points[-2], points[-1]
+            slope = (t1 - t0) / (c1 - c0)
+            return max(t1 + slope * (context - c1), points[-1][1] * 0.1)
+        i = bisect_left([c for c, _ in points], context)
+        (c0, t0), (c1, t1) = points[i - 1], points[i]
+        return t0 + (t1 - t0) * (context - c0) / (c1 - c0)
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.prefill_correction * max(tokens, 0) / self.prefill_tps
+
+    def decode_step_s(self, batch: int, context: float) -> float:
+        if batch <= 0:
+            return 0.0
+        one = 1.0 / self.decode_tps(context)
+        return self.decode_correction * one * (1.0 + self.batch_alpha * (batch - 1))
+
+    def step_s(self, batch: int, context: float, prefill_tokens: int,
+               contended: bool = False) -> float:
+        """A whole step: one decode token per running request plus a prefill chunk."""
+        t = self.decode_step_s(batch, context) + self.prefill_s(prefill_tokens)
+        return t * (1.0 + self.contention) if contended else t
+
+    def observe(self, batch: int, context: float, prefill_tokens: int, seconds: float,
+                contended: bool = False) -> None:
+        """Refine the model from one measured step."""
+        predicted = self.step_s(batch, context, prefill_tokens, contended)
+        if predicted <= 0 or seconds <= 0:
+            return
+        ratio = seconds / predicted
+        self.abs_errors.append(abs(ratio - 1.0))
+        if len(self.abs_errors) > 1000:
+            del self.abs_errors[:500]
+        self.samples += 1
+        a = self.smoothing
+        decode_part = self.decode_step_s(batch, context)
+        prefill_part = self.prefill_s(prefill_tokens)
+        # Attribute the error to whichever part dominated the step.
+        if decode_part >= prefill_part:
+            self.decode_correction *= (1 - a) + a * ratio
+        else:
+            self.prefill_correction *= (1 - a) + a * ratio
+
+    @property
+    def mean_abs_error(self) -> float | None:
+        return sum(self.abs_errors) / len(self.abs_errors) if self.abs_errors else None
+
+    def copy(self) -> "CostModel":
+        return CostModel(self.prefill_tps, list(self.decode_points), self.batch_alpha,
+                         self.contention, self.prefill_correction, self.decode_correction,
+                         self.smoothing)

@@ -1,0 +1,198 @@
+"""Routing policies beyond least-loaded: the reference warm-prefix rule and the
+cost-aware router. Plain Python over `LaneView` / `RequestView` snapshots."""
+
+from __future__ import annotations
+
+import math
+
+from .costmodel import CostModel
+from .router import LaneView, Placement, RequestView, _stay
+
+GPU_ONLY_POLICY = "gpu-only"
+
+
+def _gpu(lanes: list[LaneView]) -> LaneView | None:
+    return next((lane for lane in lanes if lane.device == "gpu"), None)
+
+
+def _cpu(lanes: list[LaneView]) -> LaneView | None:
+    return next((lane for lane in lanes if lane.device == "cpu"), None)
+
+
+class WarmPrefixPolicy:
+    """The reference engine's rule: while the GPU is busy, a request whose
+    uncached suffix is short runs wholly on the CPU; everything else on the GPU."""
+
+    name = "warm-prefix"
+
+    def __init__(self, max_uncached_tokens: int = 128):
+        self.max_uncached_tokens = max_uncached_tokens
+
+    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
+        gpu, cpu = _gpu(lanes), _cpu(lanes)
+        if gpu is None or cpu is None:
+            lane = (gpu or cpu or lanes[0])
+            return Placement(lane.name, f"only {lane.device.upper()} allowed", decode_lane=lane.name)
+        warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
+        if gpu.is_busy and request.uncached_tokens <= self.max_uncached_tokens:
+            return Placement(cpu.name, f"warm prefix {warm}; GPU busy (batch {gpu.batch_size}, "
+                             f"{gpu.queue_depth} queued)", decode_lane=cpu.name)
+        why = "GPU idle" if not gpu.is_busy else f"{request.uncached_tokens} uncached tokens"
+        return Placement(gpu.name, f"{why}; {warm}", decode_lane=gpu.name)
+
+    def place_decode(self, request, current, lanes):
+        return _stay(current, lanes)
+
+    def reconsider(self, request, current, lanes):
+        return None
+
+
+class CostAwarePolicy:
+    """Place each phase where it adds the least time to the system.
+
+    For every (prefill lane, decode lane) pair it predicts the request's own
+    completion time from the lanes' cost models, queues and batches, and adds
+    the delay it imposes on requests already there (a larger decode batch makes
+    each of their steps longer; prefill chunks stall their decodes; starting
+    an idle lane slows the busy ones by the contention factor). The cheapest
+    pair wins. When a prefill ends, the decode lane is chosen again; between
+    steps a decoding request moves when another lane would finish it clearly
+    sooner (hysteresis keeps requests from bouncing).
+    """
+
+    name = "cost-aware"
+
+    def __init__(self, migrate_gain: float = 0.25, migrate_min_s: float = 0.5,
+                 migration_s: float = 0.0, min_tokens_between_moves: int = 32):
+        self.migrate_gain = migrate_gain
+        self.migrate_min_s = migrate_min_s
+        self.migration_s = migration_s
+        self.min_tokens_between_moves = min_tokens_between_moves
+
+    # ---- predictions ---------------------------------------------------------
+    @staticmethod
+    def _cost(lane: LaneView) -> CostModel:
+        if lane.cost is None:
+            raise ValueError(f"lane {lane.name} has no cost model")
+        return lane.cost
+
+    @staticmethod
+    def _contended(lane: LaneView, lanes: list[LaneView]) -> bool:
+        return any(o.is_busy for o in lanes if o.name != lane.name)
+
+    def _factor(self, lane: LaneView, lanes: list[LaneView]) -> float:
+        return 1.0 + self._cost(lane).contention if self._contended(lane, lanes) else 1.0
+
+    def _prefill(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> tuple[float, float]:
+        """(seconds until `tokens` more are prefilled here, delay imposed on its decodes)."""
+        cost = self._cost(lane)
+        backlog = lane.pending_prompt_tokens + tokens
+        steps = math.ceil(backlog / max(lane.prefill_chunk, 1)) if lane.decode_batch else 0
+        own = cost.prefill_s(backlog) + steps * cost.decode_step_s(lane.decode_batch,
+                                                                   lane.mean_context)
+        imposed = lane.decode_batch * cost.prefill_s(tokens)
+        return own * self._factor(lane, lanes), imposed
+
+    def _decode(self, lane: LaneView, lanes: list[LaneView], tokens: int, context: float,
+                joining: bool = True) -> tuple[float, float]:
+        """(seconds to decode `tokens` here, delay imposed on the lane's other decodes)."""
+        cost = self._cost(lane)
+        others = lane.decode_batch - (0 if joining else 1)
+        batch = others + 1
+        ctx = (lane.mean_context * others + context) / batch
+        factor = self._factor(lane, lanes)
+        own = tokens * cost.decode_step_s(batch, ctx) * factor
+        shared = min(tokens, lane.remaining_tokens / others) if others else 0
+        delta = cost.decode_step_s(batch, ctx) - cost.decode_step_s(others, ctx)
+        imposed = others * shared * delta * factor
+        if not self._contended(lane, lanes) and others == 0:
+            # Waking an idle lane slows every busy lane by the contention factor.
+            for other in lanes:
+                if other.name != lane.name and other.decode_batch:
+                    oc = self._cost(other)
+                    imposed += other.decode_batch * min(own, other.remaining_tokens / max(
+                        other.decode_batch, 1) * oc.decode_step_s(other.decode_batch,
+                                                                    other.mean_context)) \
+                        * oc.contention
+        return own, imposed
+
+    # ---- decisions ----------------------------------------------------------
+    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
+        if len(lanes) == 1:
+            lane = lanes[0]
+            return Placement(lane.name, f"only lane allowed ({lane.device.upper()})",
+                             decode_lane=lane.name)
+        uncached = request.uncached_tokens
+        context = request.prompt_tokens
+        best, best_score, own_by_lane = None, math.inf, {}
+        for p in lanes:
+            pre_own, pre_imposed = self._prefill(p, lanes, uncached)
+            for d in lanes:
+                dec_own, dec_imposed = self._decode(d, lanes, request.expected_output, context)
+                move = self.migration_s if d.name != p.name else 0.0
+                own = pre_own + move + dec_own
+                score = own + pre_imposed + dec_imposed
+                if p.name == d.name:
+                    own_by_lane[p.name] = own
+                if score < best_score:
+                    best, best_score = (p, d, own, pre_own), score
+        p, d, own, pre_own = best
+        warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
+        times = " vs ".join(f"{n.upper()} {t:.1f} s" for n, t in own_by_lane.items())
+        plan = p.name.upper() if p.name == d.name else f"{p.name.upper()} -> decode {d.name.upper()}"
+        reason = f"{warm}; {plan} done in {own:.1f} s (all on one lane: {times})"
+        return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name)
+
+    def place_decode(self, request: RequestView, current: str,
+                     lanes: list[LaneView]) -> Placement:
+        if len(lanes) == 1 or current not in {lane.name for lane in lanes}:
+            return _stay(current, lanes)
+        context = request.prompt_tokens + request.output_tokens
+        scored = {}
+        for d in lanes:
+            own, imposed = self._decode(d, lanes, request.expected_output, context)
+            move = self.migration_s if d.name != current else 0.0
+            scored[d.name] = (own + move + imposed, own + move)
+        choice = min(scored, key=lambda n: scored[n][0])
+        times = " vs ".join(f"{n.upper()} {v[1]:.1f} s" for n, v in scored.items())
+        return Placement(choice, f"decode {request.expected_output} tokens: {times}",
+                         predicted_s={n: v[1] for n, v in scored.items()})
+
+    def reconsider(self, request: RequestView, current: str,
+                   lanes: list[LaneView]) -> Placement | None:
+        names = {lane.name for lane in lanes}
+        if current not in names:
+            return _stay(current, lanes)
+        if len(lanes) == 1 or request.expected_output < self.min_tokens_between_moves:
+            return None
+        context = request.prompt_tokens + request.output_tokens
+        here = next(lane for lane in lanes if lane.name == current)
+        stay_own, stay_imposed = self._decode(here, lanes, request.expected_output, context,
+                                              joining=False)
+        stay = stay_own + stay_imposed
+        best = None
+        for d in lanes:
+            if d.name == current:
+                continue
+            own, imposed = self._decode(d, lanes, request.expected_output, context)
+            total = own + imposed + self.migration_s
+            if total < stay * (1 - self.migrate_gain) and stay - total > self.migrate_min_s:
+                if best is None or total < best[1]:
+                    best = (d, total, own)
+        if best is None:
+            return None
+        d, _, own = best
+        return Placement(d.name, f"{d.name.upper()} finishes the remaining "
+                         f"{request.expected_output} tokens in {own:.1f} s vs "
+                         f"{stay_own:.1f} s on {current.upper()}",
+                         predicted_s={current: stay_own, d.name: own})
+
+
+def make_policy(name: str):
+    from .router import LeastLoadedPolicy
+
+    policies = {"cost-aware": CostAwarePolicy, "warm-prefix": WarmPrefixPolicy,
+                "least-loaded": LeastLoadedPolicy}
+    if name not in policies:
+        raise ValueError(f"unknown policy {name!r}; expected one of {sorted(policies)}")
+    return policies[name]()

@@ -1,0 +1,32 @@
+"""Cost profiles for the simulator, read from profiles.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..costmodel import CostModel
+
+_DATA = json.loads((Path(__file__).with_name("profiles.json")).read_text())
+PROFILES = tuple(_DATA["profiles"])
+CONTENTIONS = tuple(_DATA["contention"])
+
+
+@dataclass(slots=True, frozen=True)
+class SimLaneSpec:
+    name: str
+    device: str
+    cost: CostModel
+
+
+def load_profile(name: str, contention: float = 0.0) -> tuple[list[SimLaneSpec], float]:
+    """The lanes of profile `name` (with contention c) and its migration cost."""
+    profile = _DATA["profiles"][name]
+    lanes = []
+    for lane_name, spec in profile["lanes"].items():
+        cost = CostModel(prefill_tps=spec["prefill_tps"],
+                         decode_points=[tuple(p) for p in spec["decode_points"]],
+                         batch_alpha=spec["batch_alpha"], contention=contention)
+        lanes.append(SimLaneSpec(lane_name, spec["device"], cost))
+    return lanes, float(profile["migration_s"])

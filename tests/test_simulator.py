@@ -1,0 +1,121 @@
+"""Routing on the SIMULATED lanes (virtual time, cost profiles), hand-checked."""
+
+import pytest
+
+from engine.costmodel import CostModel
+from engine.policies import CostAwarePolicy, WarmPrefixPolicy
+from engine.router import LaneView, LeastLoadedPolicy, RequestView
+from engine.sim import Simulation, Tab, Turn, chat_workload, load_profile
+
+
+def _lanes(profile="m2-flat", c=0.0):
+    specs, _ = load_profile(profile, c)
+    return {s.name: s.cost for s in specs}
+
+
+def test_profile_predictions_match_the_published_figures():
+    cost = _lanes("m2-flat")
+    assert cost["gpu"].prefill_s(1085) == pytest.approx(1.0)
+    assert cost["cpu"].prefill_s(69) == pytest.approx(1.0)
+    assert cost["gpu"].decode_step_s(1, 1000) == pytest.approx(1 / 110)
+    assert cost["cpu"].decode_tps(512) == pytest.approx(48)
+    assert cost["cpu"].decode_tps(1280) == pytest.approx(41)
+    assert cost["cpu"].decode_tps(2048) == pytest.approx(34)
+    assert cost["cpu"].decode_step_s(4, 512) == pytest.approx(4 / 48)  # flat: B times
+    batched = _lanes("m2-batched")
+    assert batched["gpu"].decode_step_s(5, 0) == pytest.approx(1.6 / 110)
+    contended = _lanes("m2-flat", 0.2)["gpu"]
+    assert contended.step_s(1, 0, 0, contended=True) == pytest.approx(1.2 / 110)
+
+
+def _view(name, cost, **kw):
+    base = dict(queue_depth=0, batch_size=0, pending_prompt_tokens=0)
+    base.update(kw)
+    return LaneView(name, name, cost=cost, **base)
+
+
+def test_warm_follow_up_goes_to_cpu_while_gpu_is_busy():
+    cost = _lanes()
+    gpu = _view("gpu", cost["gpu"], batch_size=12, decode_batch=12, mean_context=900,
+                remaining_tokens=12 * 150)
+    cpu = _view("cpu", cost["cpu"])
+    warm = RequestView("r1", prompt_tokens=845, cached_tokens=812, expected_output=150)
+    placement = CostAwarePolicy().place(warm, [gpu, cpu])
+    assert placement.lane == "cpu" and placement.decode_lane == "cpu"
+    assert "812/845" in placement.reason
+    assert placement.predicted_s["cpu"] < placement.predicted_s["gpu"]
+    assert WarmPrefixPolicy().place(warm, [gpu, cpu]).lane == "cpu"
+
+
+def test_cold_long_prompt_goes_to_gpu():
+    cost = _lanes()
+    gpu = _view("gpu", cost["gpu"], batch_size=2, decode_batch=2, mean_context=500,
+                remaining_tokens=200)
+    cpu = _view("cpu", cost["cpu"])
+    cold = RequestView("r2", prompt_tokens=1500, cached_tokens=0, expected_output=150)
+    assert CostAwarePolicy().place(cold, [gpu, cpu]).lane == "gpu"
+    assert WarmPrefixPolicy().place(cold, [gpu, cpu]).lane == "gpu"
+
+
+def test_idle_gpu_takes_everything():
+    cost = _lanes()
+    gpu, cpu = _view("gpu", cost["gpu"]), _view("cpu", cost["cpu"])
+    warm = RequestView("r3", 845, 832, 150)
+    assert CostAwarePolicy().place(warm, [gpu, cpu]).lane == "gpu"
+
+
+def test_gpu_only_never_uses_the_cpu():
+    specs, _ = load_profile("m2-flat")
+    tabs = chat_workload(8, seed=3, think_mean_s=2.0)
+    result = Simulation(specs, CostAwarePolicy(), mode="gpu-only").run(tabs)
+    assert result.lane_busy_s["cpu"] == 0.0
+    assert all(lane == "gpu" for r in result.requests for _, lane in r.lanes)
+    assert len(result.requests) == sum(len(t.turns) for t in tabs)
+
+
+def test_every_turn_completes_exactly_once_with_all_policies():
+    tabs = chat_workload(10, seed=5, think_mean_s=1.0)
+    for policy in (LeastLoadedPolicy(), WarmPrefixPolicy(), CostAwarePolicy()):
+        specs, _ = load_profile("m2-batched", 0.2)
+        result = Simulation(specs, policy, mode="hybrid").run(tabs)
+        ids = [r.rid for r in result.requests]
+        assert len(ids) == len(set(ids)) == sum(len(t.turns) for t in tabs)
+        assert all(r.output == r.target for r in result.requests)
+
+
+def test_prefill_on_gpu_then_decode_on_cpu_under_load():
+    specs, _ = load_profile("m2-flat")
+    tabs = chat_workload(24, seed=1, think_mean_s=3.0)
+    result = Simulation(specs, CostAwarePolicy()).run(tabs)
+    split = [r for r in result.requests if ("prefill", "gpu") in r.lanes
+             and ("decode", "cpu") in r.lanes]
+    assert split, "expected some requests to prefill on the GPU and decode on the CPU"
+    assert result.lane_busy_s["cpu"] > 0.5 * result.lane_busy_s["gpu"]
+
+
+def test_simulation_is_deterministic():
+    tabs = chat_workload(6, seed=9)
+    runs = [Simulation(load_profile("m2-flat")[0], CostAwarePolicy()).run(tabs)
+            for _ in range(2)]
+    assert [r.finished_at for r in runs[0].requests] == [r.finished_at for r in runs[1].requests]
+
+
+def test_single_turn_timing_by_hand():
+    # One tab, one turn, idle GPU: cold prefill of 180+8+100+8 = 296 tokens in
+    # one 1024-token chunk, then 49 more decode steps at 1/110 s.
+    specs, _ = load_profile("m2-flat")
+    tabs = [Tab("t", 0.0, (Turn(100, 50, 0.0),))]
+    result = Simulation(specs, CostAwarePolicy()).run(tabs)
+    (r,) = result.requests
+    assert r.first_token_at == pytest.approx(296 / 1085)
+    assert r.finished_at == pytest.approx(296 / 1085 + 49 / 110)
+
+
+def test_cost_model_refines_online():
+    model = CostModel(prefill_tps=100, decode_points=[(0, 10)])
+    for _ in range(40):
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.2)  # truly 5 tok/s
+    assert model.decode_step_s(1, 100) == pytest.approx(0.2, rel=0.02)
+    for _ in range(40):
+        model.observe(batch=0, context=0, prefill_tokens=100, seconds=2.0)
+    assert model.prefill_s(100) == pytest.approx(2.0, rel=0.02)
