@@ -71,6 +71,11 @@ class DecodeBatch:
         assert self.cache is not None
         return [c.extract(index) for c in self.cache]
 
+    def pending_token(self, index: int) -> mx.array:
+        """The token request `index` will be fed next (sampled, not yet read)."""
+        assert self._next_inputs is not None
+        return self._next_inputs[index : index + 1]
+
     def keep(self, indices: list[int]) -> None:
         """Keep only the requests at `indices`; the others' KV is freed."""
         if len(indices) == len(self.requests):

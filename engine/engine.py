@@ -15,12 +15,13 @@ from typing import Callable, Iterator
 import mlx.core as mx
 
 from .errors import EngineError
-from .events import Finished, LaneSample, Queued, Routed
-from .lane import Lane, LaneConfig
+from .events import Finished, LaneSample, Migrated, Queued, Routed
+from .lane import Handoff, Lane, LaneConfig
 from .loader import LoadedModel, load_model, with_weight_format
 from .params import SamplingParams
 from .prefix import PrefixCache
 from .request import Request
+from .policies import CostAwarePolicy
 from .router import MODES, LaneView, LeastLoadedPolicy, Policy, RequestView, eligible_lanes
 
 Observer = Callable[[object], None]
@@ -38,6 +39,11 @@ class LaneSpec:
     device: str = "cpu"
     weight_format: str = "auto"
     config: LaneConfig | None = None
+    acts_as: str | None = None  # the role the router sees; tests run a CPU lane as "gpu"
+
+    @property
+    def kind(self) -> str:
+        return self.acts_as or self.device
 
     def resolved_format(self) -> str:
         if self.weight_format != "auto":
@@ -107,8 +113,10 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
-        self.policy: Policy = policy or LeastLoadedPolicy()
         specs = lanes or default_lanes()
+        self.policy: Policy = policy or (CostAwarePolicy() if len(specs) > 1
+                                         else LeastLoadedPolicy())
+        self._expected_output = 200.0  # EMA of answer lengths, for the router
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
         self._observers: list[Observer] = []
@@ -123,10 +131,14 @@ class Engine:
                 spec.name, spec.device, models[spec.resolved_format()], loaded.tokenizer,
                 self.prefix_cache, self._emit, loaded.stop_token_ids, loaded.context_length,
                 spec.config)
-        self.mode = mode or ("hybrid" if any(s.device == "gpu" for s in specs) else "cpu-only")
+            self.lanes[spec.name].director = self
+            self.lanes[spec.name].kind = spec.kind
+        self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")
         self.set_mode(self.mode)
         for lane in self.lanes.values():
             lane.start()
+        for lane in self.lanes.values():  # the router needs every lane's cost model
+            lane.calibrated.wait(30)
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
@@ -165,10 +177,9 @@ class Engine:
         handle = RequestHandle(self, request)
         cached = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         with self._lock:
-            views = [self._lane_view(lane) for lane in self.lanes.values()]
-            placement = self.policy.place(
-                RequestView(request.request_id, len(ids), cached),
-                eligible_lanes(self.mode, views))
+            view = RequestView(request.request_id, len(ids), cached,
+                               self._expected_left(request), 0, tab_id)
+            placement = self.policy.place(view, self._views())
             lane = self.lanes[placement.lane]
             self._handles[request.request_id] = handle
             self._requests[request.request_id] = (request, lane)
@@ -184,9 +195,10 @@ class Engine:
         with self._lock:
             entry = self._requests.get(request_id)
         if entry is not None:
-            request, lane = entry
+            request, _ = entry
             request.cancel_event.set()
-            lane.wake()
+            for lane in self.lanes.values():  # it may be moving between lanes
+                lane.wake()
 
     def cancel_tab(self, tab_id: str) -> None:
         with self._lock:
@@ -234,10 +246,63 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # ---- the director: lanes ask between steps ----------------------------------
+    def decode_lane_for(self, request: Request, lane: Lane) -> str:
+        with self._lock:
+            placement = self.policy.place_decode(self._request_view(request), lane.name,
+                                                 self._views())
+        if placement.lane == lane.name:
+            self._emit(Routed(request.request_id, request.tab_id, phase="decode",
+                              lane=lane.name, reason=placement.reason,
+                              predicted_s=placement.predicted_s,
+                              cached_tokens=request.cached_tokens))
+        else:
+            self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
+                                to_lane=placement.lane, reason=placement.reason,
+                                predicted_s=placement.predicted_s))
+        return placement.lane
+
+    def move_for(self, request: Request, lane: Lane) -> tuple[str, str] | None:
+        with self._lock:
+            placement = self.policy.reconsider(self._request_view(request), lane.name,
+                                               self._views())
+        if placement is None or placement.lane == lane.name:
+            return None
+        self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
+                            to_lane=placement.lane, reason=placement.reason,
+                            predicted_s=placement.predicted_s))
+        return placement.lane, placement.reason
+
+    def hand_off(self, handoff: Handoff, to_lane: str) -> None:
+        target = self.lanes[to_lane]
+        with self._lock:
+            if handoff.request.request_id in self._requests:
+                self._requests[handoff.request.request_id] = (handoff.request, target)
+        target.adopt(handoff)
+
+    def others_busy(self, lane: Lane) -> bool:
+        return any(not other.is_idle for other in self.lanes.values() if other is not lane)
+
     # ---- internals ---------------------------------------------------------
+    def _expected_left(self, request: Request) -> int:
+        left = min(request.params.max_tokens, int(self._expected_output)) - request.num_output
+        return max(left, 16)
+
+    def _request_view(self, request: Request) -> RequestView:
+        return RequestView(request.request_id, request.num_prompt, request.cached_tokens,
+                           self._expected_left(request), request.num_output, request.tab_id)
+
     def _lane_view(self, lane: Lane) -> LaneView:
-        return LaneView(lane.name, lane.device, lane.queue_depth, lane.batch_size,
-                        lane.pending_prompt_tokens)
+        decoding = lane.decoding_requests()
+        mean_ctx = (sum(r.num_prompt + r.num_output for r in decoding) / len(decoding)
+                    if decoding else 0.0)
+        return LaneView(lane.name, lane.kind, lane.queue_depth, lane.batch_size,
+                        lane.pending_prompt_tokens, len(decoding), mean_ctx,
+                        float(sum(self._expected_left(r) for r in decoding)),
+                        lane.config.prefill_chunk_busy, lane.cost)
+
+    def _views(self) -> list[LaneView]:
+        return eligible_lanes(self.mode, [self._lane_view(lane) for lane in self.lanes.values()])
 
     def _emit(self, event) -> None:
         request_id = getattr(event, "request_id", None)
@@ -245,6 +310,8 @@ class Engine:
             observers = list(self._observers)
             handle = self._handles.get(request_id) if request_id else None
             if isinstance(event, Finished):
+                if event.reason in ("stop", "length") and event.output_tokens:
+                    self._expected_output += 0.2 * (event.output_tokens - self._expected_output)
                 self._handles.pop(request_id, None)
                 self._requests.pop(request_id, None)
         if handle is not None:

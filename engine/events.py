@@ -39,9 +39,12 @@ class Routed(Event):
 
 @dataclass(slots=True, frozen=True)
 class Migrated(Event):
+    """A decoding request moved between lanes (between steps)."""
+
     from_lane: str
     to_lane: str
     reason: str
+    predicted_s: dict[str, float] = field(default_factory=dict)
     time: float = field(default_factory=now)
 
 
@@ -90,6 +93,19 @@ class LaneSample:
     queue_depth: int
     kv_bytes: int
     prefix_cache_bytes: int
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
+class Calibrated:
+    """A lane's cost model after its start-up calibration."""
+
+    lane: str
+    device: str
+    prefill_tps: float
+    decode_tps: float
+    batch_alpha: float
+    seconds: float
     time: float = field(default_factory=now)
 
 

@@ -13,7 +13,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,7 +21,8 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .batch import DecodeBatch
-from .events import EngineErrorEvent, Finished, Routed, Token, now
+from .costmodel import CostModel
+from .events import Calibrated, EngineErrorEvent, Finished, Token, now
 from .prefix import PrefixCache
 from .request import Request, RequestStatus
 from .sampling import TokenSampler, sample_rows
@@ -53,6 +54,30 @@ class _Prefill:
     caches: list[KVCache]
 
 
+@dataclass(slots=True, eq=False)
+class Handoff:
+    """A decoding request moving between lanes: its KV and its next input token."""
+
+    request: Request
+    sampler: TokenSampler
+    caches: list[KVCache]
+    next_token: mx.array  # shape (1,), sampled but not yet streamed
+    from_lane: str
+    reason: str
+
+
+class Director(Protocol):
+    """What a lane asks the engine between steps (the engine asks its router)."""
+
+    def decode_lane_for(self, request: Request, lane: "Lane") -> str: ...
+
+    def move_for(self, request: Request, lane: "Lane") -> tuple[str, str] | None: ...
+
+    def hand_off(self, handoff: Handoff, to_lane: str) -> None: ...
+
+    def others_busy(self, lane: "Lane") -> bool: ...
+
+
 class LaneStats:
     """Counters read by the engine's sampler thread (plain numbers, no lock)."""
 
@@ -73,6 +98,8 @@ class Lane:
                  config: LaneConfig | None = None):
         self.name = name
         self.device = device
+        self.kind = device  # the role the router sees (see LaneSpec.acts_as)
+        self.calibrated = threading.Event()
         self.model = model
         self.tokenizer = tokenizer
         self.prefix_cache = prefix_cache
@@ -85,7 +112,11 @@ class Lane:
         self._waiting: deque[Request] = deque()
         self._prefilling: list[_Prefill] = []
         self._batch = DecodeBatch(model)
-        self._streams: dict[str, TextStream] = {}
+        self._adopted: deque[Handoff] = deque()
+        self.director: "Director | None" = None  # set by the engine
+        self.cost: CostModel | None = None  # calibrated on the lane thread
+        self.reconsider_every = 8  # steps between migration checks
+        self._last_step: tuple[int, float, int] | None = None  # (batch, context, prefill)
         self._wakeup = threading.Condition()
         self._closed = False
         self._kv_dtype = mx.float32  # probed on the lane thread
@@ -98,6 +129,12 @@ class Lane:
     def submit(self, request: Request) -> None:
         with self._wakeup:
             self._inbox.append(request)
+            self._wakeup.notify()
+
+    def adopt(self, handoff: Handoff) -> None:
+        """Take over a decoding request from another lane (any thread)."""
+        with self._wakeup:
+            self._adopted.append(handoff)
             self._wakeup.notify()
 
     def wake(self) -> None:
@@ -136,7 +173,14 @@ class Lane:
 
     @property
     def is_idle(self) -> bool:
-        return not (self._inbox or self._waiting or self._prefilling or len(self._batch))
+        return not (self._inbox or self._waiting or self._prefilling or len(self._batch)
+                    or self._adopted)
+
+    def decoding_requests(self) -> list[Request]:
+        return list(self._batch.requests) + [h.request for h in list(self._adopted)]
+
+    def prefilling_requests(self) -> list[Request]:
+        return [p.request for p in list(self._prefilling)]
 
     # ---- lane thread ------------------------------------------------------
     def _run(self) -> None:
@@ -144,37 +188,51 @@ class Lane:
         stream = mx.new_stream(device)
         with mx.stream(stream):
             self._kv_dtype = _kv_dtype(self.model)
+            try:
+                if self.cost is None:
+                    self.cost = self._calibrate()
+            finally:
+                self.calibrated.set()
             while True:
                 with self._wakeup:
-                    while not self._closed and not self._inbox and self.is_idle:
+                    while not self._closed and self.is_idle:
+                        self._last_step = None
                         self._wakeup.wait()
                     if self._closed:
                         break
                     self._waiting.extend(self._inbox)
                     self._inbox.clear()
+                    adopted = list(self._adopted)
+                    self._adopted.clear()
                 started = time.perf_counter()
                 try:
+                    for handoff in adopted:
+                        self._join(handoff.request, handoff.sampler, handoff.caches,
+                                   handoff.next_token)
                     self._reap_cancelled()
                     self._admit()
                     if self._prefilling or len(self._batch):
                         self._step()
                 except Exception as exc:  # a bug or device failure: fail this lane's work
                     self._fail_all(exc)
+                elapsed = time.perf_counter() - started
+                self._observe(elapsed)
                 self.stats.kv_bytes = self._measure_kv_bytes()
                 self.stats.busy_s += time.perf_counter() - started
         self._cancel_everything()
 
     def _admit(self) -> None:
         while self._waiting and len(self._batch) + len(self._prefilling) < self.config.max_batch:
-            request = self._waiting.popleft()
+            request = self._waiting[0]  # stays counted in queue_depth until it prefills
             hit = self.prefix_cache.lookup(request.prompt_ids, limit=request.num_prompt - 1,
                                            dtype=self._kv_dtype)
             caches = hit.caches if hit.num_tokens else make_prompt_cache(self.model)
             request.cached_tokens = request.num_computed = hit.num_tokens
             request.status = RequestStatus.PREFILLING
             request.note_lane("prefill", self.name)
-            self._streams[request.request_id] = TextStream(self.tokenizer, request.params.stop)
+            request.text = TextStream(self.tokenizer, request.params.stop)
             self._prefilling.append(_Prefill(request, TokenSampler(request.params), caches))
+            self._waiting.popleft()
 
     def _step(self) -> None:
         self.stats.steps += 1
@@ -182,26 +240,33 @@ class Lane:
         fed = self._batch.step() if decoding else None
         fed_requests = list(self._batch.requests)
         budget = self.config.prefill_chunk_busy if decoding else self.config.prefill_chunk
-        joins, pending = self._prefill(budget)
+        joins, pending, prefill_tokens = self._prefill(budget)
         if pending:
             mx.async_eval(pending)
         if fed is not None:
             tokens = fed.tolist()
             self._take_tokens(fed_requests, tokens)
         for prefill, first in joins:
+            self._prefilling.remove(prefill)
             request = prefill.request
             request.status = RequestStatus.DECODING
-            request.note_lane("decode", self.name)
-            self._emit(Routed(request.request_id, request.tab_id, phase="decode", lane=self.name,
-                              reason="decode stays on the lane that prefilled it",
-                              cached_tokens=request.cached_tokens))
-            self._batch.add(request, prefill.sampler, prefill.caches, first)
+            target = self.director.decode_lane_for(request, self) if self.director else self.name
+            if target == self.name:
+                self._join(request, prefill.sampler, prefill.caches, first)
+            else:
+                self._send(Handoff(request, prefill.sampler, prefill.caches, first, self.name,
+                                   "prefill done"), target)
+        if self.director and self.stats.steps % self.reconsider_every == 0:
+            self._reconsider()
+        batch = len(fed_requests)
+        context = (sum(r.num_prompt + r.num_output for r in fed_requests) / batch) if batch else 0.0
+        self._last_step = (batch, context, prefill_tokens)
         if self.stats.steps % self.config.clear_cache_every == 0:
             mx.clear_cache()
 
     def _prefill(self, budget: int):
         """Run up to `budget` prompt tokens; return (joins, arrays to evaluate)."""
-        joins, pending = [], []
+        joins, pending, total = [], [], 0
         for prefill in list(self._prefilling):
             if budget <= 0:
                 break
@@ -219,15 +284,84 @@ class Lane:
             logits = self.model(chunk, cache=prefill.caches)
             request.num_computed += n
             budget -= n
+            total += n
             self.stats.tokens += n
             pending.extend(c.state for c in prefill.caches)
             if request.num_computed == request.num_prompt:
                 prompt = mx.array(request.prompt_ids, mx.uint32)
                 first = sample_rows(logits[:, -1, :], [prefill.sampler], lambda _: prompt)
                 pending.append(first)
-                self._prefilling.remove(prefill)
-                joins.append((prefill, first))
-        return joins, pending
+                joins.append((prefill, first))  # leaves _prefilling when it joins
+        return joins, pending, total
+
+    def _join(self, request: Request, sampler: TokenSampler, caches: list[KVCache],
+              first: mx.array) -> None:
+        if caches and caches[0].keys is not None and caches[0].keys.dtype != self._kv_dtype:
+            for c in caches:  # lanes may hold the model in different precisions
+                c.keys, c.values = c.keys.astype(self._kv_dtype), c.values.astype(self._kv_dtype)
+        request.status = RequestStatus.DECODING
+        request.note_lane("decode", self.name)
+        self._batch.add(request, sampler, caches, first)
+
+    def _send(self, handoff: Handoff, target: str) -> None:
+        """Give a request to another lane: its state is evaluated here first."""
+        mx.eval([c.state for c in handoff.caches], handoff.next_token)
+        self.director.hand_off(handoff, target)
+
+    def _reconsider(self) -> None:
+        moves = []
+        for index, request in enumerate(self._batch.requests):
+            if request.is_cancelled or request.num_output - request.output_at_last_move < 32:
+                continue
+            decision = self.director.move_for(request, self)
+            if decision is not None and decision[0] != self.name:
+                moves.append((index, request, decision))
+        if not moves:
+            return
+        leaving = {index for index, _, _ in moves}
+        for index, request, (target, reason) in moves:
+            caches, token = self._batch.extract(index), self._batch.pending_token(index)
+            request.output_at_last_move = request.num_output
+            self._send(Handoff(request, self._batch.samplers[index], caches, token, self.name,
+                               reason), target)
+        self._batch.keep([i for i in range(len(self._batch)) if i not in leaving])
+
+    def _observe(self, seconds: float) -> None:
+        """Refine the cost model with the step just measured."""
+        step, self._last_step = self._last_step, None
+        if step is None or self.cost is None:
+            return
+        batch, context, prefill_tokens = step
+        contended = self.director.others_busy(self) if self.director else False
+        self.cost.observe(batch, context, prefill_tokens, seconds, contended)
+
+    def _calibrate(self, budget_s: float = 3.0) -> CostModel:
+        """Time a prefill and a few decode steps at batch 1 and 4 (bounded)."""
+        started = time.perf_counter()
+        vocab = 100
+        prompt = mx.array([[(7 * i) % vocab + 3 for i in range(96)]])
+        cache = make_prompt_cache(self.model)
+        mx.eval(self.model(prompt[:, :8], cache=cache))  # warm-up
+        t = time.perf_counter()
+        mx.eval(self.model(prompt, cache=cache))
+        prefill_tps = prompt.shape[1] / max(time.perf_counter() - t, 1e-6)
+        step = {}
+        for batch in (1, 4):
+            cache = make_prompt_cache(self.model)
+            tokens = mx.array([[5] * 32] * batch)
+            mx.eval(self.model(tokens, cache=cache))
+            steps, t = 0, time.perf_counter()
+            while steps < 6 and time.perf_counter() - started < budget_s:
+                mx.eval(self.model(mx.array([[5]] * batch), cache=cache))
+                steps += 1
+            step[batch] = (time.perf_counter() - t) / max(steps, 1)
+        alpha = max(0.0, (step[4] / step[1] - 1.0) / 3.0)
+        cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
+                         batch_alpha=alpha)
+        self._emit(Calibrated(self.name, self.device, prefill_tps=prefill_tps,
+                              decode_tps=1.0 / step[1], batch_alpha=alpha,
+                              seconds=time.perf_counter() - started))
+        return cost
 
     def _take_tokens(self, requests: list[Request], tokens: list[int]) -> None:
         keep = []
@@ -240,7 +374,7 @@ class Lane:
             self.stats.tokens += 1
             reason = self._finish_reason(request, token)
             if reason is None:
-                stream = self._streams[request.request_id]
+                stream = request.text
                 text = stream.add(token)
                 if stream.stopped:
                     reason = "stop"
@@ -266,10 +400,11 @@ class Lane:
                 error: str | None = None) -> None:
         if caches:
             try:
+                mx.eval([c.state for c in caches])
                 self.prefix_cache.insert(request.all_ids, caches)
             except Exception:  # caching is an optimisation; never fail a request on it
                 traceback.print_exc()
-        stream = self._streams.pop(request.request_id, None)
+        stream, request.text = request.text, None
         tail = stream.finish() if stream is not None and reason != "cancelled" else ""
         if tail:
             self._emit(Token(request.request_id, request.tab_id, -1, tail, self.name))

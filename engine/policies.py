@@ -122,6 +122,9 @@ class CostAwarePolicy:
             lane = lanes[0]
             return Placement(lane.name, f"only lane allowed ({lane.device.upper()})",
                              decode_lane=lane.name)
+        if any(lane.cost is None for lane in lanes):
+            from .router import LeastLoadedPolicy
+            return LeastLoadedPolicy().place(request, lanes)
         uncached = request.uncached_tokens
         context = request.prompt_tokens
         best, best_score, own_by_lane = None, math.inf, {}
@@ -145,7 +148,8 @@ class CostAwarePolicy:
 
     def place_decode(self, request: RequestView, current: str,
                      lanes: list[LaneView]) -> Placement:
-        if len(lanes) == 1 or current not in {lane.name for lane in lanes}:
+        if (len(lanes) == 1 or current not in {lane.name for lane in lanes}
+                or any(lane.cost is None for lane in lanes)):
             return _stay(current, lanes)
         context = request.prompt_tokens + request.output_tokens
         scored = {}
@@ -163,7 +167,8 @@ class CostAwarePolicy:
         names = {lane.name for lane in lanes}
         if current not in names:
             return _stay(current, lanes)
-        if len(lanes) == 1 or request.expected_output < self.min_tokens_between_moves:
+        if (len(lanes) == 1 or request.expected_output < self.min_tokens_between_moves
+                or any(lane.cost is None for lane in lanes)):
             return None
         context = request.prompt_tokens + request.output_tokens
         here = next(lane for lane in lanes if lane.name == current)

@@ -6,6 +6,7 @@ import enum
 import itertools
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from .events import now
 from .params import SamplingParams
@@ -41,6 +42,8 @@ class Request:
     submitted_at: float = field(default_factory=now)
     first_token_at: float | None = None
     finish_reason: str | None = None
+    text: Any = None  # the TextStream, owned by whichever lane runs the request
+    output_at_last_move: int = 0
 
     @property
     def num_prompt(self) -> int:
