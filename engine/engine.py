@@ -117,6 +117,8 @@ class Engine:
         self.policy: Policy = policy or (CostAwarePolicy() if len(specs) > 1
                                          else LeastLoadedPolicy())
         self._expected_output = 200.0  # EMA of answer lengths, for the router
+        self.router_s = 0.0  # time spent in routing decisions (for benchmarks)
+        self.router_calls = 0
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
         self._observers: list[Observer] = []
@@ -179,7 +181,9 @@ class Engine:
         with self._lock:
             view = RequestView(request.request_id, len(ids), cached,
                                self._expected_left(request), 0, tab_id)
+            started = time.perf_counter()
             placement = self.policy.place(view, self._views())
+            self._count_router(started)
             lane = self.lanes[placement.lane]
             self._handles[request.request_id] = handle
             self._requests[request.request_id] = (request, lane)
@@ -249,8 +253,10 @@ class Engine:
     # ---- the director: lanes ask between steps ----------------------------------
     def decode_lane_for(self, request: Request, lane: Lane) -> str:
         with self._lock:
+            started = time.perf_counter()
             placement = self.policy.place_decode(self._request_view(request), lane.name,
                                                  self._views())
+            self._count_router(started)
         if placement.lane == lane.name:
             self._emit(Routed(request.request_id, request.tab_id, phase="decode",
                               lane=lane.name, reason=placement.reason,
@@ -264,8 +270,10 @@ class Engine:
 
     def move_for(self, request: Request, lane: Lane) -> tuple[str, str] | None:
         with self._lock:
+            started = time.perf_counter()
             placement = self.policy.reconsider(self._request_view(request), lane.name,
                                                self._views())
+            self._count_router(started)
         if placement is None or placement.lane == lane.name:
             return None
         self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
@@ -284,6 +292,10 @@ class Engine:
         return any(not other.is_idle for other in self.lanes.values() if other is not lane)
 
     # ---- internals ---------------------------------------------------------
+    def _count_router(self, started: float) -> None:
+        self.router_s += time.perf_counter() - started
+        self.router_calls += 1
+
     def _expected_left(self, request: Request) -> int:
         left = min(request.params.max_tokens, int(self._expected_output)) - request.num_output
         return max(left, 16)

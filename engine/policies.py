@@ -62,7 +62,7 @@ class CostAwarePolicy:
 
     name = "cost-aware"
 
-    def __init__(self, migrate_gain: float = 0.25, migrate_min_s: float = 0.5,
+    def __init__(self, migrate_gain: float = 0.05, migrate_min_s: float = 0.1,
                  migration_s: float = 0.0, min_tokens_between_moves: int = 32):
         self.migrate_gain = migrate_gain
         self.migrate_min_s = migrate_min_s

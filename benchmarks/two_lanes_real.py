@@ -1,0 +1,101 @@
+"""Two real CPU lanes on this machine, the multi-tab chat workload, the default
+model: router overhead per step and the cost model's prediction error.
+
+Run: .venv/bin/python benchmarks/two_lanes_real.py [--tabs 6] [--max-answer 48]
+
+One CPU lane stands in for the GPU (LaneSpec.acts_as="gpu"); both share the
+machine's 2 cores, so this measures the scheduler, not a CPU/GPU speed-up.
+Workload turn lengths come from engine.sim.workload (scaled down: answers
+capped, think time / 10) so it finishes in a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import Engine, LaneSpec, Migrated, Routed, SamplingParams  # noqa: E402
+from engine.sim import chat_workload  # noqa: E402
+
+WORDS = ("the river carries light past quiet towns while engineers measure every "
+         "step of the batch and the cache keeps what was said").split()
+
+
+def user_text(n_tokens: int, seed: int) -> str:
+    return " ".join(WORDS[(seed + i) % len(WORDS)] for i in range(max(n_tokens, 3)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tabs", type=int, default=6)
+    parser.add_argument("--max-answer", type=int, default=48)
+    parser.add_argument("--policy", default="cost-aware")
+    args = parser.parse_args()
+
+    from engine.policies import make_policy
+
+    engine = Engine.load("default", lanes=[LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+                                           LaneSpec("cpu", "cpu", "float32")],
+                         policy=make_policy(args.policy), mode="hybrid")
+    decisions = {"routed": 0, "migrated": 0}
+    engine.subscribe(lambda e: decisions.__setitem__(
+        "migrated" if isinstance(e, Migrated) else "routed",
+        decisions["migrated" if isinstance(e, Migrated) else "routed"] + 1)
+        if isinstance(e, (Routed, Migrated)) else None)
+    tabs = chat_workload(args.tabs, seed=0, think_mean_s=0.5, arrival_window_s=2.0,
+                         turns=(2, 3), paste_tokens=400)
+    started = time.perf_counter()
+    finished = []
+
+    def converse(tab):
+        time.sleep(tab.start_s)
+        messages = [{"role": "system", "content": "You are a helpful assistant."}]
+        for k, turn in enumerate(tab.turns):
+            time.sleep(turn.think_s * (k > 0))
+            messages.append({"role": "user", "content": user_text(turn.user_tokens, k)})
+            done = engine.generate(messages, SamplingParams(
+                max_tokens=min(turn.answer_tokens, args.max_answer)))
+            finished.append(done)
+            messages.append({"role": "assistant", "content": done.text})
+
+    threads = [threading.Thread(target=converse, args=(t,)) for t in tabs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    steps = sum(lane.stats.steps for lane in engine.lanes.values())
+    result = {
+        "machine": f"{platform.machine()} 2 cores (shared by both lanes)",
+        "date": time.strftime("%Y-%m-%d"),
+        "policy": args.policy,
+        "requests": len(finished),
+        "output_tokens": sum(f.output_tokens for f in finished),
+        "cached_prompt_fraction": sum(f.cached_tokens for f in finished)
+        / sum(f.prompt_tokens for f in finished),
+        "wall_s": wall,
+        "steps": steps,
+        "router_calls": engine.router_calls,
+        "router_ms_per_step": 1000 * engine.router_s / max(steps, 1),
+        "router_ms_per_call": 1000 * engine.router_s / max(engine.router_calls, 1),
+        "decisions": decisions,
+        "lanes": {name: {"steps": lane.stats.steps,
+                         "cost_model_mean_abs_error": lane.cost.mean_abs_error,
+                         "observed_steps": lane.cost.samples,
+                         "calibrated_prefill_tps": lane.cost.prefill_tps,
+                         "calibrated_decode_tps": lane.cost.decode_points[0][1]}
+                  for name, lane in engine.lanes.items()},
+    }
+    engine.close()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
