@@ -72,6 +72,7 @@ class CostModel:
             return
         ratio = seconds / predicted
         self.abs_errors.append(abs(ratio - 1.0))
+        ratio = min(max(ratio, 0.2), 5.0)  # one odd step must not swing the model
         if len(self.abs_errors) > 1000:
             del self.abs_errors[:500]
         self.samples += 1

@@ -138,9 +138,10 @@ class Engine:
         self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")
         self.set_mode(self.mode)
         for lane in self.lanes.values():
+            # One at a time, so calibrations do not slow each other down;
+            # the router needs every lane's cost model before the first request.
             lane.start()
-        for lane in self.lanes.values():  # the router needs every lane's cost model
-            lane.calibrated.wait(30)
+            lane.calibrated.wait(60)
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
@@ -243,6 +244,8 @@ class Engine:
         self._sampler.join()
         for lane in self.lanes.values():
             lane.close()
+        # Free cached KV now, while MLX is fully alive, not at interpreter exit.
+        self.prefix_cache.clear()
 
     def __enter__(self) -> "Engine":
         return self

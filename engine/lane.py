@@ -100,6 +100,7 @@ class Lane:
         self.device = device
         self.kind = device  # the role the router sees (see LaneSpec.acts_as)
         self.calibrated = threading.Event()
+        self._stopped = threading.Event()
         self.model = model
         self.tokenizer = tokenizer
         self.prefix_cache = prefix_cache
@@ -146,7 +147,7 @@ class Lane:
             self._closed = True
             self._wakeup.notify()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._stopped.wait(timeout)
 
     @property
     def queue_depth(self) -> int:
@@ -336,26 +337,24 @@ class Lane:
         self.cost.observe(batch, context, prefill_tokens, seconds, contended)
 
     def _calibrate(self, budget_s: float = 3.0) -> CostModel:
-        """Time a prefill and a few decode steps at batch 1 and 4 (bounded)."""
+        """Time a prefill and decode steps at batch 1 and 4 (about budget_s at most)."""
         started = time.perf_counter()
-        vocab = 100
-        prompt = mx.array([[(7 * i) % vocab + 3 for i in range(96)]])
-        cache = make_prompt_cache(self.model)
-        mx.eval(self.model(prompt[:, :8], cache=cache))  # warm-up
+        prompt = mx.array([[(7 * i) % 100 + 3 for i in range(96)]])
+        for _ in range(2):  # warm-up: first calls pay for allocation
+            mx.eval(self.model(prompt, cache=make_prompt_cache(self.model)))
         t = time.perf_counter()
-        mx.eval(self.model(prompt, cache=cache))
+        mx.eval(self.model(prompt, cache=make_prompt_cache(self.model)))
         prefill_tps = prompt.shape[1] / max(time.perf_counter() - t, 1e-6)
         step = {}
         for batch in (1, 4):
             cache = make_prompt_cache(self.model)
-            tokens = mx.array([[5] * 32] * batch)
-            mx.eval(self.model(tokens, cache=cache))
+            mx.eval(self.model(mx.array([[5] * 32] * batch), cache=cache))
             steps, t = 0, time.perf_counter()
-            while steps < 6 and time.perf_counter() - started < budget_s:
+            while steps < 2 or (steps < 8 and time.perf_counter() - started < budget_s):
                 mx.eval(self.model(mx.array([[5]] * batch), cache=cache))
                 steps += 1
-            step[batch] = (time.perf_counter() - t) / max(steps, 1)
-        alpha = max(0.0, (step[4] / step[1] - 1.0) / 3.0)
+            step[batch] = (time.perf_counter() - t) / steps
+        alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
         cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
                          batch_alpha=alpha)
         self._emit(Calibrated(self.name, self.device, prefill_tps=prefill_tps,

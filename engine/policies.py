@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .costmodel import CostModel
-from .router import LaneView, Placement, RequestView, _stay
+from .router import LaneView, Placement, RequestView, _leave_if_not_allowed, _stay
 
 GPU_ONLY_POLICY = "gpu-only"
 
@@ -44,7 +44,7 @@ class WarmPrefixPolicy:
         return _stay(current, lanes)
 
     def reconsider(self, request, current, lanes):
-        return None
+        return _leave_if_not_allowed(current, lanes)
 
 
 class CostAwarePolicy:

@@ -120,7 +120,14 @@ class LeastLoadedPolicy:
 
     def reconsider(self, request: RequestView, current: str,
                    lanes: list[LaneView]) -> Placement | None:
+        return _leave_if_not_allowed(current, lanes)
+
+
+def _leave_if_not_allowed(current: str, lanes: list[LaneView]) -> Placement | None:
+    """After a mode switch, move requests off lanes the mode no longer allows."""
+    if current in {lane.name for lane in lanes}:
         return None
+    return _stay(current, lanes)
 
 
 def _stay(current: str, lanes: list[LaneView]) -> Placement:
