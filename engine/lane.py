@@ -220,7 +220,15 @@ class Lane:
                 self._observe(elapsed)
                 self.stats.kv_bytes = self._measure_kv_bytes()
                 self.stats.busy_s += time.perf_counter() - started
-        self._cancel_everything()
+            self._cancel_everything()
+            # Let in-flight async work finish before the stream goes away.
+            mx.synchronize(stream)
+        self._stopped.set()
+        # Park instead of returning: with MLX 0.32 on Linux, a thread that used
+        # its own stream can abort the process from its thread-exit destructors
+        # ("terminate called without an active exception") when it ends near
+        # interpreter shutdown. A parked daemon thread holds no MLX state.
+        threading.Event().wait()
 
     def _admit(self) -> None:
         while self._waiting and len(self._batch) + len(self._prefilling) < self.config.max_batch:
