@@ -63,11 +63,13 @@ class CostAwarePolicy:
     name = "cost-aware"
 
     def __init__(self, migrate_gain: float = 0.05, migrate_min_s: float = 0.1,
-                 migration_s: float = 0.0, min_tokens_between_moves: int = 32):
+                 migration_s: float = 0.0, min_tokens_between_moves: int = 32,
+                 imposed_weight: float = 1.0):
         self.migrate_gain = migrate_gain
         self.migrate_min_s = migrate_min_s
         self.migration_s = migration_s
         self.min_tokens_between_moves = min_tokens_between_moves
+        self.imposed_weight = imposed_weight  # how much others' delay counts vs own time
 
     # ---- predictions ---------------------------------------------------------
     @staticmethod
@@ -134,7 +136,7 @@ class CostAwarePolicy:
                 dec_own, dec_imposed = self._decode(d, lanes, request.expected_output, context)
                 move = self.migration_s if d.name != p.name else 0.0
                 own = pre_own + move + dec_own
-                score = own + pre_imposed + dec_imposed
+                score = own + self.imposed_weight * (pre_imposed + dec_imposed)
                 if p.name == d.name:
                     own_by_lane[p.name] = own
                 if score < best_score:
@@ -156,7 +158,7 @@ class CostAwarePolicy:
         for d in lanes:
             own, imposed = self._decode(d, lanes, request.expected_output, context)
             move = self.migration_s if d.name != current else 0.0
-            scored[d.name] = (own + move + imposed, own + move)
+            scored[d.name] = (own + move + self.imposed_weight * imposed, own + move)
         choice = min(scored, key=lambda n: scored[n][0])
         times = " vs ".join(f"{n.upper()} {v[1]:.1f} s" for n, v in scored.items())
         return Placement(choice, f"decode {request.expected_output} tokens: {times}",
@@ -174,13 +176,13 @@ class CostAwarePolicy:
         here = next(lane for lane in lanes if lane.name == current)
         stay_own, stay_imposed = self._decode(here, lanes, request.expected_output, context,
                                               joining=False)
-        stay = stay_own + stay_imposed
+        stay = stay_own + self.imposed_weight * stay_imposed
         best = None
         for d in lanes:
             if d.name == current:
                 continue
             own, imposed = self._decode(d, lanes, request.expected_output, context)
-            total = own + imposed + self.migration_s
+            total = own + self.imposed_weight * imposed + self.migration_s
             if total < stay * (1 - self.migrate_gain) and stay - total > self.migrate_min_s:
                 if best is None or total < best[1]:
                     best = (d, total, own)
