@@ -27,10 +27,13 @@ class ChatTab(QWidget):
     send_requested = Signal(object)
     stop_requested = Signal()
 
-    def __init__(self, title: str = "New chat", parent: QWidget | None = None):
+    def __init__(self, title: str = "New chat", chat_id: int | None = None,
+                 messages: list[dict[str, str]] | None = None, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
-        self.messages: list[dict[str, str]] = []
+        self.chat_id = chat_id
+        self.answer_message_id: int | None = None  # the stored row of the streaming answer
+        self.messages: list[dict[str, str]] = list(messages or [])
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
         self.stats_lines: list[str] = []
@@ -59,6 +62,7 @@ class ChatTab(QWidget):
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop_requested.emit)
         self.set_ready(False)
+        self.render()
 
     # ---- user actions -----------------------------------------------------
     def send(self) -> None:

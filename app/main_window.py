@@ -6,16 +6,31 @@ engine events arrive through the `EngineBridge` as Qt signals.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QTabWidget
+from PySide6.QtCore import QObject, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QTabWidget
 
 from engine import Engine, EngineError, SamplingParams
 
 from .bridge import EngineBridge
-from .chat_tab import ChatTab
+from .chat_tab import ChatTab, format_footer
+from .sidebar import ChatSidebar
+from .store import ChatStore
+
+FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
+
+
+def default_db_path() -> Path:
+    override = os.environ.get("TANDEM_DB")
+    if override:
+        return Path(override)
+    folder = QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or str(
+        Path.home() / ".tandem")
+    return Path(folder) / "tandem.db"
 
 
 class _Loader(QObject):
@@ -28,10 +43,12 @@ class _Loader(QObject):
 class MainWindow(QMainWindow):
     engine_ready = Signal()
 
-    def __init__(self, model: str = "default", engine_factory=None):
+    def __init__(self, model: str = "default", engine_factory=None,
+                 store: ChatStore | None = None):
         super().__init__()
         self.setWindowTitle("Tandem")
-        self.resize(1000, 720)
+        self.resize(1200, 760)
+        self.store = store or ChatStore(default_db_path())
         self.engine: Engine | None = None
         self._engine_factory = engine_factory or (lambda source: Engine.load(source))
         self._tab_of_request: dict[str, ChatTab] = {}
@@ -42,13 +59,29 @@ class MainWindow(QMainWindow):
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
+        self.tabs.setTabsClosable(True)
+        self.tabs.setMovable(True)
+        self.tabs.tabCloseRequested.connect(lambda i: self.close_tab(self.tabs.widget(i)))
         self.setCentralWidget(self.tabs)
+        self.sidebar = ChatSidebar(self.store)
+        self.sidebar.open_requested.connect(self.open_chat)
+        self.sidebar.new_requested.connect(self.new_chat)
+        self.sidebar.deleted.connect(self._on_chat_deleted)
+        chats_dock = QDockWidget("Chats", self)
+        chats_dock.setObjectName("chats")
+        chats_dock.setWidget(self.sidebar)
+        chats_dock.setFeatures(QDockWidget.DockWidgetMovable)
+        self.addDockWidget(Qt.LeftDockWidgetArea, chats_dock)
         self.model_label = QLabel("Loading model…")
         self.device_label = QLabel("")
         self.mode_label = QLabel("")
         for label in (self.model_label, self.mode_label, self.device_label):
             self.statusBar().addPermanentWidget(label)
-        self.new_chat()
+        self._restore_tabs()
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setInterval(FLUSH_EVERY_MS)
+        self._flush_timer.timeout.connect(self.flush_streaming)
+        self._flush_timer.start()
 
         self._loader = _Loader(self)
         self._loader.loaded.connect(self._on_engine_loaded)
@@ -94,13 +127,67 @@ class MainWindow(QMainWindow):
         return [self.tabs.widget(i) for i in range(self.tabs.count())]
 
     def new_chat(self) -> ChatTab:
-        tab = ChatTab(f"Chat {self.tabs.count() + 1}")
+        chat = self.store.create_chat(f"Chat {len(self.store.chats()) + 1}")
+        self.sidebar.refresh()
+        return self.open_chat(chat.id)
+
+    def open_chat(self, chat_id: int) -> ChatTab:
+        """Bring the chat's tab forward, opening it from the database if needed."""
+        for tab in self.chat_tabs():
+            if tab.chat_id == chat_id:
+                self.tabs.setCurrentWidget(tab)
+                return tab
+        chat = self.store.chat(chat_id)
+        messages = [{"role": m.role, "content": m.content}
+                    for m in self.store.messages(chat_id) if m.content or m.role == "user"]
+        tab = ChatTab(chat.title, chat_id=chat_id, messages=messages)
         tab.send_requested.connect(lambda messages, t=tab: self._submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self._stop(t))
         tab.set_ready(self.engine is not None)
         self.tabs.addTab(tab, tab.title)
         self.tabs.setCurrentWidget(tab)
+        self._save_tabs()
         return tab
+
+    def close_tab(self, tab: ChatTab) -> None:
+        """Close a tab: its answer is stopped and kept as far as it got."""
+        if tab.is_streaming and self.engine is not None and tab.request_id:
+            self.engine.cancel(tab.request_id)
+            self.flush_streaming()
+        self._tab_of_request = {r: t for r, t in self._tab_of_request.items() if t is not tab}
+        self.tabs.removeTab(self.tabs.indexOf(tab))
+        tab.deleteLater()
+        self._save_tabs()
+
+    def flush_streaming(self) -> None:
+        """Write every streaming answer's text so far (at least once a second)."""
+        for tab in self.chat_tabs():
+            if tab.is_streaming and tab.answer_message_id is not None:
+                self.store.update_message(tab.answer_message_id, tab.streaming_text or "")
+
+    def _restore_tabs(self) -> None:
+        ids, current = self.store.open_tabs()
+        for chat_id in ids:
+            try:
+                self.open_chat(chat_id)
+            except KeyError:
+                continue
+        if not self.chat_tabs():
+            self.new_chat()
+        elif current is not None:
+            self.open_chat(current)
+
+    def _save_tabs(self) -> None:
+        current = self.tabs.currentWidget()
+        self.store.save_open_tabs([t.chat_id for t in self.chat_tabs()],
+                                  current.chat_id if current is not None else None)
+
+    def _on_chat_deleted(self, chat_id: int) -> None:
+        for tab in self.chat_tabs():
+            if tab.chat_id == chat_id:
+                self.close_tab(tab)
+        if not self.chat_tabs():
+            self.new_chat()
 
     def _submit(self, tab: ChatTab, messages: list[dict[str, str]]) -> None:
         if self.engine is None:
@@ -114,6 +201,15 @@ class MainWindow(QMainWindow):
             return
         tab.request_id = handle.request_id
         self._tab_of_request[handle.request_id] = tab
+        self.store.add_message(tab.chat_id, "user", messages[-1]["content"])
+        tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
+                                                       complete=False)
+        if sum(m["role"] == "user" for m in messages) == 1:
+            title = " ".join(messages[-1]["content"].split())[:40]
+            self.store.update_chat(tab.chat_id, title=title)
+            tab.title = title
+            self.tabs.setTabText(self.tabs.indexOf(tab), title)
+            self.sidebar.refresh()
 
     def _stop(self, tab: ChatTab) -> None:
         if self.engine is not None and tab.request_id:
@@ -127,9 +223,19 @@ class MainWindow(QMainWindow):
     def _on_finished(self, finished) -> None:
         tab = self._tab_of_request.pop(finished.request_id, None)
         if tab is not None:
+            answer_id = tab.answer_message_id
             tab.finish(finished)
+            tab.answer_message_id = None
+            if answer_id is not None:
+                text = tab.messages[-1]["content"] if tab.messages[-1]["role"] == "assistant" else ""
+                self.store.update_message(answer_id, text, complete=True, stats={
+                    "footer": format_footer(finished), "reason": finished.reason,
+                    "lanes": finished.lanes, "output_tokens": finished.output_tokens,
+                    "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s})
 
     def closeEvent(self, event):  # noqa: N802
+        self.flush_streaming()
+        self._save_tabs()
         self.bridge.detach()
         if self.engine is not None:
             self.engine.close()

@@ -2,6 +2,9 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Never touch the user's real chat database from tests.
+os.environ["TANDEM_DB"] = os.path.join(__import__("tempfile").mkdtemp(prefix="tandem-test-"),
+                                       "tandem.db")
 
 import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
 

@@ -4,19 +4,31 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
+from app.store import ChatStore
 from engine import Engine, LaneSpec
 from engine.loader import load_model
 
 
-@pytest.fixture
-def window(qtbot, tiny_model_dir):
-    def factory(source):
-        return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
+def _factory(source):
+    return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
 
-    w = MainWindow(str(tiny_model_dir), engine_factory=factory)
+
+def _open_window(qtbot, model_dir, db):
+    w = MainWindow(str(model_dir), engine_factory=_factory, store=ChatStore(db))
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.engine_ready, timeout=60_000):
         pass
+    return w
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "tandem.db"
+
+
+@pytest.fixture
+def window(qtbot, tiny_model_dir, db):
+    w = _open_window(qtbot, tiny_model_dir, db)
     yield w
     w.close()
 
@@ -47,10 +59,92 @@ def test_stop_stops_streaming(qtbot, window):
 
 
 def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path):
-    w = MainWindow(str(tmp_path / "missing.gguf"))
+    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"))
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
     assert "not found" in w.statusBar().currentMessage()
     tab = w.chat_tabs()[0]
     assert not tab.send_button.isEnabled()
     w.close()
+
+
+def test_three_tabs_stream_at_once_and_are_stored(qtbot, window):
+    texts = ["hello world, how are you today?", "numbers 0123456789 and emoji", "café"]
+    tabs = [window.chat_tabs()[0], window.new_chat(), window.new_chat()]
+    for tab, text in zip(tabs, texts):
+        tab.composer.setPlainText(text)
+        tab.send()
+    assert all(t.is_streaming for t in tabs)
+    qtbot.waitUntil(lambda: not any(t.is_streaming for t in tabs), timeout=60_000)
+    for tab, text in zip(tabs, texts):
+        stored = window.store.messages(tab.chat_id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[0].content == text
+        assert stored[1].complete and stored[1].content == tab.messages[-1]["content"]
+        assert stored[1].stats["output_tokens"] > 0
+    titles = {c.title for c in window.store.chats()}
+    assert set(texts) <= titles
+
+
+def test_new_window_restores_chats_and_tabs(qtbot, tiny_model_dir, db):
+    first = _open_window(qtbot, tiny_model_dir, db)
+    tab = first.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    second_tab = first.new_chat()
+    answer = tab.messages[-1]["content"]
+    first.close()
+    again = _open_window(qtbot, tiny_model_dir, db)
+    restored = again.chat_tabs()
+    assert [t.chat_id for t in restored] == [tab.chat_id, second_tab.chat_id]
+    assert again.tabs.currentWidget().chat_id == second_tab.chat_id
+    assert restored[0].messages == [{"role": "user", "content": "hello world"},
+                                    {"role": "assistant", "content": answer}]
+    assert "hello world" in restored[0].transcript.toPlainText()
+    again.close()
+
+
+def _slow_down(window, seconds_per_token=0.02):
+    """Observers run on the lane thread, so a slow one paces the tiny model's
+    decoding to human speed for tests that need an answer mid-stream."""
+    import time
+
+    from engine import Token
+
+    window.engine.subscribe(lambda e: time.sleep(seconds_per_token) if isinstance(e, Token)
+                            else None)
+
+
+def test_streaming_answer_is_flushed_while_it_streams(qtbot, window):
+    _slow_down(window)
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
+    tab.send()
+    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 5, timeout=30_000)
+    # A second connection sees the partial answer within about a second, as a
+    # restarted app would after a crash.
+    reader = ChatStore(window.store.path)
+    qtbot.waitUntil(lambda: len(reader.messages(tab.chat_id)[-1].content) > 0, timeout=5_000)
+    partial = reader.messages(tab.chat_id)[-1]
+    assert not partial.complete
+    assert (tab.streaming_text or tab.messages[-1]["content"]).startswith(partial.content)
+    reader.close()
+    window._stop(tab)
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
+
+
+def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, window):
+    _slow_down(window, 0.005)
+    a, b = window.chat_tabs()[0], window.new_chat()
+    a.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
+    b.composer.setPlainText("hello world, how are you today?")
+    a.send()
+    b.send()
+    qtbot.waitUntil(lambda: len(a.streaming_text or "") > 0, timeout=30_000)
+    chat_a = a.chat_id
+    window.close_tab(a)
+    assert all(t.chat_id != chat_a for t in window.chat_tabs())
+    qtbot.waitUntil(lambda: not b.is_streaming, timeout=60_000)
+    assert b.messages[-1]["role"] == "assistant"
+    assert window.store.messages(chat_a)[0].content.startswith("the quick")

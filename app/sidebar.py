@@ -1,0 +1,71 @@
+"""The chat list: search, new, rename, delete. Emits chat ids; the window acts."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QHBoxLayout, QInputDialog, QLineEdit, QListWidget,
+                               QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget)
+
+from .store import ChatStore
+
+
+class ChatSidebar(QWidget):
+    open_requested = Signal(int)
+    new_requested = Signal()
+    deleted = Signal(int)
+
+    def __init__(self, store: ChatStore, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.store = store
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search chats")
+        self.search.setClearButtonEnabled(True)
+        self.list = QListWidget()
+        self.list.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.new_button = QPushButton("New chat")
+        top = QHBoxLayout()
+        top.addWidget(self.search, 1)
+        top.addWidget(self.new_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.list, 1)
+        self.search.textChanged.connect(self.refresh)
+        self.new_button.clicked.connect(self.new_requested.emit)
+        self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(Qt.UserRole)))
+        self.list.itemClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.UserRole)))
+        self.list.customContextMenuRequested.connect(self._menu)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.list.clear()
+        for chat in self.store.chats(self.search.text().strip()):
+            item = QListWidgetItem(chat.title)
+            item.setData(Qt.UserRole, chat.id)
+            self.list.addItem(item)
+
+    def rename(self, chat_id: int, title: str) -> None:
+        if title.strip():
+            self.store.update_chat(chat_id, title=title.strip())
+            self.refresh()
+
+    def delete(self, chat_id: int) -> None:
+        self.store.delete_chat(chat_id)
+        self.refresh()
+        self.deleted.emit(chat_id)
+
+    def _menu(self, pos) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        chat_id = item.data(Qt.UserRole)
+        menu = QMenu(self)
+        rename = menu.addAction("Rename…")
+        delete = menu.addAction("Delete")
+        chosen = menu.exec(self.list.mapToGlobal(pos))
+        if chosen is rename:
+            title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=item.text())
+            if ok:
+                self.rename(chat_id, title)
+        elif chosen is delete:
+            self.delete(chat_id)
