@@ -14,7 +14,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import Finished, LaneSample, Queued, Routed, Token
+from engine import Finished, LaneSample, Migrated, Queued, Routed, Token
 
 FLUSH_INTERVAL_MS = 33
 
@@ -22,6 +22,7 @@ FLUSH_INTERVAL_MS = 33
 class EngineBridge(QObject):
     queued = Signal(object)  # Queued
     routed = Signal(object)  # Routed
+    migrated = Signal(object)  # Migrated
     tokens = Signal(str, str)  # request_id, text delta (coalesced)
     finished = Signal(object)  # Finished
     lane_sample = Signal(object)  # LaneSample
@@ -75,6 +76,8 @@ class EngineBridge(QObject):
                 self.finished.emit(event)
             elif isinstance(event, Routed):
                 self.routed.emit(event)
+            elif isinstance(event, Migrated):
+                self.migrated.emit(event)
             elif isinstance(event, Queued):
                 self.queued.emit(event)
             elif hasattr(event, "message"):

@@ -18,6 +18,7 @@ from engine import Engine, EngineError, SamplingParams
 
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
+from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
 from .store import ChatStore
 
@@ -72,6 +73,17 @@ class MainWindow(QMainWindow):
         chats_dock.setWidget(self.sidebar)
         chats_dock.setFeatures(QDockWidget.DockWidgetMovable)
         self.addDockWidget(Qt.LeftDockWidgetArea, chats_dock)
+        self.scheduler = SchedulerDock()
+        self.scheduler.mode_requested.connect(self.set_mode)
+        self.scheduler.request_selected.connect(self._bring_request_forward)
+        scheduler_dock = QDockWidget("Scheduler", self)
+        scheduler_dock.setObjectName("scheduler")
+        scheduler_dock.setWidget(self.scheduler)
+        self.addDockWidget(Qt.RightDockWidgetArea, scheduler_dock)
+        self.bridge.lane_sample.connect(self.scheduler.on_lane_sample)
+        self.bridge.routed.connect(self._on_routed)
+        self.bridge.migrated.connect(self._on_migrated)
+        self._tab_title_of_request: dict[str, str] = {}
         self.model_label = QLabel("Loading model…")
         self.device_label = QLabel("")
         self.mode_label = QLabel("")
@@ -114,6 +126,8 @@ class MainWindow(QMainWindow):
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
         self.device_label.setText(devices)
         self.mode_label.setText(engine.mode)
+        self.scheduler.set_engine_info(
+            [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode)
         for tab in self.chat_tabs():
             tab.set_ready(True)
         self.engine_ready.emit()
@@ -210,6 +224,30 @@ class MainWindow(QMainWindow):
             tab.title = title
             self.tabs.setTabText(self.tabs.indexOf(tab), title)
             self.sidebar.refresh()
+        self._tab_title_of_request[handle.request_id] = tab.title
+
+    def set_mode(self, mode: str) -> None:
+        """Switch GPU-only / hybrid; running requests finish where they are
+        unless the router moves them."""
+        if self.engine is None:
+            return
+        self.engine.set_mode(mode)
+        self.mode_label.setText(mode)
+        self.scheduler.show_mode(mode)
+
+    def _on_routed(self, event) -> None:
+        self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
+            event.request_id, ""), event.phase, event.lane, event.reason, event.request_id)
+
+    def _on_migrated(self, event) -> None:
+        self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
+            event.request_id, ""), "move", f"{event.from_lane} -> {event.to_lane}",
+            event.reason, event.request_id)
+
+    def _bring_request_forward(self, request_id: str) -> None:
+        tab = self._tab_of_request.get(request_id)
+        if tab is not None:
+            self.tabs.setCurrentWidget(tab)
 
     def _stop(self, tab: ChatTab) -> None:
         if self.engine is not None and tab.request_id:

@@ -1,0 +1,171 @@
+"""The Scheduler dock: GPU-only / Hybrid switch, a card per lane, live plots of
+each lane's utilisation and tokens/s over the last minute, and the decision log."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QButtonGroup, QFrame, QGridLayout, QHBoxLayout, QHeaderView,
+                               QLabel, QPushButton, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
+
+HISTORY_S = 60
+SAMPLE_HZ = 10
+LOG_ROWS = 500
+LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
+
+
+class LaneCard(QFrame):
+    """Device, utilisation, tokens/s, batch and queue of one lane."""
+
+    def __init__(self, name: str, kind: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setFrameShape(QFrame.StyledPanel)
+        color = LANE_COLORS.get(kind, "#888")
+        self.title = QLabel(f"<b style='color:{color}'>{name.upper()}</b> lane ({kind})")
+        self.numbers = QLabel("idle")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.addWidget(self.title)
+        layout.addWidget(self.numbers)
+
+    def show_sample(self, sample) -> None:
+        self.numbers.setText(
+            f"{sample.busy_fraction * 100:.0f}% busy · {sample.tokens_per_s:.1f} tok/s · "
+            f"batch {sample.batch_size} · queue {sample.queue_depth} · "
+            f"KV {sample.kv_bytes / 2**20:.1f} MiB")
+
+
+class LanePlots(pg.GraphicsLayoutWidget):
+    """Per-lane utilisation and tokens/s; ring buffers, items created once."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setMinimumHeight(220)
+        n = HISTORY_S * SAMPLE_HZ
+        self._t = np.linspace(-HISTORY_S, 0, n)
+        self._util: dict[str, np.ndarray] = {}
+        self._tps: dict[str, np.ndarray] = {}
+        self._curves: dict[str, tuple] = {}
+        self.util_plot = self.addPlot(title="utilisation %")
+        self.util_plot.setYRange(0, 100)
+        self.util_plot.setXRange(-HISTORY_S, 0)
+        self.nextRow()
+        self.tps_plot = self.addPlot(title="tokens/s")
+        self.tps_plot.setXRange(-HISTORY_S, 0)
+        for plot in (self.util_plot, self.tps_plot):
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setMouseEnabled(x=False, y=False)
+        self.util_plot.addLegend(offset=(5, 5))
+
+    def add_lane(self, name: str, kind: str) -> None:
+        n = len(self._t)
+        self._util[name] = np.zeros(n)
+        self._tps[name] = np.zeros(n)
+        pen = pg.mkPen(LANE_COLORS.get(kind, "#888"), width=1)
+        self._curves[name] = (self.util_plot.plot(self._t, self._util[name], pen=pen, name=name),
+                              self.tps_plot.plot(self._t, self._tps[name], pen=pen))
+
+    def push(self, sample) -> None:
+        if sample.lane not in self._util:
+            return
+        for buf, value in ((self._util[sample.lane], sample.busy_fraction * 100),
+                           (self._tps[sample.lane], sample.tokens_per_s)):
+            buf[:-1] = buf[1:]
+            buf[-1] = value
+
+    def redraw(self) -> None:
+        for name, (util_curve, tps_curve) in self._curves.items():
+            util_curve.setData(self._t, self._util[name], skipFiniteCheck=True)
+            tps_curve.setData(self._t, self._tps[name], skipFiniteCheck=True)
+
+
+class SchedulerDock(QWidget):
+    mode_requested = Signal(str)
+    request_selected = Signal(str)  # request id from the decision log
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.gpu_only = QPushButton("GPU-only")
+        self.hybrid = QPushButton("Hybrid")
+        self._mode_group = QButtonGroup(self)
+        for button in (self.gpu_only, self.hybrid):
+            button.setCheckable(True)
+            self._mode_group.addButton(button)
+        self.gpu_only.clicked.connect(lambda: self.mode_requested.emit("gpu-only"))
+        self.hybrid.clicked.connect(lambda: self.mode_requested.emit("hybrid"))
+        switch = QHBoxLayout()
+        switch.addWidget(QLabel("Mode:"))
+        switch.addWidget(self.gpu_only)
+        switch.addWidget(self.hybrid)
+        switch.addStretch(1)
+        self.cards_box = QGridLayout()
+        self.cards: dict[str, LaneCard] = {}
+        self.plots = LanePlots()
+        self.log = QTableWidget(0, 5)
+        self.log.setHorizontalHeaderLabels(["time", "tab", "phase", "lane", "reason"])
+        self.log.horizontalHeader().setSectionResizeMode(4, QHeaderView.Stretch)
+        self.log.verticalHeader().setVisible(False)
+        self.log.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.log.setSelectionBehavior(QTableWidget.SelectRows)
+        self.log.itemSelectionChanged.connect(self._on_log_selection)
+        layout = QVBoxLayout(self)
+        layout.addLayout(switch)
+        layout.addLayout(self.cards_box)
+        layout.addWidget(self.plots, 1)
+        layout.addWidget(QLabel("Decisions"))
+        layout.addWidget(self.log, 1)
+        self._started = time.monotonic()
+        self._timer = QTimer(self)
+        self._timer.setInterval(50)
+        self._timer.timeout.connect(self.plots.redraw)
+        self._timer.start()
+        self.set_engine_info([], "cpu-only")
+
+    def set_engine_info(self, lanes: list[tuple[str, str]], mode: str) -> None:
+        """Lanes as (name, kind); the switch needs a GPU lane to mean anything."""
+        for name, kind in lanes:
+            if name not in self.cards:
+                card = LaneCard(name, kind)
+                self.cards[name] = card
+                self.cards_box.addWidget(card, len(self.cards) - 1, 0)
+                self.plots.add_lane(name, kind)
+        has_gpu = any(kind == "gpu" for _, kind in lanes)
+        for button in (self.gpu_only, self.hybrid):
+            button.setEnabled(has_gpu)
+            button.setToolTip("" if has_gpu else
+                              "No GPU that MLX can use on this machine: the engine runs CPU-only.")
+        self.show_mode(mode)
+
+    def show_mode(self, mode: str) -> None:
+        self.gpu_only.setChecked(mode == "gpu-only")
+        self.hybrid.setChecked(mode == "hybrid")
+
+    def on_lane_sample(self, sample) -> None:
+        card = self.cards.get(sample.lane)
+        if card is not None:
+            card.show_sample(sample)
+        self.plots.push(sample)
+
+    def add_decision(self, when: float, tab: str, phase: str, lane: str, reason: str,
+                     request_id: str) -> None:
+        row = self.log.rowCount()
+        self.log.insertRow(row)
+        stamp = time.strftime("%H:%M:%S")
+        for col, text in enumerate((stamp, tab, phase, lane, reason)):
+            item = QTableWidgetItem(text)
+            item.setData(Qt.UserRole, request_id)
+            if col == 4:
+                item.setToolTip(reason)
+            self.log.setItem(row, col, item)
+        if self.log.rowCount() > LOG_ROWS:
+            self.log.removeRow(0)
+        self.log.scrollToBottom()
+
+    def _on_log_selection(self) -> None:
+        items = self.log.selectedItems()
+        if items:
+            self.request_selected.emit(items[0].data(Qt.UserRole))
