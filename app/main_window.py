@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         scheduler_dock.setObjectName("scheduler")
         scheduler_dock.setWidget(self.scheduler)
         self.addDockWidget(Qt.RightDockWidgetArea, scheduler_dock)
+        self.resizeDocks([chats_dock, scheduler_dock], [220, 460], Qt.Horizontal)
         self.bridge.lane_sample.connect(self.scheduler.on_lane_sample)
         self.bridge.routed.connect(self._on_routed)
         self.bridge.migrated.connect(self._on_migrated)

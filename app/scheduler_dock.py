@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QButtonGroup, QFrame, QGridLayout, QHBoxLayout, Q
 HISTORY_S = 60
 SAMPLE_HZ = 10
 LOG_ROWS = 500
+SMOOTHING = 0.3
 LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
 
 
@@ -32,9 +33,9 @@ class LaneCard(QFrame):
         layout.addWidget(self.title)
         layout.addWidget(self.numbers)
 
-    def show_sample(self, sample) -> None:
+    def show_sample(self, sample, busy_pct: float, tokens_per_s: float) -> None:
         self.numbers.setText(
-            f"{sample.busy_fraction * 100:.0f}% busy · {sample.tokens_per_s:.1f} tok/s · "
+            f"{busy_pct:.0f}% busy · {tokens_per_s:.1f} tok/s · "
             f"batch {sample.batch_size} · queue {sample.queue_depth} · "
             f"KV {sample.kv_bytes / 2**20:.1f} MiB")
 
@@ -75,7 +76,13 @@ class LanePlots(pg.GraphicsLayoutWidget):
         for buf, value in ((self._util[sample.lane], sample.busy_fraction * 100),
                            (self._tps[sample.lane], sample.tokens_per_s)):
             buf[:-1] = buf[1:]
-            buf[-1] = value
+            # Samples come every 100 ms, shorter than one step on a slow lane;
+            # a light exponential smoothing shows the trend, not step aliasing.
+            buf[-1] = SMOOTHING * value + (1 - SMOOTHING) * buf[-2]
+
+    def latest(self, lane: str) -> tuple[float, float]:
+        """Smoothed (utilisation %, tokens/s) of a lane."""
+        return float(self._util[lane][-1]), float(self._tps[lane][-1])
 
     def redraw(self) -> None:
         for name, (util_curve, tps_curve) in self._curves.items():
@@ -107,10 +114,17 @@ class SchedulerDock(QWidget):
         self.plots = LanePlots()
         self.log = QTableWidget(0, 5)
         self.log.setHorizontalHeaderLabels(["time", "tab", "phase", "lane", "reason"])
-        self.log.horizontalHeader().setSectionResizeMode(4, QHeaderView.Stretch)
+        header = self.log.horizontalHeader()
+        for col, width in enumerate((64, 110, 56, 80)):
+            header.setSectionResizeMode(col, QHeaderView.Interactive)
+            self.log.setColumnWidth(col, width)
+        header.setSectionResizeMode(4, QHeaderView.Stretch)
+        header.setMinimumSectionSize(40)
         self.log.verticalHeader().setVisible(False)
         self.log.setEditTriggers(QTableWidget.NoEditTriggers)
         self.log.setSelectionBehavior(QTableWidget.SelectRows)
+        self.log.setWordWrap(False)
+        self.log.verticalHeader().setDefaultSectionSize(22)
         self.log.itemSelectionChanged.connect(self._on_log_selection)
         layout = QVBoxLayout(self)
         layout.addLayout(switch)
@@ -145,10 +159,10 @@ class SchedulerDock(QWidget):
         self.hybrid.setChecked(mode == "hybrid")
 
     def on_lane_sample(self, sample) -> None:
+        self.plots.push(sample)
         card = self.cards.get(sample.lane)
         if card is not None:
-            card.show_sample(sample)
-        self.plots.push(sample)
+            card.show_sample(sample, *self.plots.latest(sample.lane))
 
     def add_decision(self, when: float, tab: str, phase: str, lane: str, reason: str,
                      request_id: str) -> None:

@@ -22,6 +22,8 @@ class ChatSidebar(QWidget):
         self.search.setClearButtonEnabled(True)
         self.list = QListWidget()
         self.list.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.list.setTextElideMode(Qt.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.new_button = QPushButton("New chat")
         top = QHBoxLayout()
         top.addWidget(self.search, 1)
