@@ -26,6 +26,8 @@ class ChatTab(QWidget):
 
     send_requested = Signal(object)
     stop_requested = Signal()
+    regenerate_requested = Signal()  # the window drops the last answer, then resends
+    edit_requested = Signal()  # the window drops the last turn; its text returns here
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
                  messages: list[dict[str, str]] | None = None, parent: QWidget | None = None):
@@ -33,6 +35,7 @@ class ChatTab(QWidget):
         self.title = title
         self.chat_id = chat_id
         self.answer_message_id: int | None = None  # the stored row of the streaming answer
+        self.resend_without_user = False  # set for a regenerate: the user turn is stored
         self.messages: list[dict[str, str]] = list(messages or [])
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
@@ -46,11 +49,17 @@ class ChatTab(QWidget):
         self.send_button = QPushButton("Send")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.edit_button = QPushButton("Edit last")
+        self.regenerate_button.setToolTip("Answer the last message again")
+        self.edit_button.setToolTip("Put your last message back in the composer to edit and resend")
         self.footer = QLabel("")
         self.footer.setObjectName("answerFooter")
 
         buttons = QHBoxLayout()
         buttons.addWidget(self.footer, 1)
+        buttons.addWidget(self.edit_button)
+        buttons.addWidget(self.regenerate_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         layout = QVBoxLayout(self)
@@ -61,6 +70,8 @@ class ChatTab(QWidget):
         self.composer.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.regenerate_button.clicked.connect(self._regenerate)
+        self.edit_button.clicked.connect(self._edit)
         self.set_ready(False)
         self.render()
 
@@ -75,6 +86,29 @@ class ChatTab(QWidget):
         self._set_streaming(True)
         self.render()
         self.send_requested.emit(list(self.messages))
+
+    def _regenerate(self) -> None:
+        if self.is_streaming or not self.messages or self.messages[-1]["role"] != "assistant":
+            return
+        self.messages.pop()
+        self.streaming_text = ""
+        self._set_streaming(True)
+        self.render()
+        self.regenerate_requested.emit()
+        self.send_requested.emit(list(self.messages))
+
+    def _edit(self) -> None:
+        if self.is_streaming:
+            return
+        while self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages.pop()
+        if not self.messages:
+            return
+        self.composer.setPlainText(self.messages.pop()["content"])
+        self.edit_requested.emit()
+        self.composer.setFocus()
+        self.render()
+        self._set_streaming(False)
 
     # ---- engine feedback (GUI thread) ---------------------------------------
     @property
@@ -129,6 +163,10 @@ class ChatTab(QWidget):
     def _set_streaming(self, streaming: bool) -> None:
         self.stop_button.setEnabled(streaming)
         self.send_button.setEnabled(not streaming)
+        has_answer = bool(self.messages) and self.messages[-1]["role"] == "assistant"
+        self.regenerate_button.setEnabled(not streaming and has_answer)
+        self.edit_button.setEnabled(not streaming and any(
+            m["role"] == "user" for m in self.messages))
 
 
 def format_footer(done) -> str:

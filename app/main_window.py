@@ -12,7 +12,9 @@ import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QStandardPaths, Qt, QTimer, Signal
-from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QTabWidget
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
+                               QTabWidget)
 
 from engine import Engine, EngineError, SamplingParams
 
@@ -91,6 +93,7 @@ class MainWindow(QMainWindow):
         for label in (self.model_label, self.mode_label, self.device_label):
             self.statusBar().addPermanentWidget(label)
         self._restore_tabs()
+        self._build_menus()
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_EVERY_MS)
         self._flush_timer.timeout.connect(self.flush_streaming)
@@ -158,6 +161,8 @@ class MainWindow(QMainWindow):
         tab = ChatTab(chat.title, chat_id=chat_id, messages=messages)
         tab.send_requested.connect(lambda messages, t=tab: self._submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self._stop(t))
+        tab.regenerate_requested.connect(lambda t=tab: self._drop_last(t, "assistant"))
+        tab.edit_requested.connect(lambda t=tab: self._drop_last(t, "user"))
         tab.set_ready(self.engine is not None)
         self.tabs.addTab(tab, tab.title)
         self.tabs.setCurrentWidget(tab)
@@ -173,6 +178,75 @@ class MainWindow(QMainWindow):
         self.tabs.removeTab(self.tabs.indexOf(tab))
         tab.deleteLater()
         self._save_tabs()
+
+    def _build_menus(self) -> None:
+        """Menus with the platform's shortcuts (Qt maps Ctrl to Cmd on macOS)."""
+        def action(menu, text, shortcut, slot):
+            act = QAction(text, self)
+            act.setShortcut(QKeySequence(shortcut))
+            act.setShortcutContext(Qt.ApplicationShortcut)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            return act
+
+        chat = self.menuBar().addMenu("&Chat")
+        self.new_action = action(chat, "New chat", QKeySequence.New, self.new_chat)
+        self.close_action = action(chat, "Close chat", QKeySequence.Close, self._close_current)
+        self.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
+                                    self._export_current)
+        chat.addSeparator()
+        self.stop_action = action(chat, "Stop", "Esc", self._stop_current)
+        self.next_action = action(chat, "Next tab", QKeySequence.NextChild,
+                                  lambda: self._cycle_tab(1))
+        self.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
+                                      lambda: self._cycle_tab(-1))
+        engine_menu = self.menuBar().addMenu("&Engine")
+        self.toggle_mode_action = action(engine_menu, "Toggle GPU-only / Hybrid", "Ctrl+M",
+                                         self.toggle_mode)
+
+    def current_tab(self) -> ChatTab | None:
+        return self.tabs.currentWidget()
+
+    def _close_current(self) -> None:
+        if self.current_tab() is not None:
+            self.close_tab(self.current_tab())
+        if not self.chat_tabs():
+            self.new_chat()
+
+    def _stop_current(self) -> None:
+        if self.current_tab() is not None:
+            self._stop(self.current_tab())
+
+    def _cycle_tab(self, step: int) -> None:
+        if self.tabs.count():
+            self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
+
+    def _export_current(self) -> None:
+        tab = self.current_tab()
+        if tab is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{tab.title}.md",
+                                              "Markdown (*.md)")
+        if path:
+            self.export_chat(tab, path)
+
+    def toggle_mode(self) -> None:
+        if self.engine is not None and any(l.kind == "gpu" for l in self.engine.lanes.values()):
+            self.set_mode("hybrid" if self.engine.mode == "gpu-only" else "gpu-only")
+
+    def _drop_last(self, tab: ChatTab, role: str) -> None:
+        """Delete the chat's last message of `role` and everything after it."""
+        stored = self.store.messages(tab.chat_id)
+        last = next((m for m in reversed(stored) if m.role == role), None)
+        if last is not None:
+            self.store.delete_messages_from(last.id)
+        tab.resend_without_user = role == "assistant"
+
+    def export_chat(self, tab: ChatTab, path: str | Path) -> Path:
+        """Write the chat as Markdown."""
+        path = Path(path)
+        path.write_text(self.store.export_markdown(tab.chat_id), encoding="utf-8")
+        return path
 
     def flush_streaming(self) -> None:
         """Write every streaming answer's text so far (at least once a second)."""
@@ -216,7 +290,9 @@ class MainWindow(QMainWindow):
             return
         tab.request_id = handle.request_id
         self._tab_of_request[handle.request_id] = tab
-        self.store.add_message(tab.chat_id, "user", messages[-1]["content"])
+        if not tab.resend_without_user:
+            self.store.add_message(tab.chat_id, "user", messages[-1]["content"])
+        tab.resend_without_user = False
         tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
                                                        complete=False)
         if sum(m["role"] == "user" for m in messages) == 1:

@@ -148,3 +148,48 @@ def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, window):
     qtbot.waitUntil(lambda: not b.is_streaming, timeout=60_000)
     assert b.messages[-1]["role"] == "assistant"
     assert window.store.messages(chat_a)[0].content.startswith("the quick")
+
+
+def test_regenerate_and_edit_last_message(qtbot, window):
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    first_answer = tab.messages[-1]["content"]
+    assert tab.regenerate_button.isEnabled()
+    qtbot.mouseClick(tab.regenerate_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    stored = window.store.messages(tab.chat_id)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].content == tab.messages[-1]["content"] == first_answer  # greedy
+    qtbot.mouseClick(tab.edit_button, Qt.LeftButton)
+    assert tab.composer.toPlainText() == "hello world" and tab.messages == []
+    assert window.store.messages(tab.chat_id) == []
+    tab.composer.setPlainText("café")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert [m.content for m in window.store.messages(tab.chat_id)][0] == "café"
+
+
+def test_shortcuts_and_export(qtbot, window, tmp_path):
+    from PySide6.QtGui import QKeySequence
+
+    assert window.new_action.shortcut() == QKeySequence(QKeySequence.New)
+    assert window.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")
+    count = len(window.chat_tabs())
+    window.new_action.trigger()
+    assert len(window.chat_tabs()) == count + 1
+    window.previous_action.trigger()
+    assert window.tabs.currentIndex() == count - 1
+    window.next_action.trigger()
+    assert window.tabs.currentIndex() == count
+    window.close_action.trigger()
+    assert len(window.chat_tabs()) == count
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("Show code")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    path = window.export_chat(tab, tmp_path / "chat.md")
+    text = path.read_text()
+    assert text.startswith("# Show code") and "## You\n\nShow code" in text
+    assert tab.messages[-1]["content"].strip()[:10] in text
