@@ -36,6 +36,7 @@ class ChatTab(QWidget):
         self.chat_id = chat_id
         self.answer_message_id: int | None = None  # the stored row of the streaming answer
         self.resend_without_user = False  # set for a regenerate: the user turn is stored
+        self._stale = False
         self.messages: list[dict[str, str]] = list(messages or [])
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
@@ -123,7 +124,10 @@ class ChatTab(QWidget):
         if self.streaming_text is None:
             return
         self.streaming_text += text
-        self.render()
+        if self.isVisible():  # background tabs catch up when shown
+            self.render()
+        else:
+            self._stale = True
 
     def finish(self, finished) -> None:
         """The answer is complete (or stopped): keep it and show its stats."""
@@ -147,7 +151,13 @@ class ChatTab(QWidget):
         self.render()
 
     # ---- rendering --------------------------------------------------------
+    def showEvent(self, event):  # noqa: N802
+        if self._stale:
+            self.render()
+        super().showEvent(event)
+
     def render(self) -> None:
+        self._stale = False
         parts = []
         for message in self.messages:
             who = "**You**" if message["role"] == "user" else "**Assistant**"
