@@ -87,6 +87,7 @@ class MainWindow(QMainWindow):
         self.bridge.routed.connect(self._on_routed)
         self.bridge.migrated.connect(self._on_migrated)
         self._tab_title_of_request: dict[str, str] = {}
+        self._chat_of_request: dict[str, int] = {}
         self.model_label = QLabel("Loading model…")
         self.device_label = QLabel("")
         self.mode_label = QLabel("")
@@ -302,6 +303,7 @@ class MainWindow(QMainWindow):
             self.tabs.setTabText(self.tabs.indexOf(tab), title)
             self.sidebar.refresh()
         self._tab_title_of_request[handle.request_id] = tab.title
+        self._chat_of_request[handle.request_id] = tab.chat_id
 
     def set_mode(self, mode: str) -> None:
         """Switch GPU-only / hybrid; running requests finish where they are
@@ -313,18 +315,24 @@ class MainWindow(QMainWindow):
         self.scheduler.show_mode(mode)
 
     def _on_routed(self, event) -> None:
+        self.scheduler.timeline.routed(event.request_id, self._tab_title_of_request.get(
+            event.request_id, event.request_id), event.phase, event.lane, event.time)
         self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
             event.request_id, ""), event.phase, event.lane, event.reason, event.request_id)
 
     def _on_migrated(self, event) -> None:
+        self.scheduler.timeline.migrated(event.request_id, event.to_lane, event.time)
         self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
             event.request_id, ""), "move", f"{event.from_lane} -> {event.to_lane}",
             event.reason, event.request_id)
 
     def _bring_request_forward(self, request_id: str) -> None:
-        tab = self._tab_of_request.get(request_id)
-        if tab is not None:
-            self.tabs.setCurrentWidget(tab)
+        chat_id = self._chat_of_request.get(request_id)
+        if chat_id is not None:
+            try:
+                self.open_chat(chat_id)
+            except KeyError:  # the chat was deleted since
+                pass
 
     def _stop(self, tab: ChatTab) -> None:
         if self.engine is not None and tab.request_id:
@@ -336,6 +344,8 @@ class MainWindow(QMainWindow):
             tab.append_text(text)
 
     def _on_finished(self, finished) -> None:
+        self.scheduler.timeline.finished(finished.request_id, finished.reason, finished.time)
+        self.scheduler.timeline_view.refresh()
         tab = self._tab_of_request.pop(finished.request_id, None)
         if tab is not None:
             answer_id = tab.answer_message_id

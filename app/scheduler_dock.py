@@ -9,8 +9,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QFrame, QGridLayout, QHBoxLayout, QHeaderView,
-                               QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+                               QLabel, QPushButton, QScrollArea, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
+
+from .timeline import Timeline, TimelineView
 
 HISTORY_S = 60
 SAMPLE_HZ = 10
@@ -130,12 +132,22 @@ class SchedulerDock(QWidget):
         layout.addLayout(switch)
         layout.addLayout(self.cards_box)
         layout.addWidget(self.plots, 1)
+        layout.addWidget(QLabel("Routing timeline (light: prefill, solid: decode)"))
+        self.timeline = Timeline()
+        self.timeline_view = TimelineView(self.timeline)
+        self.timeline_view.request_selected.connect(self.request_selected.emit)
+        self.timeline_scroll = QScrollArea()
+        self.timeline_scroll.setWidget(self.timeline_view)
+        self.timeline_scroll.setWidgetResizable(False)
+        self.timeline_scroll.setMinimumHeight(120)
+        layout.addWidget(self.timeline_scroll, 1)
         layout.addWidget(QLabel("Decisions"))
         layout.addWidget(self.log, 1)
         self._started = time.monotonic()
         self._timer = QTimer(self)
         self._timer.setInterval(50)
         self._timer.timeout.connect(self.plots.redraw)
+        self._timer.timeout.connect(self._grow_timeline)
         self._timer.start()
         self.set_engine_info([], "cpu-only")
 
@@ -147,6 +159,7 @@ class SchedulerDock(QWidget):
                 self.cards[name] = card
                 self.cards_box.addWidget(card, len(self.cards) - 1, 0)
                 self.plots.add_lane(name, kind)
+        self.timeline_view.lane_kinds = dict(lanes)
         has_gpu = any(kind == "gpu" for _, kind in lanes)
         for button in (self.gpu_only, self.hybrid):
             button.setEnabled(has_gpu)
@@ -178,6 +191,12 @@ class SchedulerDock(QWidget):
         if self.log.rowCount() > LOG_ROWS:
             self.log.removeRow(0)
         self.log.scrollToBottom()
+
+    def _grow_timeline(self) -> None:
+        if any(t.finished is None for t in self.timeline.tracks.values()):
+            self.timeline_view.refresh()
+            bar = self.timeline_scroll.horizontalScrollBar()
+            bar.setValue(bar.maximum())
 
     def _on_log_selection(self) -> None:
         items = self.log.selectedItems()

@@ -1,7 +1,7 @@
 """The Scheduler dock on a real two-lane engine (one CPU lane acts as the GPU)."""
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from app.main_window import MainWindow
 from app.store import ChatStore
@@ -89,3 +89,32 @@ def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):
     assert "CPU-only" in w.scheduler.hybrid.toolTip()
     assert w.engine.mode == "cpu-only"
     w.close()
+
+
+def test_timeline_has_a_row_per_request_with_lane_segments(qtbot, window):
+    tabs = [window.chat_tabs()[0], window.new_chat()]
+    _send_all(qtbot, window, tabs, ["hello world", "café"])
+    timeline = window.scheduler.timeline
+    qtbot.waitUntil(lambda: len(timeline.tracks) == 2
+                    and all(t.finished for t in timeline.tracks.values()), timeout=10_000)
+    for track in timeline.tracks.values():
+        phases = [s.phase for s in track.segments]
+        assert phases[0] == "prefill" and "decode" in phases
+        assert all(s.end is not None and s.end >= s.start for s in track.segments)
+        assert track.label in {"hello world", "café"}
+    view = window.scheduler.timeline_view
+    assert view.minimumHeight() >= view.ROW * 2
+    image = view.grab().toImage()
+    # Something was drawn in a lane colour on the first row.
+    y = view.ROW // 2
+    colours = {image.pixelColor(x, y).name() for x in range(view.LABEL, image.width(), 3)}
+    assert colours & {view.color(lane, phase).name() for lane in ("gpu", "cpu")
+                      for phase in ("prefill", "decode")}
+    # Clicking a row brings its tab forward.
+    first_id = next(iter(timeline.tracks))
+    tab_of_first = [t for t in tabs if t.title == timeline.tracks[first_id].label][0]
+    window.tabs.setCurrentWidget([t for t in tabs if t is not tab_of_first][0])
+    with qtbot.waitSignal(view.request_selected) as blocker:
+        qtbot.mouseClick(view, Qt.LeftButton, pos=QPoint(view.LABEL + 2, y))
+    assert blocker.args == [first_id]
+    assert window.tabs.currentWidget() is tab_of_first
