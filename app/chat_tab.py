@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QTextBrowser,
+                               QToolButton, QVBoxLayout, QWidget)
 
 
 class Composer(QPlainTextEdit):
@@ -26,6 +27,7 @@ class ChatTab(QWidget):
 
     send_requested = Signal(object)
     stop_requested = Signal()
+    settings_changed = Signal()  # system prompt or sampling settings edited
     regenerate_requested = Signal()  # the window drops the last answer, then resends
     edit_requested = Signal()  # the window drops the last turn; its text returns here
 
@@ -41,6 +43,48 @@ class ChatTab(QWidget):
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
         self.stats_lines: list[str] = []
+
+        # Per-chat settings: system prompt and sampling, hidden behind a toggle.
+        self.settings_toggle = QToolButton()
+        self.settings_toggle.setText("Chat settings")
+        self.settings_toggle.setCheckable(True)
+        self.settings_toggle.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.settings_toggle.setArrowType(Qt.RightArrow)
+        self.system_prompt = QLineEdit()
+        self.system_prompt.setPlaceholderText("System prompt (empty: the model's default)")
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setPrefix("temperature ")
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.05, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.top_p.setPrefix("top-p ")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 32768)
+        self.max_tokens.setValue(1024)
+        self.max_tokens.setPrefix("max tokens ")
+        self.settings_row = QWidget()
+        row = QHBoxLayout(self.settings_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.system_prompt, 1)
+        for spin in (self.temperature, self.top_p, self.max_tokens):
+            row.addWidget(spin)
+            spin.valueChanged.connect(lambda _=None: self.settings_changed.emit())
+        self.system_prompt.editingFinished.connect(self.settings_changed.emit)
+        self.settings_row.setVisible(False)
+        self.settings_toggle.toggled.connect(self._toggle_settings)
+        self.context_meter = QProgressBar()
+        self.context_meter.setRange(0, 1)
+        self.context_meter.setValue(0)
+        self.context_meter.setFormat("context: %v / %m tokens")
+        self.context_meter.setMaximumWidth(260)
+        self.context_meter.setToolTip("Tokens of the model's context this chat uses")
+        header = QHBoxLayout()
+        header.addWidget(self.settings_toggle)
+        header.addStretch(1)
+        header.addWidget(self.context_meter)
 
         self.transcript = QTextBrowser()
         self.transcript.setOpenExternalLinks(True)
@@ -64,6 +108,8 @@ class ChatTab(QWidget):
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.settings_row)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.composer)
         layout.addLayout(buttons)
@@ -86,7 +132,34 @@ class ChatTab(QWidget):
         self.streaming_text = ""
         self._set_streaming(True)
         self.render()
-        self.send_requested.emit(list(self.messages))
+        self.send_requested.emit(self.conversation())
+
+    def _toggle_settings(self, shown: bool) -> None:
+        self.settings_row.setVisible(shown)
+        self.settings_toggle.setArrowType(Qt.DownArrow if shown else Qt.RightArrow)
+
+    def settings(self) -> dict:
+        """The chat's sampling settings as stored with the chat."""
+        return {"temperature": round(self.temperature.value(), 3),
+                "top_p": round(self.top_p.value(), 3), "max_tokens": self.max_tokens.value()}
+
+    def apply_settings(self, system_prompt: str, params: dict) -> None:
+        self.system_prompt.setText(system_prompt)
+        for spin, key in ((self.temperature, "temperature"), (self.top_p, "top_p"),
+                          (self.max_tokens, "max_tokens")):
+            if key in params:
+                spin.blockSignals(True)
+                spin.setValue(params[key])
+                spin.blockSignals(False)
+
+    def conversation(self) -> list[dict[str, str]]:
+        """The messages to send: the system prompt (if any) and the chat."""
+        system = self.system_prompt.text().strip()
+        return ([{"role": "system", "content": system}] if system else []) + list(self.messages)
+
+    def show_context(self, used: int, context_length: int) -> None:
+        self.context_meter.setRange(0, max(context_length, 1))
+        self.context_meter.setValue(min(used, context_length))
 
     def _regenerate(self) -> None:
         if self.is_streaming or not self.messages or self.messages[-1]["role"] != "assistant":
@@ -96,7 +169,7 @@ class ChatTab(QWidget):
         self._set_streaming(True)
         self.render()
         self.regenerate_requested.emit()
-        self.send_requested.emit(list(self.messages))
+        self.send_requested.emit(self.conversation())
 
     def _edit(self) -> None:
         if self.is_streaming:

@@ -160,6 +160,9 @@ class MainWindow(QMainWindow):
         messages = [{"role": m.role, "content": m.content}
                     for m in self.store.messages(chat_id) if m.content or m.role == "user"]
         tab = ChatTab(chat.title, chat_id=chat_id, messages=messages)
+        tab.apply_settings(chat.system_prompt, chat.params)
+        tab.settings_changed.connect(lambda t=tab: self.store.update_chat(
+            t.chat_id, system_prompt=t.system_prompt.text().strip(), params=t.settings()))
         tab.send_requested.connect(lambda messages, t=tab: self._submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self._stop(t))
         tab.regenerate_requested.connect(lambda t=tab: self._drop_last(t, "assistant"))
@@ -284,8 +287,10 @@ class MainWindow(QMainWindow):
             tab.fail("The model is still loading.")
             return
         try:
-            handle = self.engine.submit(messages, SamplingParams(max_tokens=1024),
-                                        tab_id=str(id(tab)))
+            settings = tab.settings()
+            handle = self.engine.submit(messages, SamplingParams(
+                max_tokens=settings["max_tokens"], temperature=settings["temperature"],
+                top_p=settings["top_p"]), tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))
             return
@@ -296,6 +301,7 @@ class MainWindow(QMainWindow):
         tab.resend_without_user = False
         tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
                                                        complete=False)
+        tab.show_context(len(handle.request.prompt_ids), self.engine.context_length)
         if sum(m["role"] == "user" for m in messages) == 1:
             title = " ".join(messages[-1]["content"].split())[:40]
             self.store.update_chat(tab.chat_id, title=title)
@@ -350,6 +356,9 @@ class MainWindow(QMainWindow):
         if tab is not None:
             answer_id = tab.answer_message_id
             tab.finish(finished)
+            if self.engine is not None:
+                tab.show_context(finished.prompt_tokens + finished.output_tokens,
+                                 self.engine.context_length)
             tab.answer_message_id = None
             if answer_id is not None:
                 text = tab.messages[-1]["content"] if tab.messages[-1]["role"] == "assistant" else ""

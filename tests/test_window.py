@@ -193,3 +193,33 @@ def test_shortcuts_and_export(qtbot, window, tmp_path):
     text = path.read_text()
     assert text.startswith("# Show code") and "## You\n\nShow code" in text
     assert tab.messages[-1]["content"].strip()[:10] in text
+
+
+def test_chat_settings_apply_persist_and_context_meter(qtbot, tiny_model_dir, db):
+    w = _open_window(qtbot, tiny_model_dir, db)
+    tab = w.chat_tabs()[0]
+    qtbot.mouseClick(tab.settings_toggle, Qt.LeftButton)
+    assert not tab.settings_row.isHidden()
+    tab.system_prompt.setText("You answer in French.")
+    tab.system_prompt.editingFinished.emit()
+    tab.max_tokens.setValue(5)
+    seen = []
+    w.engine.subscribe(lambda e: seen.append(e) if type(e).__name__ == "Queued" else None)
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    stats = w.store.messages(tab.chat_id)[-1].stats
+    assert stats["output_tokens"] <= 5
+    with_system = w.engine.render([{"role": "system", "content": "You answer in French."},
+                                   {"role": "user", "content": "hello world"}])
+    assert seen[-1].prompt_tokens == len(with_system)
+    assert tab.context_meter.maximum() == 512
+    assert tab.context_meter.value() == len(with_system) + stats["output_tokens"]
+    chat = w.store.chat(tab.chat_id)
+    assert chat.system_prompt == "You answer in French." and chat.params["max_tokens"] == 5
+    w.close()
+    again = _open_window(qtbot, tiny_model_dir, db)
+    restored = again.chat_tabs()[0]
+    assert restored.system_prompt.text() == "You answer in French."
+    assert restored.max_tokens.value() == 5
+    again.close()
