@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
@@ -32,7 +33,8 @@ class ChatTab(QWidget):
     edit_requested = Signal()  # the window drops the last turn; its text returns here
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
-                 messages: list[dict[str, str]] | None = None, parent: QWidget | None = None):
+                 messages: list[dict[str, str]] | None = None,
+                 footers: dict[int, str] | None = None, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
         self.chat_id = chat_id
@@ -87,7 +89,10 @@ class ChatTab(QWidget):
         header.addWidget(self.context_meter)
 
         self.transcript = QTextBrowser()
-        self.transcript.setOpenExternalLinks(True)
+        self.transcript.setOpenLinks(False)
+        self.transcript.anchorClicked.connect(self._on_anchor)
+        self.code_blocks: list[str] = []
+        self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
         self.composer = Composer()
         self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
         self.composer.setFixedHeight(80)
@@ -164,6 +169,7 @@ class ChatTab(QWidget):
     def _regenerate(self) -> None:
         if self.is_streaming or not self.messages or self.messages[-1]["role"] != "assistant":
             return
+        self.footers.pop(len(self.messages) - 1, None)
         self.messages.pop()
         self.streaming_text = ""
         self._set_streaming(True)
@@ -175,6 +181,7 @@ class ChatTab(QWidget):
         if self.is_streaming:
             return
         while self.messages and self.messages[-1]["role"] == "assistant":
+            self.footers.pop(len(self.messages) - 1, None)
             self.messages.pop()
         if not self.messages:
             return
@@ -207,6 +214,7 @@ class ChatTab(QWidget):
         answer = self.streaming_text or ""
         if answer or finished.reason != "error":
             self.messages.append({"role": "assistant", "content": answer})
+            self.footers[len(self.messages) - 1] = format_footer(finished)
         self.streaming_text = None
         self.request_id = None
         self.footer.setText(format_footer(finished))
@@ -232,9 +240,12 @@ class ChatTab(QWidget):
     def render(self) -> None:
         self._stale = False
         parts = []
-        for message in self.messages:
+        self.code_blocks = []
+        for index, message in enumerate(self.messages):
             who = "**You**" if message["role"] == "user" else "**Assistant**"
-            parts.append(f"{who}\n\n{message['content']}")
+            body = self._with_copy_links(message["content"])
+            footer = self.footers.get(index)
+            parts.append(f"{who}\n\n{body}" + (f"\n\n*{footer}*" if footer else ""))
         if self.streaming_text is not None:
             parts.append(f"**Assistant**\n\n{self.streaming_text or '…'}")
         bar = self.transcript.verticalScrollBar()
@@ -242,6 +253,34 @@ class ChatTab(QWidget):
         self.transcript.setMarkdown("\n\n---\n\n".join(parts))
         if at_bottom:
             bar.setValue(bar.maximum())
+
+    def _with_copy_links(self, text: str) -> str:
+        """Append a 'Copy code' link after each complete fenced code block."""
+        out, lines, inside, fence, block = [], text.split("\n"), False, "", []
+        for line in lines:
+            stripped = line.strip()
+            if not inside and stripped.startswith(("```", "~~~")):
+                inside, fence, block = True, stripped[:3], []
+                out.append(line)
+                continue
+            if inside and stripped.startswith(fence):
+                inside = False
+                out.append(line)
+                self.code_blocks.append("\n".join(block))
+                out.append(f"\n[Copy code](copy:{len(self.code_blocks) - 1})\n")
+                continue
+            if inside:
+                block.append(line)
+            out.append(line)
+        return "\n".join(out)
+
+    def _on_anchor(self, url) -> None:
+        if url.scheme() == "copy":
+            index = int(url.path() or url.toString().split(":", 1)[1])
+            if 0 <= index < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[index])
+        else:
+            QDesktopServices.openUrl(url)
 
     def _set_streaming(self, streaming: bool) -> None:
         self.stop_button.setEnabled(streaming)

@@ -157,9 +157,11 @@ class MainWindow(QMainWindow):
                 self.tabs.setCurrentWidget(tab)
                 return tab
         chat = self.store.chat(chat_id)
-        messages = [{"role": m.role, "content": m.content}
-                    for m in self.store.messages(chat_id) if m.content or m.role == "user"]
-        tab = ChatTab(chat.title, chat_id=chat_id, messages=messages)
+        stored = [m for m in self.store.messages(chat_id) if m.content or m.role == "user"]
+        messages = [{"role": m.role, "content": m.content} for m in stored]
+        footers = {i: m.stats["footer"] for i, m in enumerate(stored)
+                   if m.stats and m.stats.get("footer")}
+        tab = ChatTab(chat.title, chat_id=chat_id, messages=messages, footers=footers)
         tab.apply_settings(chat.system_prompt, chat.params)
         tab.settings_changed.connect(lambda t=tab: self.store.update_chat(
             t.chat_id, system_prompt=t.system_prompt.text().strip(), params=t.settings()))

@@ -223,3 +223,26 @@ def test_chat_settings_apply_persist_and_context_meter(qtbot, tiny_model_dir, db
     assert restored.system_prompt.text() == "You answer in French."
     assert restored.max_tokens.value() == 5
     again.close()
+
+
+def test_answer_footer_and_code_copy_link(qtbot, window):
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QGuiApplication
+
+    tab = window.chat_tabs()[0]
+    tab.messages = [{"role": "user", "content": "code please"},
+                    {"role": "assistant", "content": "Here:\n```python\nprint('hi')\n```\nDone."}]
+    tab.footers = {1: "prefill CPU → decode CPU · 3 tokens"}
+    tab.render()
+    text = tab.transcript.toPlainText()
+    assert "Copy code" in text and "prefill CPU → decode CPU" in text
+    assert tab.code_blocks == ["print('hi')"]
+    tab._on_anchor(QUrl("copy:0"))
+    assert QGuiApplication.clipboard().text() == "print('hi')"
+    # A real answer gets its footer under it, and keeps it after a restart.
+    tab.messages, tab.footers = [], {}
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert tab.footers[1].startswith("prefill CPU")
+    assert tab.footers[1] in tab.transcript.toPlainText()
