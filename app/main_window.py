@@ -45,6 +45,7 @@ class _Loader(QObject):
 
 class MainWindow(QMainWindow):
     engine_ready = Signal()
+    model_failed = Signal(str)
 
     def __init__(self, model: str = "default", engine_factory=None,
                  store: ChatStore | None = None):
@@ -123,8 +124,10 @@ class MainWindow(QMainWindow):
 
     def _on_engine_loaded(self, engine: Engine) -> None:
         if self.engine is not None:
-            self.bridge.detach()
+            # Close the old engine while still observing it, so answers it was
+            # streaming end as "stopped" in their tabs instead of hanging.
             self.engine.close()
+            self.bridge.flush()
         self.engine = engine
         self.bridge.attach(engine)
         self.model_label.setText(engine.model_info.label)
@@ -138,8 +141,10 @@ class MainWindow(QMainWindow):
         self.engine_ready.emit()
 
     def _on_engine_failed(self, message: str) -> None:
-        self.model_label.setText("No model")
+        # The previous model (if any) stays loaded and usable.
+        self.model_label.setText(self.engine.model_info.label if self.engine else "No model")
         self.statusBar().showMessage(f"Could not load the model: {message}")
+        self.model_failed.emit(message)
 
     # ---- chats ------------------------------------------------------------
     def chat_tabs(self) -> list[ChatTab]:
@@ -207,8 +212,38 @@ class MainWindow(QMainWindow):
         self.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
                                       lambda: self._cycle_tab(-1))
         engine_menu = self.menuBar().addMenu("&Engine")
+        self.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
+                                        self.pick_model)
         self.toggle_mode_action = action(engine_menu, "Toggle GPU-only / Hybrid", "Ctrl+M",
                                          self.toggle_mode)
+
+    def pick_model(self) -> None:
+        from .model_picker import ModelPicker
+
+        picker = ModelPicker(self)
+        if picker.exec() != ModelPicker.Accepted:
+            return
+        if picker.is_download():
+            self.download_model(picker.source())
+        else:
+            self.load_model(picker.source())
+
+    def download_model(self, repo_id: str) -> None:
+        """Download a Hugging Face repo with a progress bar and Cancel, then load it."""
+        from PySide6.QtWidgets import QProgressDialog
+
+        from .model_picker import Download
+
+        dialog = QProgressDialog(f"Downloading {repo_id}…", "Cancel", 0, 0, self)
+        dialog.setWindowTitle("Download model")
+        dialog.setMinimumDuration(0)
+        self._download = Download(repo_id, self)
+        self._download.progress.connect(lambda done, total: (
+            dialog.setMaximum(total), dialog.setValue(min(done, total))))
+        self._download.finished.connect(lambda path: (dialog.reset(), self.load_model(path)))
+        self._download.failed.connect(lambda msg: (dialog.reset(), self._on_engine_failed(msg)))
+        dialog.canceled.connect(self._download.cancel)
+        self._download.start()
 
     def current_tab(self) -> ChatTab | None:
         return self.tabs.currentWidget()

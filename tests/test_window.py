@@ -246,3 +246,38 @@ def test_answer_footer_and_code_copy_link(qtbot, window):
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert tab.footers[1].startswith("prefill CPU")
     assert tab.footers[1] in tab.transcript.toPlainText()
+
+
+def test_failed_model_load_keeps_the_previous_model(qtbot, window, tmp_path):
+    engine, label = window.engine, window.model_label.text()
+    with qtbot.waitSignal(window.model_failed, timeout=30_000) as blocker:
+        window.load_model(str(tmp_path / "missing.gguf"))
+    assert "not found" in blocker.args[0]
+    assert window.engine is engine and window.model_label.text() == label
+    assert "Could not load the model" in window.statusBar().currentMessage()
+    with qtbot.waitSignal(window.model_failed, timeout=30_000) as blocker:
+        window.download_model("tandem-tests/definitely-not-cached")
+    assert "Cannot download" in blocker.args[0]
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert tab.messages[-1]["role"] == "assistant"
+
+
+def test_loading_another_model_stops_streaming_answers(qtbot, window, tiny_model_dir):
+    import time
+
+    from engine import Token
+
+    window.engine.subscribe(lambda e: time.sleep(0.02) if isinstance(e, Token) else None)
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
+    tab.send()
+    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 0, timeout=30_000)
+    old = window.engine
+    with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+        window.load_model(str(tiny_model_dir))
+    assert window.engine is not old
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
+    assert "stopped" in tab.footer.text()

@@ -1,0 +1,122 @@
+"""Choosing a model: the bundled default, a Hugging Face repo id (downloaded with
+progress and a cancel button), or a local folder / GGUF file."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import (QButtonGroup, QDialog, QDialogButtonBox, QFileDialog,
+                               QHBoxLayout, QLineEdit, QPushButton, QRadioButton, QVBoxLayout,
+                               QWidget)
+
+MODEL_FILES = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt",
+               "*.jinja"]
+
+
+class ModelPicker(QDialog):
+    """Returns a source for `Engine.load`: 'default', a repo id or a path."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Load model")
+        self.default = QRadioButton("Bundled SmolLM2-135M-Instruct (works offline)")
+        self.repo = QRadioButton("Hugging Face repo id")
+        self.local = QRadioButton("Local folder or .gguf file")
+        group = QButtonGroup(self)
+        for button in (self.default, self.repo, self.local):
+            group.addButton(button)
+        self.default.setChecked(True)
+        self.repo_id = QLineEdit()
+        self.repo_id.setPlaceholderText("mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+        self.path = QLineEdit()
+        browse_file = QPushButton("File…")
+        browse_dir = QPushButton("Folder…")
+        browse_file.clicked.connect(self._browse_file)
+        browse_dir.clicked.connect(self._browse_dir)
+        local_row = QHBoxLayout()
+        local_row.addWidget(self.path, 1)
+        local_row.addWidget(browse_file)
+        local_row.addWidget(browse_dir)
+        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.default)
+        layout.addWidget(self.repo)
+        layout.addWidget(self.repo_id)
+        layout.addWidget(self.local)
+        layout.addLayout(local_row)
+        layout.addWidget(buttons)
+        self.repo_id.textEdited.connect(lambda _: self.repo.setChecked(True))
+        self.path.textEdited.connect(lambda _: self.local.setChecked(True))
+
+    def source(self) -> str:
+        if self.repo.isChecked() and self.repo_id.text().strip():
+            return self.repo_id.text().strip()
+        if self.local.isChecked() and self.path.text().strip():
+            return self.path.text().strip()
+        return "default"
+
+    def is_download(self) -> bool:
+        return self.repo.isChecked() and bool(self.repo_id.text().strip())
+
+    def _browse_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
+        if path:
+            self.path.setText(path)
+            self.local.setChecked(True)
+
+    def _browse_dir(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Model folder")
+        if path:
+            self.path.setText(path)
+            self.local.setChecked(True)
+
+
+class DownloadCancelled(Exception):
+    pass
+
+
+class Download(QObject):
+    """A Hugging Face snapshot download on a worker thread, with progress."""
+
+    progress = Signal(int, int)  # bytes done, bytes total
+    finished = Signal(str)  # local path
+    failed = Signal(str)
+
+    def __init__(self, repo_id: str, parent: QObject | None = None):
+        super().__init__(parent)
+        self.repo_id = repo_id
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="model-download", daemon=True).start()
+
+    def _run(self) -> None:
+        from huggingface_hub import snapshot_download
+        from tqdm.auto import tqdm
+
+        download = self
+
+        class Progress(tqdm):  # huggingface_hub reports bytes through tqdm
+            def update(self, n=1):
+                if download._cancel.is_set():
+                    raise DownloadCancelled()
+                result = super().update(n)
+                if self.total:
+                    download.progress.emit(int(self.n), int(self.total))
+                return result
+
+        try:
+            path = snapshot_download(self.repo_id, allow_patterns=MODEL_FILES,
+                                     tqdm_class=Progress)
+        except DownloadCancelled:
+            self.failed.emit("Download cancelled.")
+        except Exception as e:  # offline, no such repo, disk full...
+            self.failed.emit(f"Cannot download {self.repo_id}: {e}")
+        else:
+            self.finished.emit(path)
