@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
             self.statusBar().addPermanentWidget(label)
         self._restore_tabs()
         self._build_menus()
+        self._restore_layout()
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_EVERY_MS)
         self._flush_timer.timeout.connect(self.flush_streaming)
@@ -404,9 +405,23 @@ class MainWindow(QMainWindow):
                     "lanes": finished.lanes, "output_tokens": finished.output_tokens,
                     "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s})
 
+    def _restore_layout(self) -> None:
+        from PySide6.QtCore import QByteArray
+
+        geometry, state = self.store.setting("window.geometry"), self.store.setting("window.state")
+        if geometry:
+            self.restoreGeometry(QByteArray.fromBase64(geometry.encode()))
+        if state:
+            self.restoreState(QByteArray.fromBase64(state.encode()))
+
+    def _save_layout(self) -> None:
+        self.store.set_setting("window.geometry", bytes(self.saveGeometry().toBase64()).decode())
+        self.store.set_setting("window.state", bytes(self.saveState().toBase64()).decode())
+
     def closeEvent(self, event):  # noqa: N802
         self.flush_streaming()
         self._save_tabs()
+        self._save_layout()
         self.bridge.detach()
         if self.engine is not None:
             self.engine.close()

@@ -281,3 +281,13 @@ def test_loading_another_model_stops_streaming_answers(qtbot, window, tiny_model
     assert window.engine is not old
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
     assert "stopped" in tab.footer.text()
+
+
+def test_window_layout_is_saved_and_restored(qtbot, tiny_model_dir, db):
+    first = _open_window(qtbot, tiny_model_dir, db)
+    first.resize(700, 500)  # within the offscreen screen, which restoring clamps to
+    first.close()
+    again = _open_window(qtbot, tiny_model_dir, db)
+    assert (again.width(), again.height()) == (700, 500)
+    assert again.store.setting("window.state")
+    again.close()
