@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
         self.device_label.setText(devices)
         self.mode_label.setText(engine.mode)
+        self.scheduler.system_plots.engine = engine
         self.scheduler.set_engine_info(
             [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode)
         for tab in self.chat_tabs():

@@ -92,6 +92,60 @@ class LanePlots(pg.GraphicsLayoutWidget):
             tps_curve.setData(self._t, self._tps[name], skipFiniteCheck=True)
 
 
+class SystemPlots(pg.GraphicsLayoutWidget):
+    """The process's CPU use and the engine's memory over the last minute."""
+
+    INTERVAL_MS = 500
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        import psutil
+
+        self.setMinimumHeight(150)
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)
+        n = HISTORY_S * 1000 // self.INTERVAL_MS
+        self._t = np.linspace(-HISTORY_S, 0, n)
+        self._series = {k: np.zeros(n) for k in ("cpu", "active", "peak", "kv")}
+        self.cpu_plot = self.addPlot(title="process CPU %")
+        self.nextRow()
+        self.mem_plot = self.addPlot(title="memory MiB")
+        self.mem_plot.addLegend(offset=(5, 5))
+        for plot in (self.cpu_plot, self.mem_plot):
+            plot.setXRange(-HISTORY_S, 0)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setMouseEnabled(x=False, y=False)
+        self._curves = {
+            "cpu": self.cpu_plot.plot(self._t, self._series["cpu"], pen=pg.mkPen("#27ae60")),
+            "active": self.mem_plot.plot(self._t, self._series["active"],
+                                         pen=pg.mkPen("#8e44ad"), name="MLX active"),
+            "peak": self.mem_plot.plot(self._t, self._series["peak"],
+                                       pen=pg.mkPen("#c0392b"), name="MLX peak"),
+            "kv": self.mem_plot.plot(self._t, self._series["kv"],
+                                     pen=pg.mkPen("#16a085"), name="KV + prefix cache"),
+        }
+        self.engine = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.INTERVAL_MS)
+        self._timer.timeout.connect(self.sample)
+        self._timer.start()
+
+    def sample(self) -> None:
+        values = {"cpu": self._process.cpu_percent(None)}
+        if self.engine is not None:
+            mem = self.engine.memory()
+            values.update(active=mem["active"] / 2**20, peak=mem["peak"] / 2**20,
+                          kv=(mem["kv"] + mem["prefix_cache"]) / 2**20)
+        for key, value in values.items():
+            buf = self._series[key]
+            buf[:-1] = buf[1:]
+            buf[-1] = value
+            self._curves[key].setData(self._t, buf, skipFiniteCheck=True)
+
+    def latest(self, key: str) -> float:
+        return float(self._series[key][-1])
+
+
 class SchedulerDock(QWidget):
     mode_requested = Signal(str)
     request_selected = Signal(str)  # request id from the decision log
@@ -132,6 +186,8 @@ class SchedulerDock(QWidget):
         layout.addLayout(switch)
         layout.addLayout(self.cards_box)
         layout.addWidget(self.plots, 1)
+        self.system_plots = SystemPlots()
+        layout.addWidget(self.system_plots, 1)
         layout.addWidget(QLabel("Routing timeline (light: prefill, solid: decode)"))
         self.timeline = Timeline()
         self.timeline_view = TimelineView(self.timeline)

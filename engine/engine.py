@@ -217,6 +217,13 @@ class Engine:
                               "bad-argument")
         self.mode = mode
 
+    def memory(self) -> dict[str, int]:
+        """Bytes: MLX active and peak memory, running requests' KV, prefix cache.
+        (Plain getters: safe from any thread.)"""
+        return {"active": int(mx.get_active_memory()), "peak": int(mx.get_peak_memory()),
+                "kv": sum(lane.kv_bytes for lane in self.lanes.values()),
+                "prefix_cache": self.prefix_cache.nbytes}
+
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Call `observer(event)` for every event, on engine threads; returns an
         unsubscribe function."""

@@ -118,3 +118,15 @@ def test_timeline_has_a_row_per_request_with_lane_segments(qtbot, window):
         qtbot.mouseClick(view, Qt.LeftButton, pos=QPoint(view.LABEL + 2, y))
     assert blocker.args == [first_id]
     assert window.tabs.currentWidget() is tab_of_first
+
+
+def test_system_plots_show_cpu_and_engine_memory(qtbot, window):
+    plots = window.scheduler.system_plots
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    plots.sample()
+    assert plots.latest("active") > 0 and plots.latest("peak") >= plots.latest("active")
+    assert plots.latest("kv") > 0  # the finished turn sits in the prefix cache
+    assert plots.latest("cpu") >= 0
