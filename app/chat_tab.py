@@ -81,7 +81,7 @@ class ChatTab(QWidget):
         self.context_meter.setRange(0, 1)
         self.context_meter.setValue(0)
         self.context_meter.setFormat("context: %v / %m tokens")
-        self.context_meter.setMaximumWidth(260)
+        self.context_meter.setMinimumWidth(240)
         self.context_meter.setToolTip("Tokens of the model's context this chat uses")
         header = QHBoxLayout()
         header.addWidget(self.settings_toggle)

@@ -10,7 +10,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QFrame, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QPushButton, QScrollArea, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from .timeline import Timeline, TimelineView
 
@@ -185,20 +185,23 @@ class SchedulerDock(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(switch)
         layout.addLayout(self.cards_box)
-        layout.addWidget(self.plots, 1)
         self.system_plots = SystemPlots()
-        layout.addWidget(self.system_plots, 1)
-        layout.addWidget(QLabel("Routing timeline (light: prefill, solid: decode)"))
+        plot_tabs = QTabWidget()
+        plot_tabs.addTab(self.plots, "Lanes")
+        plot_tabs.addTab(self.system_plots, "CPU && memory")
+        layout.addWidget(plot_tabs, 2)
         self.timeline = Timeline()
         self.timeline_view = TimelineView(self.timeline)
         self.timeline_view.request_selected.connect(self.request_selected.emit)
         self.timeline_scroll = QScrollArea()
         self.timeline_scroll.setWidget(self.timeline_view)
         self.timeline_scroll.setWidgetResizable(False)
+        self.timeline_scroll.setToolTip("Light: prefill, solid: decode; blue GPU, orange CPU")
         self.timeline_scroll.setMinimumHeight(120)
-        layout.addWidget(self.timeline_scroll, 1)
-        layout.addWidget(QLabel("Decisions"))
-        layout.addWidget(self.log, 1)
+        lower = QTabWidget()
+        lower.addTab(self.timeline_scroll, "Routing timeline")
+        lower.addTab(self.log, "Decisions")
+        layout.addWidget(lower, 2)
         self._started = time.monotonic()
         self._timer = QTimer(self)
         self._timer.setInterval(50)
