@@ -7,7 +7,8 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (QButtonGroup, QFrame, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QPushButton, QScrollArea, QTableWidget,
                                QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
@@ -42,7 +43,29 @@ class LaneCard(QFrame):
             f"KV {sample.kv_bytes / 2**20:.1f} MiB")
 
 
-class LanePlots(pg.GraphicsLayoutWidget):
+class ThemedPlots(pg.GraphicsLayoutWidget):
+    """Plots drawn in the window's colours, following light / dark changes."""
+
+    def apply_palette(self) -> None:
+        if not hasattr(self, "ci"):  # palette events arrive during construction
+            return
+        palette = self.palette()
+        self.setBackground(palette.color(QPalette.Base))
+        text = palette.color(QPalette.Text)
+        for item in self.ci.items:
+            if isinstance(item, pg.PlotItem):
+                item.setTitle(item.titleLabel.text, color=text)
+                for axis in ("left", "bottom"):
+                    item.getAxis(axis).setPen(text)
+                    item.getAxis(axis).setTextPen(text)
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.PaletteChange:
+            self.apply_palette()
+        super().changeEvent(event)
+
+
+class LanePlots(ThemedPlots):
     """Per-lane utilisation and tokens/s; ring buffers, items created once."""
 
     def __init__(self, parent: QWidget | None = None):
@@ -63,6 +86,7 @@ class LanePlots(pg.GraphicsLayoutWidget):
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setMouseEnabled(x=False, y=False)
         self.util_plot.addLegend(offset=(5, 5))
+        self.apply_palette()
 
     def add_lane(self, name: str, kind: str) -> None:
         n = len(self._t)
@@ -92,7 +116,7 @@ class LanePlots(pg.GraphicsLayoutWidget):
             tps_curve.setData(self._t, self._tps[name], skipFiniteCheck=True)
 
 
-class SystemPlots(pg.GraphicsLayoutWidget):
+class SystemPlots(ThemedPlots):
     """The process's CPU use and the engine's memory over the last minute."""
 
     INTERVAL_MS = 500
@@ -124,6 +148,7 @@ class SystemPlots(pg.GraphicsLayoutWidget):
             "kv": self.mem_plot.plot(self._t, self._series["kv"],
                                      pen=pg.mkPen("#16a085"), name="KV + prefix cache"),
         }
+        self.apply_palette()
         self.engine = None
         self._timer = QTimer(self)
         self._timer.setInterval(self.INTERVAL_MS)

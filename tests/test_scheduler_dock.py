@@ -130,3 +130,16 @@ def test_system_plots_show_cpu_and_engine_memory(qtbot, window):
     assert plots.latest("active") > 0 and plots.latest("peak") >= plots.latest("active")
     assert plots.latest("kv") > 0  # the finished turn sits in the prefix cache
     assert plots.latest("cpu") >= 0
+
+
+def test_plots_follow_the_palette(qtbot, window):
+    from PySide6.QtGui import QColor, QPalette
+
+    plots = window.scheduler.plots
+    palette = plots.palette()
+    palette.setColor(QPalette.Base, QColor("#202124"))
+    plots.setPalette(palette)
+    assert plots.backgroundBrush().color().name() == "#202124"
+    palette.setColor(QPalette.Base, QColor("#fafafa"))
+    plots.setPalette(palette)
+    assert plots.backgroundBrush().color().name() == "#fafafa"
