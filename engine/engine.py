@@ -16,7 +16,8 @@ import mlx.core as mx
 
 from .errors import EngineError
 from .events import Finished, LaneSample, Migrated, Queued, Routed
-from .lane import Handoff, Lane, LaneConfig
+from .handoff import Handoff
+from .lane import Lane, LaneConfig
 from .loader import LoadedModel, load_model, with_weight_format
 from .params import SamplingParams
 from .prefix import PrefixCache

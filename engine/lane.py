@@ -13,7 +13,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,7 +21,10 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .batch import DecodeBatch
+from .calibration import calibrate
 from .costmodel import CostModel
+from .handoff import Director, Handoff
+from .laneconfig import SPLIT_LAST_TOKEN_ABOVE, LaneConfig, LaneStats
 from .events import Calibrated, EngineErrorEvent, Finished, Token, now
 from .prefix import PrefixCache
 from .request import Request, RequestStatus
@@ -29,64 +32,11 @@ from .sampling import TokenSampler, sample_rows
 from .textstream import TextStream
 
 
-# A prompt's final chunk longer than this is run as (all but last, last).
-_SPLIT_LAST_TOKEN_ABOVE = 64
-
-
-@dataclass(slots=True)
-class LaneConfig:
-    """Tuning of one lane. Validated on construction."""
-
-    max_batch: int = 32
-    prefill_chunk: int = 1024  # tokens per step while nothing decodes
-    prefill_chunk_busy: int = 128  # tokens per step while requests decode
-    clear_cache_every: int = 256  # steps between mx.clear_cache()
-
-    def __post_init__(self):
-        if self.max_batch < 1 or self.prefill_chunk < 1 or self.prefill_chunk_busy < 1:
-            raise ValueError("max_batch and prefill chunk sizes must be >= 1")
-
-
 @dataclass(slots=True, eq=False)
 class _Prefill:
     request: Request
     sampler: TokenSampler
     caches: list[KVCache]
-
-
-@dataclass(slots=True, eq=False)
-class Handoff:
-    """A decoding request moving between lanes: its KV and its next input token."""
-
-    request: Request
-    sampler: TokenSampler
-    caches: list[KVCache]
-    next_token: mx.array  # shape (1,), sampled but not yet streamed
-    from_lane: str
-    reason: str
-
-
-class Director(Protocol):
-    """What a lane asks the engine between steps (the engine asks its router)."""
-
-    def decode_lane_for(self, request: Request, lane: "Lane") -> str: ...
-
-    def move_for(self, request: Request, lane: "Lane") -> tuple[str, str] | None: ...
-
-    def hand_off(self, handoff: Handoff, to_lane: str) -> None: ...
-
-    def others_busy(self, lane: "Lane") -> bool: ...
-
-
-class LaneStats:
-    """Counters read by the engine's sampler thread (plain numbers, no lock)."""
-
-    def __init__(self):
-        self.busy_s = 0.0
-        self.tokens = 0  # prompt + output tokens processed
-        self.output_tokens = 0
-        self.steps = 0
-        self.kv_bytes = 0  # updated by the lane thread after each step
 
 
 class Lane:
@@ -284,7 +234,7 @@ class Lane:
             n = min(budget, request.num_prompt - start)
             chunk = mx.array(request.prompt_ids[start : start + n])[None]
             completes = start + n == request.num_prompt
-            if completes and n > _SPLIT_LAST_TOKEN_ABOVE:
+            if completes and n > SPLIT_LAST_TOKEN_ABOVE:
                 # Only the last position's logits are needed: run the rest
                 # apart so the vocabulary projection is computed for one token
                 # (MLX never evaluates the unused logits of the first call).
@@ -344,30 +294,11 @@ class Lane:
         contended = self.director.others_busy(self) if self.director else False
         self.cost.observe(batch, context, prefill_tokens, seconds, contended)
 
-    def _calibrate(self, budget_s: float = 3.0) -> CostModel:
-        """Time a prefill and decode steps at batch 1 and 4 (about budget_s at most)."""
-        started = time.perf_counter()
-        prompt = mx.array([[(7 * i) % 100 + 3 for i in range(96)]])
-        for _ in range(2):  # warm-up: first calls pay for allocation
-            mx.eval(self.model(prompt, cache=make_prompt_cache(self.model)))
-        t = time.perf_counter()
-        mx.eval(self.model(prompt, cache=make_prompt_cache(self.model)))
-        prefill_tps = prompt.shape[1] / max(time.perf_counter() - t, 1e-6)
-        step = {}
-        for batch in (1, 4):
-            cache = make_prompt_cache(self.model)
-            mx.eval(self.model(mx.array([[5] * 32] * batch), cache=cache))
-            steps, t = 0, time.perf_counter()
-            while steps < 2 or (steps < 8 and time.perf_counter() - started < budget_s):
-                mx.eval(self.model(mx.array([[5]] * batch), cache=cache))
-                steps += 1
-            step[batch] = (time.perf_counter() - t) / steps
-        alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
-        cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
-                         batch_alpha=alpha)
-        self._emit(Calibrated(self.name, self.device, prefill_tps=prefill_tps,
-                              decode_tps=1.0 / step[1], batch_alpha=alpha,
-                              seconds=time.perf_counter() - started))
+    def _calibrate(self) -> CostModel:
+        cost, seconds = calibrate(self.model)
+        self._emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
+                              decode_tps=cost.decode_points[0][1],
+                              batch_alpha=cost.batch_alpha, seconds=seconds))
         return cost
 
     def _take_tokens(self, requests: list[Request], tokens: list[int]) -> None:
