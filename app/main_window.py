@@ -6,13 +6,11 @@ engine events arrive through the `EngineBridge` as Qt signals.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QStandardPaths, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
@@ -20,20 +18,13 @@ from engine import Engine, EngineError, SamplingParams
 
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
+from .menus import build_menus
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
+from .paths import default_db_path
 from .store import ChatStore
 
 FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
-
-
-def default_db_path() -> Path:
-    override = os.environ.get("TANDEM_DB")
-    if override:
-        return Path(override)
-    folder = QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or str(
-        Path.home() / ".tandem")
-    return Path(folder) / "tandem.db"
 
 
 class _Loader(QObject):
@@ -193,31 +184,7 @@ class MainWindow(QMainWindow):
         self._save_tabs()
 
     def _build_menus(self) -> None:
-        """Menus with the platform's shortcuts (Qt maps Ctrl to Cmd on macOS)."""
-        def action(menu, text, shortcut, slot):
-            act = QAction(text, self)
-            act.setShortcut(QKeySequence(shortcut))
-            act.setShortcutContext(Qt.ApplicationShortcut)
-            act.triggered.connect(slot)
-            menu.addAction(act)
-            return act
-
-        chat = self.menuBar().addMenu("&Chat")
-        self.new_action = action(chat, "New chat", QKeySequence.New, self.new_chat)
-        self.close_action = action(chat, "Close chat", QKeySequence.Close, self._close_current)
-        self.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
-                                    self._export_current)
-        chat.addSeparator()
-        self.stop_action = action(chat, "Stop", "Esc", self._stop_current)
-        self.next_action = action(chat, "Next tab", QKeySequence.NextChild,
-                                  lambda: self._cycle_tab(1))
-        self.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
-                                      lambda: self._cycle_tab(-1))
-        engine_menu = self.menuBar().addMenu("&Engine")
-        self.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
-                                        self.pick_model)
-        self.toggle_mode_action = action(engine_menu, "Toggle GPU-only / Hybrid", "Ctrl+M",
-                                         self.toggle_mode)
+        build_menus(self)
 
     def pick_model(self) -> None:
         from .model_picker import ModelPicker
@@ -232,20 +199,10 @@ class MainWindow(QMainWindow):
 
     def download_model(self, repo_id: str) -> None:
         """Download a Hugging Face repo with a progress bar and Cancel, then load it."""
-        from PySide6.QtWidgets import QProgressDialog
+        from .model_picker import start_download
 
-        from .model_picker import Download
-
-        dialog = QProgressDialog(f"Downloading {repo_id}…", "Cancel", 0, 0, self)
-        dialog.setWindowTitle("Download model")
-        dialog.setMinimumDuration(0)
-        self._download = Download(repo_id, self)
-        self._download.progress.connect(lambda done, total: (
-            dialog.setMaximum(total), dialog.setValue(min(done, total))))
-        self._download.finished.connect(lambda path: (dialog.reset(), self.load_model(path)))
-        self._download.failed.connect(lambda msg: (dialog.reset(), self._on_engine_failed(msg)))
-        dialog.canceled.connect(self._download.cancel)
-        self._download.start()
+        self._download = start_download(self, repo_id, on_done=self.load_model,
+                                        on_failed=self._on_engine_failed)
 
     def current_tab(self) -> ChatTab | None:
         return self.tabs.currentWidget()

@@ -120,3 +120,21 @@ class Download(QObject):
             self.failed.emit(f"Cannot download {self.repo_id}: {e}")
         else:
             self.finished.emit(path)
+
+
+def start_download(parent, repo_id: str, on_done, on_failed) -> Download:
+    """Run a `Download` behind a progress dialog with Cancel; call `on_done(path)`
+    or `on_failed(message)` when it ends."""
+    from PySide6.QtWidgets import QProgressDialog
+
+    dialog = QProgressDialog(f"Downloading {repo_id}…", "Cancel", 0, 0, parent)
+    dialog.setWindowTitle("Download model")
+    dialog.setMinimumDuration(0)
+    download = Download(repo_id, parent)
+    download.progress.connect(lambda done, total: (dialog.setMaximum(total),
+                                                   dialog.setValue(min(done, total))))
+    download.finished.connect(lambda path: (dialog.reset(), on_done(path)))
+    download.failed.connect(lambda message: (dialog.reset(), on_failed(message)))
+    dialog.canceled.connect(download.cancel)
+    download.start()
+    return download
