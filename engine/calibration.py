@@ -34,3 +34,10 @@ def calibrate(model: nn.Module, budget_s: float = 3.0) -> tuple[CostModel, float
     cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
                      batch_alpha=alpha)
     return cost, time.perf_counter() - started
+
+
+def kv_dtype(model: nn.Module) -> mx.Dtype:
+    """The dtype the model writes into its KV cache, found by a one-token probe."""
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    return cache[0].keys.dtype

@@ -21,7 +21,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .batch import DecodeBatch
-from .calibration import calibrate
+from .calibration import calibrate, kv_dtype
 from .costmodel import CostModel
 from .handoff import Director, Handoff
 from .laneconfig import SPLIT_LAST_TOKEN_ABOVE, LaneConfig, LaneStats
@@ -138,7 +138,7 @@ class Lane:
         device = mx.Device(mx.gpu if self.device == "gpu" else mx.cpu)
         stream = mx.new_stream(device)
         with mx.stream(stream):
-            self._kv_dtype = _kv_dtype(self.model)
+            self._kv_dtype = kv_dtype(self.model)
             try:
                 if self.cost is None:
                     self.cost = self._calibrate()
@@ -396,10 +396,3 @@ class Lane:
         self._inbox.clear()
         self._prefilling.clear()
         self._batch = DecodeBatch(self.model)
-
-
-def _kv_dtype(model: nn.Module) -> mx.Dtype:
-    """The dtype the model writes into its KV cache, found by a one-token probe."""
-    cache = make_prompt_cache(model)
-    model(mx.array([[0]]), cache=cache)
-    return cache[0].keys.dtype
