@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
+
+from .highlight import CodeHighlighter
 from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
@@ -91,6 +93,7 @@ class ChatTab(QWidget):
         self.transcript = QTextBrowser()
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self._on_anchor)
+        self.highlighter = CodeHighlighter(self.transcript.document())
         self.code_blocks: list[str] = []
         self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
         self.composer = Composer()

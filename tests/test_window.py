@@ -291,3 +291,18 @@ def test_window_layout_is_saved_and_restored(qtbot, tiny_model_dir, db):
     assert (again.width(), again.height()) == (700, 500)
     assert again.store.setting("window.state")
     again.close()
+
+
+def test_code_blocks_are_highlighted(qtbot, window):
+    from PySide6.QtGui import QTextFormat
+
+    tab = window.chat_tabs()[0]
+    tab.messages = [{"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}]
+    tab.render()
+    doc = tab.transcript.document()
+    block = doc.begin()
+    while block.isValid() and not block.blockFormat().hasProperty(QTextFormat.BlockCodeFence):
+        block = block.next()
+    assert block.isValid() and block.text().startswith("def f")
+    colours = {r.format.foreground().color().name() for r in block.layout().formats()}
+    assert "#d73a49" in colours  # 'def' is a keyword
