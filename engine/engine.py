@@ -279,7 +279,7 @@ class Engine:
                                 predicted_s=placement.predicted_s))
         return placement.lane
 
-    def move_for(self, request: Request, lane: Lane) -> tuple[str, str] | None:
+    def move_for(self, request: Request, lane: Lane) -> str | None:
         with self._lock:
             started = time.perf_counter()
             placement = self.policy.reconsider(self._request_view(request), lane.name,
@@ -290,7 +290,7 @@ class Engine:
         self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
                             to_lane=placement.lane, reason=placement.reason,
                             predicted_s=placement.predicted_s))
-        return placement.lane, placement.reason
+        return placement.lane
 
     def hand_off(self, handoff: Handoff, to_lane: str) -> None:
         target = self.lanes[to_lane]

@@ -23,8 +23,6 @@ class Handoff:
     sampler: TokenSampler
     caches: list[KVCache]
     next_token: mx.array  # shape (1,), sampled but not yet streamed
-    from_lane: str
-    reason: str
 
 
 class Director(Protocol):
@@ -32,7 +30,7 @@ class Director(Protocol):
 
     def decode_lane_for(self, request: Request, lane: "Lane") -> str: ...
 
-    def move_for(self, request: Request, lane: "Lane") -> tuple[str, str] | None: ...
+    def move_for(self, request: Request, lane: "Lane") -> str | None: ...
 
     def hand_off(self, handoff: Handoff, to_lane: str) -> None: ...
 

@@ -130,9 +130,6 @@ class Lane:
     def decoding_requests(self) -> list[Request]:
         return list(self._batch.requests) + [h.request for h in list(self._adopted)]
 
-    def prefilling_requests(self) -> list[Request]:
-        return [p.request for p in list(self._prefilling)]
-
     # ---- lane thread ------------------------------------------------------
     def _run(self) -> None:
         device = mx.Device(mx.gpu if self.device == "gpu" else mx.cpu)
@@ -213,8 +210,7 @@ class Lane:
             if target == self.name:
                 self._join(request, prefill.sampler, prefill.caches, first)
             else:
-                self._send(Handoff(request, prefill.sampler, prefill.caches, first, self.name,
-                                   "prefill done"), target)
+                self._send(Handoff(request, prefill.sampler, prefill.caches, first), target)
         if self.director and self.stats.steps % self.reconsider_every == 0:
             self._reconsider()
         batch = len(fed_requests)
@@ -272,17 +268,16 @@ class Lane:
         for index, request in enumerate(self._batch.requests):
             if request.is_cancelled or request.num_output - request.output_at_last_move < 32:
                 continue
-            decision = self.director.move_for(request, self)
-            if decision is not None and decision[0] != self.name:
-                moves.append((index, request, decision))
+            target = self.director.move_for(request, self)
+            if target is not None and target != self.name:
+                moves.append((index, request, target))
         if not moves:
             return
         leaving = {index for index, _, _ in moves}
-        for index, request, (target, reason) in moves:
+        for index, request, target in moves:
             caches, token = self._batch.extract(index), self._batch.pending_token(index)
             request.output_at_last_move = request.num_output
-            self._send(Handoff(request, self._batch.samplers[index], caches, token, self.name,
-                               reason), target)
+            self._send(Handoff(request, self._batch.samplers[index], caches, token), target)
         self._batch.keep([i for i in range(len(self._batch)) if i not in leaving])
 
     def _observe(self, seconds: float) -> None:
@@ -338,7 +333,6 @@ class Lane:
                 error: str | None = None) -> None:
         if caches:
             try:
-                mx.eval([c.state for c in caches])
                 self.prefix_cache.insert(request.all_ids, caches)
             except Exception:  # caching is an optimisation; never fail a request on it
                 traceback.print_exc()
