@@ -313,7 +313,8 @@ class Engine:
 
     def _request_view(self, request: Request) -> RequestView:
         return RequestView(request.request_id, request.num_prompt, request.cached_tokens,
-                           self._expected_left(request), request.num_output, request.tab_id)
+                           self._expected_left(request), request.num_output, request.tab_id,
+                           request.num_output - request.output_at_last_move)
 
     def _lane_view(self, lane: Lane) -> LaneView:
         decoding = lane.decoding_requests()

@@ -266,7 +266,7 @@ class Lane:
     def _reconsider(self) -> None:
         moves = []
         for index, request in enumerate(self._batch.requests):
-            if request.is_cancelled or request.num_output - request.output_at_last_move < 32:
+            if request.is_cancelled:
                 continue
             target = self.director.move_for(request, self)
             if target is not None and target != self.name:

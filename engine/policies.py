@@ -170,6 +170,7 @@ class CostAwarePolicy:
         if current not in names:
             return _stay(current, lanes)
         if (len(lanes) == 1 or request.expected_output < self.min_tokens_between_moves
+                or request.tokens_since_move < self.min_tokens_between_moves
                 or any(lane.cost is None for lane in lanes)):
             return None
         context = request.prompt_tokens + request.output_tokens

@@ -43,6 +43,7 @@ class RequestView:
     expected_output: int = 200  # output tokens still expected
     output_tokens: int = 0
     tab_id: str | None = None
+    tokens_since_move: int = 1 << 30  # output tokens since it last changed lanes
 
     @property
     def uncached_tokens(self) -> int:

@@ -119,3 +119,22 @@ def test_cost_model_refines_online():
     for _ in range(40):
         model.observe(batch=0, context=0, prefill_tokens=100, seconds=2.0)
     assert model.prefill_s(100) == pytest.approx(2.0, rel=0.02)
+
+
+def test_reconsider_moves_a_decode_only_after_the_policy_gap():
+    # A crowded GPU next to an idle CPU: a long decode on the GPU should move,
+    # unless it moved fewer than min_tokens_between_moves tokens ago; a lane
+    # the mode no longer allows is left regardless.
+    cost = _lanes()
+    gpu = _view("gpu", cost["gpu"], batch_size=40, decode_batch=40, mean_context=900,
+                remaining_tokens=40 * 200)
+    cpu = _view("cpu", cost["cpu"])
+    policy = CostAwarePolicy(min_tokens_between_moves=32)
+    request = RequestView("r4", 800, 780, expected_output=200, output_tokens=60)
+    move = policy.reconsider(request, "gpu", [gpu, cpu])
+    assert move is not None and move.lane == "cpu"
+    assert move.predicted_s["cpu"] < move.predicted_s["gpu"]
+    recent = RequestView("r4", 800, 780, expected_output=200, output_tokens=60,
+                         tokens_since_move=10)
+    assert policy.reconsider(recent, "gpu", [gpu, cpu]) is None
+    assert policy.reconsider(recent, "gpu", [cpu]).lane == "cpu"

@@ -158,7 +158,8 @@ class Simulation:
         return max(self.expected_output - r.output, 16)
 
     def _request_view(self, r: SimRequest) -> RequestView:
-        return RequestView(r.rid, r.prompt, r.cached, self._expected_left(r), r.output, r.tab)
+        return RequestView(r.rid, r.prompt, r.cached, self._expected_left(r), r.output, r.tab,
+                           r.output - r.tokens_at_last_move)
 
     def _view(self, lane: SimLane) -> LaneView:
         decoding = lane.decoding
@@ -230,8 +231,6 @@ class Simulation:
                            if placement.lane == lane.name else lane.name)
         if self.reconsider_every and lane.decoding:
             for r in list(lane.decoding):
-                if r.output - r.tokens_at_last_move < self.reconsider_every * 4:
-                    continue
                 if r.output % self.reconsider_every:
                     continue
                 placement = self.policy.reconsider(self._request_view(r), lane.name,
