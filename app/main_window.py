@@ -34,6 +34,12 @@ class _Loader(QObject):
     failed = Signal(str)
 
 
+# The engine's threads run this much nicer than the GUI thread (Linux), so the
+# window stays smooth while lanes keep every core busy (benchmarks/RESULTS.md,
+# "event-loop latency").
+ENGINE_NICE = 10
+
+
 class MainWindow(QMainWindow):
     engine_ready = Signal()
     model_failed = Signal(str)
@@ -45,7 +51,8 @@ class MainWindow(QMainWindow):
         self.resize(1200, 760)
         self.store = store or ChatStore(default_db_path())
         self.engine: Engine | None = None
-        self._engine_factory = engine_factory or (lambda source: Engine.load(source))
+        self._engine_factory = engine_factory or (
+            lambda source: Engine.load(source, worker_nice=ENGINE_NICE))
         self._tab_of_request: dict[str, ChatTab] = {}
         self.bridge = EngineBridge(self)
         self.bridge.tokens.connect(self._on_tokens)

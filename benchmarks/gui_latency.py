@@ -33,14 +33,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--switch-interval-ms", type=float, default=None,
                         help="override sys.setswitchinterval (the app sets its own)")
+    parser.add_argument("--engine-nice", type=int, default=None,
+                        help="niceness of the engine's threads (default: the app's)")
     args = parser.parse_args()
     app = QApplication(sys.argv)
-    from app.main_window import MainWindow
+    from app.main_window import ENGINE_NICE, MainWindow
+    from engine import Engine
     from app.store import ChatStore
 
     if args.switch_interval_ms is not None:
         sys.setswitchinterval(args.switch_interval_ms / 1000)
-    window = MainWindow("default", store=ChatStore(Path(tempfile.mkdtemp()) / "lat.db"))
+    nice = ENGINE_NICE if args.engine_nice is None else args.engine_nice
+    window = MainWindow("default", store=ChatStore(Path(tempfile.mkdtemp()) / "lat.db"),
+                        engine_factory=lambda source: Engine.load(source, worker_nice=nice))
+    counted: list[int] = []
     window.resize(1500, 900)
     window.show()
     ticks: list[float] = []
@@ -56,7 +62,11 @@ def main() -> int:
                 streaming_ticks.append(max(late, 0.0))
         ticks.append(now)
 
+    def output_tokens() -> int:
+        return sum(lane.stats.output_tokens for lane in window.engine.lanes.values())
+
     def start():
+        counted.append(output_tokens())
         tabs = [window.chat_tabs()[0]] + [window.new_chat() for _ in range(3)]
         for tab, prompt in zip(tabs, PROMPTS):
             tab.composer.setPlainText(prompt)
@@ -66,6 +76,7 @@ def main() -> int:
         QTimer.singleShot(int(args.seconds * 1000), finish)
 
     def finish():
+        counted.append(output_tokens())
         timer.stop()
         window.close()
         app.quit()
@@ -77,7 +88,9 @@ def main() -> int:
     print(json.dumps({
         "machine": f"{platform.machine()} 2 cores, offscreen Qt",
         "date": time.strftime("%Y-%m-%d"),
+        "engine_nice": nice,
         "ticks_while_streaming": len(late),
+        "output_tokens_per_s": (counted[1] - counted[0]) / args.seconds,
         "lateness_ms": {"p50": pick(0.5), "p99": pick(0.99), "max": late[-1]},
     }, indent=2))
     return 0

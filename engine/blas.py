@@ -19,6 +19,7 @@ _CANDIDATES = (
 )
 
 loaded_blas: str | None = None
+blas_thread_ids: set[int] = set()  # worker threads OpenBLAS started when it loaded
 
 
 def preload_openblas() -> str | None:
@@ -38,11 +39,15 @@ def preload_openblas() -> str | None:
     found = ctypes.util.find_library("openblas")
     if found:
         names.append(found)
+    from .priority import thread_ids
+
     for name in names:
+        before = thread_ids()
         try:
             ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
         except OSError:
             continue
+        blas_thread_ids.update(thread_ids() - before)
         loaded_blas = name
         return name
     return None

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import mlx.core as mx
 
+from . import blas, priority
 from .errors import EngineError
 from .events import Finished, LaneSample, Migrated, Queued, Routed
 from .handoff import Handoff
@@ -109,8 +110,12 @@ class Engine:
     def __init__(self, loaded: LoadedModel, lanes: list[LaneSpec] | None = None,
                  mode: str | None = None, policy: Policy | None = None,
                  prefix_cache_bytes: int = 1 << 30, prefix_block_size: int = 16,
-                 sample_interval_s: float = 0.1):
+                 sample_interval_s: float = 0.1, worker_nice: int = 0):
+        """`worker_nice` > 0 runs the engine's threads (lanes, their MLX
+        streams, OpenBLAS's workers) at that niceness on Linux, so that an app's
+        GUI thread gets the cores first; see engine/priority.py."""
         self.model_info = loaded
+        self.worker_nice = worker_nice
         self.tokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
@@ -136,6 +141,9 @@ class Engine:
                 spec.config)
             self.lanes[spec.name].director = self
             self.lanes[spec.name].kind = spec.kind
+            self.lanes[spec.name].nice = worker_nice
+        for tid in blas.blas_thread_ids:
+            priority.lower_thread(worker_nice, tid)
         self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")
         self.set_mode(self.mode)
         for lane in self.lanes.values():
@@ -348,6 +356,7 @@ class Engine:
                 traceback.print_exc()
 
     def _sample_lanes(self, interval: float) -> None:
+        priority.lower_thread(self.worker_nice)
         last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
                 for name, lane in self.lanes.items()}
         while not self._sampler_stop.wait(interval):

@@ -27,6 +27,7 @@ from .handoff import Director, Handoff
 from .laneconfig import SPLIT_LAST_TOKEN_ABOVE, LaneConfig, LaneStats
 from .events import Calibrated, EngineErrorEvent, Finished, Token, now
 from .prefix import PrefixCache
+from .priority import lower_thread
 from .request import Request, RequestStatus
 from .sampling import TokenSampler, sample_rows
 from .textstream import TextStream
@@ -67,6 +68,7 @@ class Lane:
         self.director: "Director | None" = None  # set by the engine
         self.cost: CostModel | None = None  # calibrated on the lane thread
         self.reconsider_every = 8  # steps between migration checks
+        self.nice = 0  # niceness of the lane thread and the MLX stream it starts
         self._last_step: tuple[int, float, int] | None = None  # (batch, context, prefill)
         self._wakeup = threading.Condition()
         self._closed = False
@@ -132,6 +134,7 @@ class Lane:
 
     # ---- lane thread ------------------------------------------------------
     def _run(self) -> None:
+        lower_thread(self.nice)  # before the stream exists: its thread inherits it
         device = mx.Device(mx.gpu if self.device == "gpu" else mx.cpu)
         stream = mx.new_stream(device)
         with mx.stream(stream):
