@@ -1,0 +1,85 @@
+"""An answer streaming when the app process is killed survives up to its last
+flush, and a new window on the same database shows it."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from app.main_window import MainWindow
+from app.store import ChatStore
+from engine import Engine, LaneSpec
+from engine.loader import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from PySide6.QtWidgets import QApplication
+    from app.main_window import MainWindow
+    from app.store import ChatStore
+    from engine import Engine, LaneSpec, Token
+    from engine.loader import load_model
+
+    app = QApplication([])
+    factory = lambda s: Engine(load_model(s), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    w = MainWindow({model!r}, engine_factory=factory, store=ChatStore({db!r}))
+    w.show()
+
+    def go():
+        # Pace the tiny model to human speed so the answer is mid-stream for seconds.
+        w.engine.subscribe(lambda e: time.sleep(0.05) if isinstance(e, Token) else None)
+        tab = w.chat_tabs()[0]
+        tab.composer.setPlainText("tell me a long story about the sea")
+        tab.send()
+        print("SENT", tab.chat_id, flush=True)
+
+    w.engine_ready.connect(go)
+    app.exec()
+""")
+
+
+def test_answer_streaming_when_killed_survives_to_its_last_flush(qtbot, tiny_model_dir,
+                                                                  tmp_path):
+    db = tmp_path / "crash.db"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT), model=str(tiny_model_dir),
+                                            db=str(db))],
+        stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = child.stdout.readline()
+        assert line.startswith("SENT"), f"child did not start: {line!r}"
+        chat_id = int(line.split()[1])
+        reader = ChatStore(db)
+        # Wait until at least one flush of the streaming answer reached the disk.
+        qtbot.waitUntil(lambda: len(reader.messages(chat_id)) == 2
+                        and len(reader.messages(chat_id)[1].content) > 0, timeout=30_000)
+        flushed = reader.messages(chat_id)[1].content
+        reader.close()
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+
+    store = ChatStore(db)
+    user, answer = store.messages(chat_id)
+    assert user.content == "tell me a long story about the sea"
+    assert not answer.complete
+    assert answer.content.startswith(flushed)  # nothing flushed was lost
+    window = MainWindow(str(tiny_model_dir), store=store, engine_factory=lambda s: Engine(
+        load_model(s), lanes=[LaneSpec("cpu", "cpu", "float32")]))
+    qtbot.addWidget(window)
+    with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+        pass
+    (tab,) = [t for t in window.chat_tabs() if t.chat_id == chat_id]
+    assert tab.messages[-1]["content"] == answer.content
+    assert answer.content[:20] in tab.transcript.toPlainText()
+    window.close()
