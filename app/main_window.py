@@ -204,12 +204,13 @@ class MainWindow(QMainWindow):
         else:
             self.load_model(picker.source())
 
-    def download_model(self, repo_id: str) -> None:
-        """Download a Hugging Face repo with a progress bar and Cancel, then load it."""
+    def download_model(self, repo_id: str, **hub) -> None:
+        """Download a Hugging Face repo with a progress bar and Cancel, then load
+        it. `hub`: endpoint / cache_dir, huggingface_hub's own by default."""
         from .model_picker import start_download
 
         self._download = start_download(self, repo_id, on_done=self.load_model,
-                                        on_failed=self._on_engine_failed)
+                                        on_failed=self._on_engine_failed, **hub)
 
     def current_tab(self) -> ChatTab | None:
         return self.tabs.currentWidget()

@@ -79,15 +79,21 @@ class DownloadCancelled(Exception):
 
 
 class Download(QObject):
-    """A Hugging Face snapshot download on a worker thread, with progress."""
+    """A Hugging Face snapshot download on a worker thread, with progress.
 
-    progress = Signal(int, int)  # bytes done, bytes total
+    `endpoint` and `cache_dir` default to huggingface_hub's own (HF_ENDPOINT,
+    HF_HUB_CACHE); tests point them at a local stand-in for the Hub."""
+
+    progress = Signal(int, int)  # KiB done, KiB total (Qt ints are 32-bit)
     finished = Signal(str)  # local path
     failed = Signal(str)
 
-    def __init__(self, repo_id: str, parent: QObject | None = None):
+    def __init__(self, repo_id: str, parent: QObject | None = None,
+                 endpoint: str | None = None, cache_dir: str | None = None):
         super().__init__(parent)
         self.repo_id = repo_id
+        self.endpoint = endpoint
+        self.cache_dir = cache_dir
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -102,39 +108,52 @@ class Download(QObject):
 
         download = self
 
-        class Progress(tqdm):  # huggingface_hub reports bytes through tqdm
+        class Progress(tqdm):
+            """huggingface_hub drives a files bar and byte bars through this
+            class, from its download threads; the byte bars feed the dialog."""
+
             def update(self, n=1):
                 if download._cancel.is_set():
                     raise DownloadCancelled()
                 result = super().update(n)
-                if self.total:
-                    download.progress.emit(int(self.n), int(self.total))
+                if self.unit == "B" and self.total:
+                    download.progress.emit(int(self.n) >> 10, int(self.total) >> 10)
                 return result
 
         try:
             path = snapshot_download(self.repo_id, allow_patterns=MODEL_FILES,
-                                     tqdm_class=Progress)
+                                     tqdm_class=Progress, endpoint=self.endpoint,
+                                     cache_dir=self.cache_dir)
         except DownloadCancelled:
             self.failed.emit("Download cancelled.")
         except Exception as e:  # offline, no such repo, disk full...
-            self.failed.emit(f"Cannot download {self.repo_id}: {e}")
+            if self._cancel.is_set():
+                self.failed.emit("Download cancelled.")
+            else:
+                self.failed.emit(f"Cannot download {self.repo_id}: {e}")
         else:
-            self.finished.emit(path)
+            # huggingface_hub reads 10 MB chunks: Cancel pressed during the last
+            # one still means "do not load it".
+            if self._cancel.is_set():
+                self.failed.emit("Download cancelled.")
+            else:
+                self.finished.emit(path)
 
 
-def start_download(parent, repo_id: str, on_done, on_failed) -> Download:
+def start_download(parent, repo_id: str, on_done, on_failed, **hub) -> Download:
     """Run a `Download` behind a progress dialog with Cancel; call `on_done(path)`
-    or `on_failed(message)` when it ends."""
+    or `on_failed(message)` when it ends. `hub`: endpoint / cache_dir."""
     from PySide6.QtWidgets import QProgressDialog
 
     dialog = QProgressDialog(f"Downloading {repo_id}…", "Cancel", 0, 0, parent)
     dialog.setWindowTitle("Download model")
     dialog.setMinimumDuration(0)
-    download = Download(repo_id, parent)
+    download = Download(repo_id, parent, **hub)
     download.progress.connect(lambda done, total: (dialog.setMaximum(total),
                                                    dialog.setValue(min(done, total))))
     download.finished.connect(lambda path: (dialog.reset(), on_done(path)))
     download.failed.connect(lambda message: (dialog.reset(), on_failed(message)))
     dialog.canceled.connect(download.cancel)
+    dialog.show()  # at once: resolving the repo can take a while before bytes flow
     download.start()
     return download

@@ -1,0 +1,81 @@
+"""Downloading a model from a Hugging Face repo id, for real through
+huggingface_hub, against a local stand-in for the Hub (tests/fake_hub.py):
+progress in bytes, the model loads and answers, Cancel keeps the old model."""
+
+import pytest
+from huggingface_hub import constants
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QProgressDialog, QPushButton
+
+from app.main_window import MainWindow
+from app.store import ChatStore
+from engine import Engine, LaneSpec
+from engine.loader import load_model
+from tests.fake_hub import FakeHub
+
+
+def _factory(source):
+    return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
+
+
+@pytest.fixture
+def window(qtbot, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # `make test` sets it
+    w = MainWindow(str(tiny_model_dir), engine_factory=_factory,
+                   store=ChatStore(tmp_path / "tandem.db"))
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
+        pass
+    yield w
+    w.close()
+
+
+def test_download_shows_byte_progress_then_loads_and_answers(qtbot, window, tiny_model_dir,
+                                                             tmp_path):
+    old_engine = window.engine
+    with FakeHub("tandem-tests/tiny", tiny_model_dir) as hub:
+        seen = []
+        with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+            window.download_model("tandem-tests/tiny", endpoint=hub.endpoint,
+                                  cache_dir=str(tmp_path / "hub"))
+            window._download.progress.connect(lambda done, total: seen.append((done, total)))
+    assert window.engine is not old_engine
+    assert "models--tandem-tests--tiny" in window.engine.model_info.source
+    wanted = sum(len(d) for d in hub.files.values()) >> 10
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert seen[-1][1] >= wanted - 1  # totals are in KiB, bytes of every model file
+    assert any(r.startswith("GET /tandem-tests/tiny/resolve/") for r in hub.requests)
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert tab.messages[-1]["role"] == "assistant" and tab.messages[-1]["content"]
+
+
+def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_model_dir, tmp_path):
+    engine, label = window.engine, window.model_label.text()
+    # Paced at 10 s per MiB: the 400 KB download takes seconds, time to cancel.
+    # (huggingface_hub checks for Cancel between its 10 MB chunks; this small
+    # model is one chunk, so Cancel lands while it streams and the finished
+    # download must still not be loaded.)
+    failures = []
+    window.model_failed.connect(failures.append)
+    with FakeHub("tandem-tests/slow", tiny_model_dir, seconds_per_mib=10.0) as hub:
+        window.download_model("tandem-tests/slow", endpoint=hub.endpoint,
+                              cache_dir=str(tmp_path / "hub"))
+        progress = []
+        window._download.progress.connect(lambda done, total: progress.append(done))
+        qtbot.waitUntil(lambda: bool(progress), timeout=10_000)
+        dialog = window.findChild(QProgressDialog)
+        assert dialog is not None and dialog.isVisible()
+        cancel = dialog.findChild(QPushButton)
+        assert cancel.text() == "Cancel"
+        qtbot.mouseClick(cancel, Qt.LeftButton)
+        qtbot.waitUntil(lambda: bool(failures), timeout=30_000)
+    assert failures == ["Download cancelled."]
+    assert window.engine is engine and window.model_label.text() == label
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("still here")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert tab.messages[-1]["role"] == "assistant"
