@@ -5,7 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+BUNDLE_STAMP := $(VENV)/.bundle-tools
+
+.PHONY: run test bench bundle test-bundle clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +20,19 @@ run: $(STAMP)
 	$(PY) -m app
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not bundle"
+
+$(BUNDLE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bundle]'
+	touch $(BUNDLE_STAMP)
+
+# dist/Tandem/Tandem on Linux, dist/Tandem.app on macOS (packaging/README.md).
+bundle: $(BUNDLE_STAMP)
+	$(PY) packaging/build.py
+
+# Runs the built bundle: --self-test, then its GUI offscreen answering a message.
+test-bundle: bundle
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m bundle
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine_throughput.py

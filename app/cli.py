@@ -1,5 +1,6 @@
 """Command line: `tandem` starts the GUI; `tandem generate "prompt"` streams an
-answer to the terminal and prints its stats."""
+answer to the terminal and prints its stats; `tandem --self-test [--gui]`
+checks that this copy works (see app/selftest.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem", description=__doc__)
     parser.add_argument("--model", default="default",
                         help="'default', a .gguf file, a model folder or a Hugging Face repo id")
+    parser.add_argument("--self-test", action="store_true",
+                        help="headless check: load the model, generate a few tokens, exit 0")
+    parser.add_argument("--gui", action="store_true",
+                        help="with --self-test: open the window instead and answer one message")
     sub = parser.add_subparsers(dest="command")
     gen = sub.add_parser("generate", help="answer one prompt in the terminal")
     gen.add_argument("prompt")
@@ -64,7 +69,13 @@ def generate(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # Finder on older macOS passes a process serial number to .app bundles.
+    args = _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
+    if args.self_test:
+        from app.selftest import run
+
+        return run(args.model, gui=args.gui)
     if args.command == "generate":
         return generate(args)
     from app.main_window import run_gui

@@ -21,7 +21,7 @@ from .chat_tab import ChatTab, format_footer
 from .menus import build_menus
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
-from .paths import default_db_path
+from .paths import default_db_path, prepare_application
 from .store import ChatStore
 
 FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
@@ -397,7 +397,7 @@ class MainWindow(QMainWindow):
 
 def run_gui(model: str = "default") -> int:
     app = QApplication.instance() or QApplication(sys.argv)
-    app.setApplicationName("Tandem")
+    prepare_application(app)
     window = MainWindow(model)
     window.show()
     return app.exec()

@@ -36,6 +36,10 @@ def preload_openblas() -> str | None:
     if "mlx.core" in sys.modules:
         return None
     names = list(_CANDIDATES)
+    meipass = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and meipass:
+        # A bundle carries its own copy (packaging/tandem.spec): try it first.
+        names = [os.path.join(meipass, name) for name in _CANDIDATES[:1]] + names
     found = ctypes.util.find_library("openblas")
     if found:
         names.append(found)

