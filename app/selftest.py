@@ -40,9 +40,10 @@ def engine_check(model: str = "default") -> int:
     report: dict = {"python": platform.python_version(), "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}
     try:
-        import mlx.core as mx
+        from engine.diagnostics import gpu_check, mlx_version
 
-        report["mlx"] = mx.__version__
+        report["mlx"] = mlx_version()
+        report["gpu"] = gpu_check()
         started = time.perf_counter()
         engine = Engine.load(model)
         report["load_s"] = round(time.perf_counter() - started, 2)

@@ -142,6 +142,7 @@ class Engine:
             self.lanes[spec.name].director = self
             self.lanes[spec.name].kind = spec.kind
             self.lanes[spec.name].nice = worker_nice
+            self.lanes[spec.name].calibrate_at_start = len(specs) > 1
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
         self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")

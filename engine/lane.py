@@ -67,6 +67,9 @@ class Lane:
         self._adopted: deque[Handoff] = deque()
         self.director: "Director | None" = None  # set by the engine
         self.cost: CostModel | None = None  # calibrated on the lane thread
+        # Only the router reads cost models, and with one lane it has no choice
+        # to make; the engine skips the ~2-3 s calibration then (faster start).
+        self.calibrate_at_start = True
         self.reconsider_every = 8  # steps between migration checks
         self.nice = 0  # niceness of the lane thread and the MLX stream it starts
         self._last_step: tuple[int, float, int] | None = None  # (batch, context, prefill)
@@ -140,7 +143,7 @@ class Lane:
         with mx.stream(stream):
             self._kv_dtype = kv_dtype(self.model)
             try:
-                if self.cost is None:
+                if self.cost is None and self.calibrate_at_start:
                     self.cost = self._calibrate()
             finally:
                 self.calibrated.set()

@@ -153,3 +153,12 @@ def test_finished_is_delivered_to_subscribers(make_engine, tiny_loaded):
     engine.generate(prompt_ids=prompt_of(tiny_loaded, "hi"), params=SamplingParams(max_tokens=3),
                     timeout=60)
     assert len(finished) == 1
+
+
+def test_a_single_lane_starts_without_calibrating(make_engine, tiny_loaded):
+    engine = make_engine()
+    (lane,) = engine.lanes.values()
+    assert lane.cost is None  # nothing to route: no calibration at start
+    handle = engine.submit(prompt_ids=tiny_loaded.tokenizer.encode("hello there"),
+                           params=SamplingParams(max_tokens=5))
+    assert handle.result(timeout=60).output_tokens == 5
