@@ -8,10 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from app.main_window import MainWindow
 from app.store import ChatStore
-from engine import Engine, LaneSpec
-from engine.loader import load_model
+from tests.windows import open_window
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,11 +72,7 @@ def test_answer_streaming_when_killed_survives_to_its_last_flush(qtbot, tiny_mod
     assert user.content == "tell me a long story about the sea"
     assert not answer.complete
     assert answer.content.startswith(flushed)  # nothing flushed was lost
-    window = MainWindow(str(tiny_model_dir), store=store, engine_factory=lambda s: Engine(
-        load_model(s), lanes=[LaneSpec("cpu", "cpu", "float32")]))
-    qtbot.addWidget(window)
-    with qtbot.waitSignal(window.engine_ready, timeout=60_000):
-        pass
+    window = open_window(qtbot, tiny_model_dir, store)
     (tab,) = [t for t in window.chat_tabs() if t.chat_id == chat_id]
     assert tab.messages[-1]["content"] == answer.content
     assert answer.content[:20] in tab.transcript.toPlainText()

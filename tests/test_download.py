@@ -7,25 +7,14 @@ from huggingface_hub import constants
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QProgressDialog, QPushButton
 
-from app.main_window import MainWindow
-from app.store import ChatStore
-from engine import Engine, LaneSpec
-from engine.loader import load_model
 from tests.fake_hub import FakeHub
-
-
-def _factory(source):
-    return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
+from tests.windows import open_window
 
 
 @pytest.fixture
 def window(qtbot, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # `make test` sets it
-    w = MainWindow(str(tiny_model_dir), engine_factory=_factory,
-                   store=ChatStore(tmp_path / "tandem.db"))
-    qtbot.addWidget(w)
-    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
-        pass
+    w = open_window(qtbot, tiny_model_dir, tmp_path / "tandem.db")
     yield w
     w.close()
 

@@ -8,6 +8,7 @@ from app.store import ChatStore
 from engine import Engine, LaneSpec
 from engine.loader import load_model
 from engine.router import LeastLoadedPolicy
+from tests.windows import open_window
 
 
 def _two_lane_factory(source):
@@ -18,11 +19,7 @@ def _two_lane_factory(source):
 
 @pytest.fixture
 def window(qtbot, tiny_model_dir, tmp_path):
-    w = MainWindow(str(tiny_model_dir), engine_factory=_two_lane_factory,
-                   store=ChatStore(tmp_path / "t.db"))
-    qtbot.addWidget(w)
-    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
-        pass
+    w = open_window(qtbot, tiny_model_dir, tmp_path / "t.db", _two_lane_factory)
     yield w
     w.close()
 

@@ -5,20 +5,7 @@ from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
 from app.store import ChatStore
-from engine import Engine, LaneSpec
-from engine.loader import load_model
-
-
-def _factory(source):
-    return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
-
-
-def _open_window(qtbot, model_dir, db):
-    w = MainWindow(str(model_dir), engine_factory=_factory, store=ChatStore(db))
-    qtbot.addWidget(w)
-    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
-        pass
-    return w
+from tests.windows import open_window as _open_window
 
 
 @pytest.fixture
