@@ -14,7 +14,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import Finished, LaneSample, Migrated, Queued, Routed, Token
+from engine.events import Finished, LaneSample, Migrated, Queued, Routed, Token
 
 FLUSH_INTERVAL_MS = 33
 

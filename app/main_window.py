@@ -9,12 +9,17 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
-from engine import Engine, EngineError, SamplingParams
+from engine.errors import EngineError
+from engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from engine import Engine
 
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
@@ -40,6 +45,14 @@ class _Loader(QObject):
 ENGINE_NICE = 10
 
 
+
+def _load_engine(source: str, **kwargs) -> "Engine":
+    """Runs on the loader thread: the first use of `engine.Engine` imports MLX,
+    mlx-lm and transformers there, after the window is already on screen."""
+    from engine import Engine
+
+    return Engine.load(source, **kwargs)
+
 class MainWindow(QMainWindow):
     engine_ready = Signal()
     model_failed = Signal(str)
@@ -52,7 +65,7 @@ class MainWindow(QMainWindow):
         self.store = store or ChatStore(default_db_path())
         self.engine: Engine | None = None
         self._engine_factory = engine_factory or (
-            lambda source: Engine.load(source, worker_nice=ENGINE_NICE))
+            lambda source: _load_engine(source, worker_nice=ENGINE_NICE))
         self._tab_of_request: dict[str, ChatTab] = {}
         self.bridge = EngineBridge(self)
         self.bridge.tokens.connect(self._on_tokens)

@@ -117,7 +117,7 @@ class Download(QObject):
                     raise DownloadCancelled()
                 result = super().update(n)
                 if self.unit == "B" and self.total:
-                    download.progress.emit(int(self.n) >> 10, int(self.total) >> 10)
+                    download._emit(download.progress, int(self.n) >> 10, int(self.total) >> 10)
                 return result
 
         try:
@@ -125,19 +125,27 @@ class Download(QObject):
                                      tqdm_class=Progress, endpoint=self.endpoint,
                                      cache_dir=self.cache_dir)
         except DownloadCancelled:
-            self.failed.emit("Download cancelled.")
+            self._emit(self.failed, "Download cancelled.")
         except Exception as e:  # offline, no such repo, disk full...
             if self._cancel.is_set():
-                self.failed.emit("Download cancelled.")
+                self._emit(self.failed, "Download cancelled.")
             else:
-                self.failed.emit(f"Cannot download {self.repo_id}: {e}")
+                self._emit(self.failed, f"Cannot download {self.repo_id}: {e}")
         else:
             # huggingface_hub reads 10 MB chunks: Cancel pressed during the last
             # one still means "do not load it".
             if self._cancel.is_set():
-                self.failed.emit("Download cancelled.")
+                self._emit(self.failed, "Download cancelled.")
             else:
-                self.finished.emit(path)
+                self._emit(self.finished, path)
+
+    def _emit(self, signal, *args) -> None:
+        """Emit from the download thread unless the window (and this object
+        with it) is gone: a closed window cancels, it does not crash."""
+        try:
+            signal.emit(*args)
+        except RuntimeError:  # the C++ object was deleted
+            self._cancel.set()
 
 
 def start_download(parent, repo_id: str, on_done, on_failed, **hub) -> Download:
@@ -148,11 +156,20 @@ def start_download(parent, repo_id: str, on_done, on_failed, **hub) -> Download:
     dialog = QProgressDialog(f"Downloading {repo_id}…", "Cancel", 0, 0, parent)
     dialog.setWindowTitle("Download model")
     dialog.setMinimumDuration(0)
+    # Totals grow as huggingface_hub discovers files: reaching the current
+    # maximum is not the end, so the dialog closes only when the download does.
+    dialog.setAutoReset(False)
+    dialog.setAutoClose(False)
     download = Download(repo_id, parent, **hub)
     download.progress.connect(lambda done, total: (dialog.setMaximum(total),
                                                    dialog.setValue(min(done, total))))
-    download.finished.connect(lambda path: (dialog.reset(), on_done(path)))
-    download.failed.connect(lambda message: (dialog.reset(), on_failed(message)))
+
+    def close_dialog():
+        dialog.close()
+        dialog.deleteLater()
+
+    download.finished.connect(lambda path: (close_dialog(), on_done(path)))
+    download.failed.connect(lambda message: (close_dialog(), on_failed(message)))
     dialog.canceled.connect(download.cancel)
     dialog.show()  # at once: resolving the repo can take a while before bytes flow
     download.start()

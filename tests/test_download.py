@@ -29,6 +29,7 @@ def test_download_shows_byte_progress_then_loads_and_answers(qtbot, window, tiny
                                   cache_dir=str(tmp_path / "hub"))
             window._download.progress.connect(lambda done, total: seen.append((done, total)))
     assert window.engine is not old_engine
+    qtbot.waitUntil(lambda: window.findChild(QProgressDialog) is None, timeout=5_000)
     assert "models--tandem-tests--tiny" in window.engine.model_info.source
     wanted = sum(len(d) for d in hub.files.values()) >> 10
     assert seen and seen[-1][0] == seen[-1][1]
