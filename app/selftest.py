@@ -34,12 +34,14 @@ def _fail(message: str) -> int:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine import Engine, EngineError, SamplingParams
     from engine.blas import loaded_blas
+    from engine.errors import EngineError
+    from engine.params import SamplingParams
 
     report: dict = {"python": platform.python_version(), "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}
     try:
+        from engine import Engine
         from engine.diagnostics import gpu_check, mlx_version
 
         report["mlx"] = mlx_version()
@@ -88,10 +90,7 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     prepare_application(app)
     times: dict[str, float] = {"imports_s": _since_start()}
     db = Path(tempfile.mkdtemp(prefix="tandem-self-test-")) / "self-test.db"
-    window = MainWindow(model, store=ChatStore(db))
-    window.show()
-    app.processEvents()
-    times["window_visible_s"] = _since_start()
+    window = MainWindow(model, store=ChatStore(db))  # starts loading the model
     outcome: dict = {}
 
     def send():
@@ -124,6 +123,11 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     window.bridge.tokens.connect(on_tokens)
     window.bridge.finished.connect(lambda *a: QTimer.singleShot(0, on_finished))
     QTimer.singleShot(int(timeout_s * 1000), on_timeout)
+    # Shown only now: events (a failed load above all) are delivered from the
+    # first processEvents on, and every handler is connected by then.
+    window.show()
+    app.processEvents()
+    times["window_visible_s"] = _since_start()
     app.exec()
     window.close()
     if "error" in outcome:
