@@ -85,3 +85,14 @@ def test_a_broken_model_fails_with_a_clear_message(bundle_env, tmp_path):
     assert proc.returncode == 1
     assert "Tandem self-test FAILED" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux desktop entry")
+def test_desktop_entry_installs_with_absolute_paths(tmp_path):
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    subprocess.run([str(EXE.parent / "install-desktop-entry.sh")], env=env, check=True,
+                   capture_output=True)
+    entry = (tmp_path / "applications" / "tandem.desktop").read_text()
+    assert f'Exec="{EXE}" %U' in entry
+    icon = entry.split("Icon=", 1)[1].splitlines()[0]
+    assert Path(icon).is_absolute() and Path(icon).exists()
