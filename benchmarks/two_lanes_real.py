@@ -58,6 +58,9 @@ def main():
     parser.add_argument("--tabs", type=int, default=6)
     parser.add_argument("--max-answer", type=int, default=48)
     parser.add_argument("--policy", default="cost-aware")
+    parser.add_argument("--overlap-only", action="store_true",
+                        help="only the overlap check (run it with and without "
+                             "OPENBLAS_NUM_THREADS=1 to see what the cores allow)")
     args = parser.parse_args()
 
     from engine.policies import make_policy
@@ -66,6 +69,13 @@ def main():
                                            LaneSpec("cpu", "cpu", "float32")],
                          policy=make_policy(args.policy), mode="hybrid")
     overlap_result = overlap(engine)
+    if args.overlap_only:
+        import os
+
+        engine.close()
+        print(json.dumps({"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+                          **overlap_result}, indent=2))
+        return
     engine.router_s, engine.router_calls = 0.0, 0
     steps_before = sum(lane.stats.steps for lane in engine.lanes.values())
     decisions = {"routed": 0, "migrated": 0}
