@@ -293,3 +293,19 @@ def test_code_blocks_are_highlighted(qtbot, window):
     assert block.isValid() and block.text().startswith("def f")
     colours = {r.format.foreground().color().name() for r in block.layout().formats()}
     assert "#d73a49" in colours  # 'def' is a keyword
+
+
+def test_prompt_longer_than_the_context_keeps_the_text_and_the_tab(qtbot, window):
+    tab, other = window.chat_tabs()[0], window.new_chat()
+    long_text = " ".join(["river"] * 2000)  # the tiny model's context is 512 tokens
+    tab.composer.setPlainText(long_text)
+    tab.send()
+    assert "context" in tab.footer.text() and tab.footer.text().startswith("⚠")
+    assert tab.composer.toPlainText() == long_text  # nothing typed is lost
+    assert not tab.is_streaming and tab.messages == []
+    assert window.store.messages(tab.chat_id) == []  # nothing half-stored
+    for t in (tab, other):  # this tab and the others keep working
+        t.composer.setPlainText("hello world")
+        t.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming and not other.is_streaming, timeout=60_000)
+    assert tab.messages[-1]["role"] == other.messages[-1]["role"] == "assistant"
