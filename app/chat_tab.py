@@ -31,8 +31,9 @@ class ChatTab(QWidget):
     send_requested = Signal(object)
     stop_requested = Signal()
     settings_changed = Signal()  # system prompt or sampling settings edited
-    regenerate_requested = Signal()  # the window drops the last answer, then resends
-    edit_requested = Signal()  # the window drops the last turn; its text returns here
+    # Edit or Regenerate dropped this stored message and every later one: the
+    # window deletes them from the database (the id of the first dropped row).
+    truncated = Signal(int)
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
                  messages: list[dict[str, str]] | None = None,
@@ -43,7 +44,8 @@ class ChatTab(QWidget):
         self.answer_message_id: int | None = None  # the stored row of the streaming answer
         self.resend_without_user = False  # set for a regenerate: the user turn is stored
         self._stale = False
-        self.messages: list[dict[str, str]] = list(messages or [])
+        # {"role", "content", "id"}: id is the stored row (None until stored).
+        self.messages: list[dict] = [dict(m) for m in messages or []]
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
         self.stats_lines: list[str] = []
@@ -104,8 +106,10 @@ class ChatTab(QWidget):
         self.stop_button.setEnabled(False)
         self.regenerate_button = QPushButton("Regenerate")
         self.edit_button = QPushButton("Edit last")
-        self.regenerate_button.setToolTip("Answer the last message again")
-        self.edit_button.setToolTip("Put your last message back in the composer to edit and resend")
+        self.regenerate_button.setToolTip("Answer the last message again (or use the "
+                                          "Regenerate link under any answer)")
+        self.edit_button.setToolTip("Put your last message back in the composer to edit and "
+                                    "resend (or use the Edit link under any message)")
         self.footer = QLabel("")
         self.footer.setObjectName("answerFooter")
 
@@ -163,33 +167,57 @@ class ChatTab(QWidget):
     def conversation(self) -> list[dict[str, str]]:
         """The messages to send: the system prompt (if any) and the chat."""
         system = self.system_prompt.text().strip()
-        return ([{"role": "system", "content": system}] if system else []) + list(self.messages)
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": m["role"], "content": m["content"]} for m in self.messages]
 
     def show_context(self, used: int, context_length: int) -> None:
         self.context_meter.setRange(0, max(context_length, 1))
         self.context_meter.setValue(min(used, context_length))
 
+    def _last(self, role: str) -> int | None:
+        return next((i for i in range(len(self.messages) - 1, -1, -1)
+                     if self.messages[i]["role"] == role), None)
+
     def _regenerate(self) -> None:
-        if self.is_streaming or not self.messages or self.messages[-1]["role"] != "assistant":
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.regenerate_answer(len(self.messages) - 1)
+
+    def _edit(self) -> None:
+        index = self._last("user")
+        if index is not None:
+            self.edit_message(index)
+
+    def _drop_from(self, index: int) -> None:
+        """Forget messages[index:] here and, through `truncated`, in the store."""
+        dropped = self.messages[index:]
+        del self.messages[index:]
+        self.footers = {i: f for i, f in self.footers.items() if i < index}
+        ids = [m.get("id") for m in dropped if m.get("id") is not None]
+        if ids:
+            self.truncated.emit(min(ids))
+
+    def regenerate_answer(self, index: int) -> None:
+        """Answer again from the conversation before answer `index`; the
+        answers and messages after it go (as in every chat app)."""
+        if (self.is_streaming or not 0 <= index < len(self.messages)
+                or self.messages[index]["role"] != "assistant"):
             return
-        self.footers.pop(len(self.messages) - 1, None)
-        self.messages.pop()
+        self._drop_from(index)
+        self.resend_without_user = True  # its user turn is already stored
         self.streaming_text = ""
         self._set_streaming(True)
         self.render()
-        self.regenerate_requested.emit()
         self.send_requested.emit(self.conversation())
 
-    def _edit(self) -> None:
-        if self.is_streaming:
+    def edit_message(self, index: int) -> None:
+        """Put user message `index` back in the composer; it and everything
+        after it go, and sending the edited text continues from there."""
+        if (self.is_streaming or not 0 <= index < len(self.messages)
+                or self.messages[index]["role"] != "user"):
             return
-        while self.messages and self.messages[-1]["role"] == "assistant":
-            self.footers.pop(len(self.messages) - 1, None)
-            self.messages.pop()
-        if not self.messages:
-            return
-        self.composer.setPlainText(self.messages.pop()["content"])
-        self.edit_requested.emit()
+        text = self.messages[index]["content"]
+        self._drop_from(index)
+        self.composer.setPlainText(text)
         self.composer.setFocus()
         self.render()
         self._set_streaming(False)
@@ -216,7 +244,8 @@ class ChatTab(QWidget):
         """The answer is complete (or stopped): keep it and show its stats."""
         answer = self.streaming_text or ""
         if answer or finished.reason != "error":
-            self.messages.append({"role": "assistant", "content": answer})
+            self.messages.append({"role": "assistant", "content": answer,
+                                  "id": self.answer_message_id})
             self.footers[len(self.messages) - 1] = format_footer(finished)
         self.streaming_text = None
         self.request_id = None
@@ -226,7 +255,9 @@ class ChatTab(QWidget):
 
     def fail(self, message: str) -> None:
         """The request could not start: drop the pending answer, keep the text."""
-        if self.messages and self.messages[-1]["role"] == "user":
+        if self.resend_without_user:  # a regenerate: its user turn stays where it is
+            self.resend_without_user = False
+        elif self.messages and self.messages[-1]["role"] == "user":
             self.composer.setPlainText(self.messages.pop()["content"])
         self.streaming_text = None
         self.request_id = None
@@ -244,11 +275,17 @@ class ChatTab(QWidget):
         self._stale = False
         parts = []
         self.code_blocks = []
+        idle = self.streaming_text is None
         for index, message in enumerate(self.messages):
-            who = "**You**" if message["role"] == "user" else "**Assistant**"
+            user = message["role"] == "user"
+            who = "**You**" if user else "**Assistant**"
             body = self._with_copy_links(message["content"])
             footer = self.footers.get(index)
-            parts.append(f"{who}\n\n{body}" + (f"\n\n*{footer}*" if footer else ""))
+            line = f"*{footer}*" if footer else ""
+            if idle:  # per-message actions, as links like "Copy code"
+                action = f"[Edit](edit:{index})" if user else f"[Regenerate](regen:{index})"
+                line = f"{line} · {action}" if line else action
+            parts.append(f"{who}\n\n{body}" + (f"\n\n{line}" if line else ""))
         if self.streaming_text is not None:
             parts.append(f"**Assistant**\n\n{self.streaming_text or '…'}")
         bar = self.transcript.verticalScrollBar()
@@ -278,10 +315,15 @@ class ChatTab(QWidget):
         return "\n".join(out)
 
     def _on_anchor(self, url) -> None:
-        if url.scheme() == "copy":
+        scheme = url.scheme()
+        if scheme in ("copy", "edit", "regen"):
             index = int(url.path() or url.toString().split(":", 1)[1])
-            if 0 <= index < len(self.code_blocks):
+            if scheme == "copy" and 0 <= index < len(self.code_blocks):
                 QGuiApplication.clipboard().setText(self.code_blocks[index])
+            elif scheme == "edit":
+                self.edit_message(index)
+            elif scheme == "regen":
+                self.regenerate_answer(index)
         else:
             QDesktopServices.openUrl(url)
 

@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         chats_dock = QDockWidget("Chats", self)
         chats_dock.setObjectName("chats")
         chats_dock.setWidget(self.sidebar)
+        self.sidebar.setMinimumWidth(200)  # room for the search field and the titles
         chats_dock.setFeatures(QDockWidget.DockWidgetMovable)
         self.addDockWidget(Qt.LeftDockWidgetArea, chats_dock)
         self.scheduler = SchedulerDock()
@@ -176,7 +177,7 @@ class MainWindow(QMainWindow):
                 return tab
         chat = self.store.chat(chat_id)
         stored = [m for m in self.store.messages(chat_id) if m.content or m.role == "user"]
-        messages = [{"role": m.role, "content": m.content} for m in stored]
+        messages = [{"role": m.role, "content": m.content, "id": m.id} for m in stored]
         footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                    if m.stats and m.stats.get("footer")}
         tab = ChatTab(chat.title, chat_id=chat_id, messages=messages, footers=footers)
@@ -185,8 +186,7 @@ class MainWindow(QMainWindow):
             t.chat_id, system_prompt=t.system_prompt.text().strip(), params=t.settings()))
         tab.send_requested.connect(lambda messages, t=tab: self._submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self._stop(t))
-        tab.regenerate_requested.connect(lambda t=tab: self._drop_last(t, "assistant"))
-        tab.edit_requested.connect(lambda t=tab: self._drop_last(t, "user"))
+        tab.truncated.connect(self.store.delete_messages_from)
         tab.set_ready(self.engine is not None)
         self.tabs.addTab(tab, tab.title)
         self.tabs.setCurrentWidget(tab)
@@ -255,14 +255,6 @@ class MainWindow(QMainWindow):
         if self.engine is not None and any(l.kind == "gpu" for l in self.engine.lanes.values()):
             self.set_mode("hybrid" if self.engine.mode == "gpu-only" else "gpu-only")
 
-    def _drop_last(self, tab: ChatTab, role: str) -> None:
-        """Delete the chat's last message of `role` and everything after it."""
-        stored = self.store.messages(tab.chat_id)
-        last = next((m for m in reversed(stored) if m.role == role), None)
-        if last is not None:
-            self.store.delete_messages_from(last.id)
-        tab.resend_without_user = role == "assistant"
-
     def export_chat(self, tab: ChatTab, path: str | Path) -> Path:
         """Write the chat as Markdown."""
         path = Path(path)
@@ -314,7 +306,8 @@ class MainWindow(QMainWindow):
         tab.request_id = handle.request_id
         self._tab_of_request[handle.request_id] = tab
         if not tab.resend_without_user:
-            self.store.add_message(tab.chat_id, "user", messages[-1]["content"])
+            tab.messages[-1]["id"] = self.store.add_message(tab.chat_id, "user",
+                                                            messages[-1]["content"])
         tab.resend_without_user = False
         tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
                                                        complete=False)

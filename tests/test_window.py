@@ -86,8 +86,8 @@ def test_new_window_restores_chats_and_tabs(qtbot, tiny_model_dir, db):
     restored = again.chat_tabs()
     assert [t.chat_id for t in restored] == [tab.chat_id, second_tab.chat_id]
     assert again.tabs.currentWidget().chat_id == second_tab.chat_id
-    assert restored[0].messages == [{"role": "user", "content": "hello world"},
-                                    {"role": "assistant", "content": answer}]
+    assert restored[0].conversation() == [{"role": "user", "content": "hello world"},
+                                          {"role": "assistant", "content": answer}]
     assert "hello world" in restored[0].transcript.toPlainText()
     again.close()
 
@@ -309,3 +309,41 @@ def test_prompt_longer_than_the_context_keeps_the_text_and_the_tab(qtbot, window
         t.send()
     qtbot.waitUntil(lambda: not tab.is_streaming and not other.is_streaming, timeout=60_000)
     assert tab.messages[-1]["role"] == other.messages[-1]["role"] == "assistant"
+
+
+def _click_link(qtbot, tab, href):
+    """Click a link of the transcript as a user would (anchorClicked)."""
+    from PySide6.QtCore import QUrl
+
+    assert f"({href})" in tab.transcript.toMarkdown()
+    tab.transcript.anchorClicked.emit(QUrl(href))
+
+
+def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
+    w = _open_window(qtbot, tiny_model_dir, db)
+    tab = w.chat_tabs()[0]
+    for text in ("first question", "second question", "third question"):
+        tab.composer.setPlainText(text)
+        tab.send()
+        qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert [m.role for m in w.store.messages(tab.chat_id)] == ["user", "assistant"] * 3
+    first_answer = tab.messages[1]["content"]
+    # Regenerate the first answer: what came after it goes, here and stored.
+    _click_link(qtbot, tab, "regen:1")
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    stored = w.store.messages(tab.chat_id)
+    assert [m.content for m in stored] == ["first question", first_answer]  # greedy
+    assert tab.conversation() == [{"role": m.role, "content": m.content} for m in stored]
+    # Edit the first question: it returns to the composer, the rest goes.
+    _click_link(qtbot, tab, "edit:0")
+    assert tab.composer.toPlainText() == "first question" and tab.messages == []
+    assert w.store.messages(tab.chat_id) == []
+    tab.composer.setPlainText("first question, edited")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    w.close()
+    again = _open_window(qtbot, tiny_model_dir, db)
+    (restored,) = [t for t in again.chat_tabs() if t.chat_id == tab.chat_id]
+    assert [m["content"] for m in restored.messages][0] == "first question, edited"
+    assert restored.conversation() == tab.conversation()
+    again.close()
