@@ -11,6 +11,11 @@ also run (shared memory bandwidth).
 
 The model is calibrated at load and refined online: each measured step nudges
 a correction factor (an exponential moving average of measured / predicted).
+Steps run while no other lane ran refine the prefill and decode corrections;
+steps run while another lane also ran refine `contention` instead, so a lane
+learns how much the others slow it (shared memory bandwidth on a Mac, shared
+cores when two CPU lanes share a small machine) and the router learns when a
+second lane does not pay.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class CostModel:
     decode_correction: float = 1.0
     smoothing: float = 0.2
     samples: int = 0
+    contended_samples: int = 0
+    max_contention: float = 3.0
     abs_errors: list[float] = field(default_factory=list)  # relative errors seen online
 
     def __post_init__(self):
@@ -79,6 +86,17 @@ class CostModel:
         a = self.smoothing
         decode_part = self.decode_step_s(batch, context)
         prefill_part = self.prefill_s(prefill_tokens)
+        quiet_ratio = seconds / (decode_part + prefill_part)
+        if contended and quiet_ratio >= 1.0:
+            # The uncontended parts are known from calibration and quiet steps:
+            # what the step took beyond them is the others' doing.
+            extra = min(quiet_ratio - 1.0, self.max_contention)
+            self.contention = (1 - a) * self.contention + a * extra
+            self.contended_samples += 1
+            return
+        if contended:  # faster than even a quiet step: the base model is too slow
+            self.contention *= 1 - a
+            ratio = min(max(quiet_ratio, 0.2), 5.0)
         # Attribute the error to whichever part dominated the step.
         if decode_part >= prefill_part:
             self.decode_correction *= (1 - a) + a * ratio

@@ -92,8 +92,9 @@ class CostAwarePolicy:
         steps = math.ceil(backlog / max(lane.prefill_chunk, 1)) if lane.decode_batch else 0
         own = cost.prefill_s(backlog) + steps * cost.decode_step_s(lane.decode_batch,
                                                                    lane.mean_context)
-        imposed = lane.decode_batch * cost.prefill_s(tokens)
-        return own * self._factor(lane, lanes), imposed
+        own *= self._factor(lane, lanes)
+        imposed = lane.decode_batch * cost.prefill_s(tokens) + self._waking(lane, lanes, own)
+        return own, imposed
 
     def _decode(self, lane: LaneView, lanes: list[LaneView], tokens: int, context: float,
                 joining: bool = True) -> tuple[float, float]:
@@ -107,16 +108,24 @@ class CostAwarePolicy:
         shared = min(tokens, lane.remaining_tokens / others) if others else 0
         delta = cost.decode_step_s(batch, ctx) - cost.decode_step_s(others, ctx)
         imposed = others * shared * delta * factor
-        if not self._contended(lane, lanes) and others == 0:
-            # Waking an idle lane slows every busy lane by the contention factor.
-            for other in lanes:
-                if other.name != lane.name and other.decode_batch:
-                    oc = self._cost(other)
-                    imposed += other.decode_batch * min(own, other.remaining_tokens / max(
-                        other.decode_batch, 1) * oc.decode_step_s(other.decode_batch,
-                                                                    other.mean_context)) \
-                        * oc.contention
+        if joining:
+            imposed += self._waking(lane, lanes, own)
         return own, imposed
+
+    def _waking(self, lane: LaneView, lanes: list[LaneView], seconds: float) -> float:
+        """Delay imposed by running `seconds` on `lane` while it is otherwise
+        idle: every busy lane's decodes slow by that lane's contention factor
+        (learned online, CostModel.observe), for as long as both run."""
+        if lane.is_busy:
+            return 0.0  # already running: its effect is in the others' step times
+        imposed = 0.0
+        for other in lanes:
+            if other.name != lane.name and other.decode_batch:
+                oc = self._cost(other)
+                their_s = other.remaining_tokens / other.decode_batch * oc.decode_step_s(
+                    other.decode_batch, other.mean_context)
+                imposed += other.decode_batch * min(seconds, their_s) * oc.contention
+        return imposed
 
     # ---- decisions ----------------------------------------------------------
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:

@@ -138,3 +138,34 @@ def test_reconsider_moves_a_decode_only_after_the_policy_gap():
                          tokens_since_move=10)
     assert policy.reconsider(recent, "gpu", [gpu, cpu]) is None
     assert policy.reconsider(recent, "gpu", [cpu]).lane == "cpu"
+
+
+def test_cost_model_learns_contention_from_steps_run_alongside_other_lanes():
+    model = CostModel(prefill_tps=100, decode_points=[(0, 10)])  # 0.1 s a step alone
+    for _ in range(40):
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1)
+    for _ in range(40):  # with another lane running, steps take 1.5x
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.15, contended=True)
+    assert model.contention == pytest.approx(0.5, rel=0.02)
+    assert model.decode_step_s(1, 100) == pytest.approx(0.1, rel=0.02)  # base kept
+    assert model.step_s(1, 100, 0, contended=True) == pytest.approx(0.15, rel=0.02)
+    for _ in range(40):  # contended steps as fast as quiet ones: no contention
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1, contended=True)
+    assert model.contention < 0.01
+
+
+def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
+    # Two equal lanes that take turns on shared cores (contention 1.0: each
+    # step twice as long while both run) gain nothing from spreading; with
+    # contention unknown (0.0) spreading looks free.
+    def lanes(contention):
+        gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1,
+                             contention=contention)
+        cpu_cost = gpu_cost.copy()
+        gpu = _view("gpu", gpu_cost, batch_size=4, decode_batch=4, mean_context=300,
+                    remaining_tokens=4 * 100)
+        return [gpu, _view("cpu", cpu_cost)]
+
+    request = RequestView("r5", prompt_tokens=300, cached_tokens=288, expected_output=100)
+    assert CostAwarePolicy().place(request, lanes(0.0)).lane == "cpu"
+    assert CostAwarePolicy().place(request, lanes(1.0)).lane == "gpu"
