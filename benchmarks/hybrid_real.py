@@ -124,8 +124,11 @@ def overlap(source: str, stand_in: bool, tokens: int = 64) -> dict:
             "lanes": lanes, "overlap": (serial - both) / max(serial - parallel, 1e-9)}
 
 
-def run_workload(source: str, stand_in: bool, mode: str, tabs, max_answer: int) -> dict:
+def run_workload(source: str, stand_in: bool, mode: str, tabs, max_answer: int,
+                 learn_contention: bool = True) -> dict:
     engine = make_engine(source, stand_in, mode)
+    for lane in engine.lanes.values():
+        lane.cost.learn_contention = learn_contention
     migrations = []
     engine.subscribe(lambda e: migrations.append(1) if isinstance(e, Migrated) else None)
     finished, lock = [], threading.Lock()
@@ -162,7 +165,7 @@ def run_workload(source: str, stand_in: bool, mode: str, tabs, max_answer: int) 
     ttft = sorted(f.ttft_s for f in finished if f.ttft_s is not None)
     pick = lambda xs, q: xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]  # noqa: E731
     output = sum(f.output_tokens for f in finished)
-    return {"mode": mode, "requests": len(finished), "output_tokens": output, "wall_s": wall,
+    return {"mode": mode, "learn_contention": learn_contention, "requests": len(finished), "output_tokens": output, "wall_s": wall,
             "throughput_tok_s": output / wall,
             "completion_s": {"mean": statistics.fmean(completion), "p50": pick(completion, .5),
                              "p95": pick(completion, .95)},
@@ -185,6 +188,8 @@ def main() -> int:
     parser.add_argument("--max-answer", type=int, default=128)
     parser.add_argument("--think-scale", type=float, default=0.25)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--ablate-contention", action="store_true",
+                        help="also run hybrid with contention learning off")
     args = parser.parse_args()
 
     from engine import gpu_available
@@ -201,15 +206,21 @@ def main() -> int:
               "stand_in": args.stand_in, "tabs": args.tabs, "max_answer": args.max_answer,
               "overlap": overlap(source, args.stand_in), "rounds": []}
     for _ in range(args.repeats):
-        round_ = {mode: run_workload(source, args.stand_in, mode, tabs, args.max_answer)
-                  for mode in ("gpu-only", "hybrid")}
-        g, h = round_["gpu-only"], round_["hybrid"]
-        round_["hybrid_over_gpu_only"] = {
-            "throughput": h["throughput_tok_s"] / g["throughput_tok_s"],
-            "mean_completion": h["completion_s"]["mean"] / g["completion_s"]["mean"],
-            "mean_ttft": h["ttft_s"]["mean"] / g["ttft_s"]["mean"]}
+        runs = [("gpu-only", "gpu-only", True), ("hybrid", "hybrid", True)]
+        if args.ablate_contention:
+            runs.append(("hybrid-no-contention-learning", "hybrid", False))
+        round_ = {name: run_workload(source, args.stand_in, mode, tabs, args.max_answer, learn)
+                  for name, mode, learn in runs}
+        g = round_["gpu-only"]
+        for name, _, _ in runs[1:]:
+            h = round_[name]
+            round_[f"{name}_over_gpu_only"] = {
+                "throughput": h["throughput_tok_s"] / g["throughput_tok_s"],
+                "mean_completion": h["completion_s"]["mean"] / g["completion_s"]["mean"],
+                "mean_ttft": h["ttft_s"]["mean"] / g["ttft_s"]["mean"]}
         result["rounds"].append(round_)
-        print(json.dumps(round_["hybrid_over_gpu_only"]), file=sys.stderr, flush=True)
+        print(json.dumps({k: v for k, v in round_.items() if k.endswith("_over_gpu_only")}),
+              file=sys.stderr, flush=True)
     print(json.dumps(result, indent=2))
     return 0
 

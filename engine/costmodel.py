@@ -35,6 +35,7 @@ class CostModel:
     smoothing: float = 0.2
     samples: int = 0
     contended_samples: int = 0
+    learn_contention: bool = True  # False: contended steps refine the base (ablation)
     max_contention: float = 3.0
     abs_errors: list[float] = field(default_factory=list)  # relative errors seen online
 
@@ -87,14 +88,16 @@ class CostModel:
         decode_part = self.decode_step_s(batch, context)
         prefill_part = self.prefill_s(prefill_tokens)
         quiet_ratio = seconds / (decode_part + prefill_part)
-        if contended and quiet_ratio >= 1.0:
+        if contended and not self.learn_contention:
+            pass  # the first session's rule: every step refines the base
+        elif contended and quiet_ratio >= 1.0:
             # The uncontended parts are known from calibration and quiet steps:
             # what the step took beyond them is the others' doing.
             extra = min(quiet_ratio - 1.0, self.max_contention)
             self.contention = (1 - a) * self.contention + a * extra
             self.contended_samples += 1
             return
-        if contended:  # faster than even a quiet step: the base model is too slow
+        elif contended:  # faster than even a quiet step: the base model is too slow
             self.contention *= 1 - a
             ratio = min(max(quiet_ratio, 0.2), 5.0)
         # Attribute the error to whichever part dominated the step.
