@@ -127,6 +127,40 @@ class CostAwarePolicy:
                 imposed += other.decode_batch * min(seconds, their_s) * oc.contention
         return imposed
 
+    def _pays(self, lane: LaneView, lanes: list[LaneView], context: float,
+              joining: bool = True) -> bool:
+        """Does decoding on `lane` add more tokens/s than it takes from the
+        other busy lanes through contention? (A second lane that only takes
+        turns with the first one, as two lanes on the same few cores do, never
+        pays; a CPU lane next to a GPU usually does.) The lane is judged at the
+        batch it would reach with its share of the decodes in flight, so that
+        a batching lane is not starved before its batch can grow."""
+        busy = [o for o in lanes if o.name != lane.name and o.decode_batch]
+        if not busy:
+            return True
+        cost = self._cost(lane)
+        joined = 1 if joining else 0
+        in_flight = sum(o.decode_batch for o in lanes) + joined
+        batch = max(lane.decode_batch + joined, math.ceil(in_flight / len(lanes)))
+        if batch <= 0:
+            return True
+        ctx = ((lane.mean_context * lane.decode_batch + context * joined)
+               / max(lane.decode_batch + joined, 1))
+        gain = batch / (cost.decode_step_s(batch, ctx) * (1 + cost.contention))
+        loss = 0.0
+        for other in busy:
+            oc = self._cost(other)
+            rate = other.decode_batch / oc.decode_step_s(other.decode_batch, other.mean_context)
+            loss += rate * oc.contention / (1 + oc.contention)
+        return gain > loss
+
+    def _decode_lanes(self, lanes: list[LaneView], context: float,
+                      current: str | None = None) -> list[LaneView]:
+        """The lanes worth decoding on; all of them if none is."""
+        paying = [d for d in lanes
+                  if self._pays(d, lanes, context, joining=d.name != current)]
+        return paying or lanes
+
     # ---- decisions ----------------------------------------------------------
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
         if len(lanes) == 1:
@@ -139,6 +173,7 @@ class CostAwarePolicy:
         uncached = request.uncached_tokens
         context = request.prompt_tokens
         best, best_score, own_by_lane = None, math.inf, {}
+        decode_lanes = {d.name for d in self._decode_lanes(lanes, context)}
         for p in lanes:
             pre_own, pre_imposed = self._prefill(p, lanes, uncached)
             for d in lanes:
@@ -148,6 +183,8 @@ class CostAwarePolicy:
                 score = own + self.imposed_weight * (pre_imposed + dec_imposed)
                 if p.name == d.name:
                     own_by_lane[p.name] = own
+                if d.name not in decode_lanes:
+                    continue
                 if score < best_score:
                     best, best_score = (p, d, own, pre_own), score
         p, d, own, pre_own = best
@@ -164,7 +201,7 @@ class CostAwarePolicy:
             return _stay(current, lanes)
         context = request.prompt_tokens + request.output_tokens
         scored = {}
-        for d in lanes:
+        for d in self._decode_lanes(lanes, context):
             own, imposed = self._decode(d, lanes, request.expected_output, context)
             move = self.migration_s if d.name != current else 0.0
             scored[d.name] = (own + move + self.imposed_weight * imposed, own + move)
@@ -188,7 +225,9 @@ class CostAwarePolicy:
                                               joining=False)
         stay = stay_own + self.imposed_weight * stay_imposed
         best = None
-        for d in lanes:
+        if not self._pays(here, lanes, context, joining=False):
+            stay = math.inf  # this lane costs the others more than it adds: drain it
+        for d in self._decode_lanes(lanes, context, current):
             if d.name == current:
                 continue
             own, imposed = self._decode(d, lanes, request.expected_output, context)

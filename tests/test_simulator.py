@@ -169,3 +169,39 @@ def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
     request = RequestView("r5", prompt_tokens=300, cached_tokens=288, expected_output=100)
     assert CostAwarePolicy().place(request, lanes(0.0)).lane == "cpu"
     assert CostAwarePolicy().place(request, lanes(1.0)).lane == "gpu"
+
+
+def test_twin_lanes_that_only_take_turns_do_no_worse_than_one():
+    # SIMULATION of this machine's stand-in: two equal lanes on the same cores
+    # (each step twice as long while both run). Hybrid must notice that the
+    # second lane does not pay and stay within noise of GPU-only.
+    from engine.sim.profiles import SimLaneSpec
+
+    def twins():
+        cost = CostModel(prefill_tps=350, decode_points=[(0, 15)], batch_alpha=0.05,
+                         contention=1.0)
+        return [SimLaneSpec("gpu", "gpu", cost), SimLaneSpec("cpu", "cpu", cost.copy())]
+
+    tabs = chat_workload(8, seed=2, think_mean_s=1.0)
+    alone = Simulation(twins(), CostAwarePolicy(), mode="gpu-only").run(tabs)
+    hybrid = Simulation(twins(), CostAwarePolicy(), mode="hybrid").run(tabs)
+    assert hybrid.throughput >= 0.98 * alone.throughput
+    assert hybrid.stat("completion")["mean"] <= 1.02 * alone.stat("completion")["mean"]
+
+
+def test_a_lane_that_does_not_pay_is_drained():
+    cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1, contention=1.0)
+    gpu = _view("gpu", cost, batch_size=4, decode_batch=4, mean_context=300,
+                remaining_tokens=400)
+    cpu = _view("cpu", cost.copy(), batch_size=1, decode_batch=1, mean_context=300,
+                remaining_tokens=100)
+    request = RequestView("r6", 300, 288, expected_output=100, output_tokens=40)
+    move = CostAwarePolicy().reconsider(request, "cpu", [gpu, cpu])
+    assert move is not None and move.lane == "gpu"
+    # With no contention the same second lane pays and keeps its request.
+    free = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1)
+    gpu0 = _view("gpu", free, batch_size=4, decode_batch=4, mean_context=300,
+                 remaining_tokens=400)
+    cpu0 = _view("cpu", free.copy(), batch_size=1, decode_batch=1, mean_context=300,
+                 remaining_tokens=100)
+    assert CostAwarePolicy().reconsider(request, "cpu", [gpu0, cpu0]) is None
