@@ -21,19 +21,34 @@ def calibrate(model: nn.Module, budget_s: float = 3.0) -> tuple[CostModel, float
     t = time.perf_counter()
     mx.eval(model(prompt, cache=make_prompt_cache(model)))
     prefill_tps = prompt.shape[1] / max(time.perf_counter() - t, 1e-6)
-    step = {}
-    for batch in (1, 4):
-        cache = make_prompt_cache(model)
-        mx.eval(model(mx.array([[5] * 32] * batch), cache=cache))
-        steps, t = 0, time.perf_counter()
-        while steps < 2 or (steps < 8 and time.perf_counter() - started < budget_s):
-            mx.eval(model(mx.array([[5]] * batch), cache=cache))
-            steps += 1
-        step[batch] = (time.perf_counter() - t) / steps
+    step = {batch: decode_step_s(model, batch, max_steps=8,
+                                 deadline=started + budget_s) for batch in (1, 4)}
     alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
     cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
                      batch_alpha=alpha)
     return cost, time.perf_counter() - started
+
+
+def decode_step_s(model: nn.Module, batch: int = 1, max_steps: int = 8,
+                  deadline: float | None = None) -> float:
+    """Mean time of decode steps at `batch` over a 32-token context: at least
+    2 steps, at most `max_steps`, stopping at `deadline` (perf_counter)."""
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[5] * 32] * batch), cache=cache))
+    steps, t = 0, time.perf_counter()
+    while steps < 2 or (steps < max_steps and (deadline is None or time.perf_counter() < deadline)):
+        mx.eval(model(mx.array([[5]] * batch), cache=cache))
+        steps += 1
+    return (time.perf_counter() - t) / steps
+
+
+def contention(model: nn.Module, cost: CostModel, seconds: float = 0.6) -> float:
+    """Run one-stream decode steps for about `seconds` while the other lanes
+    do the same (the caller synchronises them): how much longer a step takes
+    than when this lane ran alone at calibration."""
+    contended = decode_step_s(model, 1, max_steps=1_000,
+                              deadline=time.perf_counter() + seconds)
+    return min(max(contended * cost.decode_tps(0) - 1.0, 0.0), cost.max_contention)
 
 
 def kv_dtype(model: nn.Module) -> mx.Dtype:

@@ -143,6 +143,10 @@ class Engine:
             self.lanes[spec.name].kind = spec.kind
             self.lanes[spec.name].nice = worker_nice
             self.lanes[spec.name].calibrate_at_start = len(specs) > 1
+        if len(specs) > 1:
+            probe = threading.Barrier(len(specs))
+            for lane in self.lanes.values():
+                lane.contention_probe = probe
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
         self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")
@@ -152,6 +156,8 @@ class Engine:
             # the router needs every lane's cost model before the first request.
             lane.start()
             lane.calibrated.wait(60)
+        for lane in self.lanes.values():
+            lane.probed.wait(60)  # then all at once: contention (calibration.py)
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)

@@ -106,6 +106,7 @@ class Calibrated:
     decode_tps: float
     batch_alpha: float
     seconds: float
+    contention: float = 0.0  # measured with every lane decoding at once
     time: float = field(default_factory=now)
 
 

@@ -21,7 +21,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .batch import DecodeBatch
-from .calibration import calibrate, kv_dtype
+from .calibration import calibrate, contention, kv_dtype
 from .costmodel import CostModel
 from .handoff import Director, Handoff
 from .laneconfig import SPLIT_LAST_TOKEN_ABOVE, LaneConfig, LaneStats
@@ -70,6 +70,11 @@ class Lane:
         # Only the router reads cost models, and with one lane it has no choice
         # to make; the engine skips the ~2-3 s calibration then (faster start).
         self.calibrate_at_start = True
+        # Set by the engine with more than one lane: after every lane has
+        # calibrated alone, all run decode steps at once to measure contention.
+        self.contention_probe: threading.Barrier | None = None
+        self.probed = threading.Event()
+        self._probe_s = 0.0
         self.reconsider_every = 8  # steps between migration checks
         self.nice = 0  # niceness of the lane thread and the MLX stream it starts
         self._last_step: tuple[int, float, int] | None = None  # (batch, context, prefill)
@@ -143,10 +148,19 @@ class Lane:
         with mx.stream(stream):
             self._kv_dtype = kv_dtype(self.model)
             try:
+                calibration = None
                 if self.cost is None and self.calibrate_at_start:
-                    self.cost = self._calibrate()
+                    calibration = self._calibrate()
             finally:
                 self.calibrated.set()
+            try:
+                if calibration is not None:
+                    self._probe_contention()
+                    self._report_calibration(*calibration)
+                elif self.contention_probe is not None:
+                    self.contention_probe.abort()  # the others must not wait for us
+            finally:
+                self.probed.set()
             while True:
                 with self._wakeup:
                     while not self._closed and self.is_idle:
@@ -295,12 +309,27 @@ class Lane:
         contended = self.director.others_busy(self) if self.director else False
         self.cost.observe(batch, context, prefill_tokens, seconds, contended)
 
-    def _calibrate(self) -> CostModel:
-        cost, seconds = calibrate(self.model)
+    def _calibrate(self) -> tuple[CostModel, float]:
+        self.cost, seconds = calibrate(self.model)
+        return self.cost, seconds
+
+    def _probe_contention(self) -> None:
+        if self.contention_probe is None:
+            return
+        try:
+            self.contention_probe.wait(timeout=120)  # every lane calibrated, alone
+        except threading.BrokenBarrierError:
+            return
+        started = time.perf_counter()
+        self.cost.contention = contention(self.model, self.cost)
+        self._probe_s = time.perf_counter() - started
+
+    def _report_calibration(self, cost: CostModel, seconds: float) -> None:
         self._emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
                               decode_tps=cost.decode_points[0][1],
-                              batch_alpha=cost.batch_alpha, seconds=seconds))
-        return cost
+                              batch_alpha=cost.batch_alpha,
+                              seconds=seconds + self._probe_s,
+                              contention=cost.contention))
 
     def _take_tokens(self, requests: list[Request], tokens: list[int]) -> None:
         keep = []
