@@ -93,12 +93,15 @@ class CostModel:
         elif contended and quiet_ratio >= 1.0:
             # The uncontended parts are known from calibration and quiet steps:
             # what the step took beyond them is the others' doing.
+            # Slower than the base corrections: "contended" only says another
+            # lane was busy at the step's end, so one step says less here.
             extra = min(quiet_ratio - 1.0, self.max_contention)
-            self.contention = (1 - a) * self.contention + a * extra
+            slow = a / 4
+            self.contention = (1 - slow) * self.contention + slow * extra
             self.contended_samples += 1
             return
         elif contended:  # faster than even a quiet step: the base model is too slow
-            self.contention *= 1 - a
+            self.contention *= 1 - a / 4
             ratio = min(max(quiet_ratio, 0.2), 5.0)
         # Attribute the error to whichever part dominated the step.
         if decode_part >= prefill_part:

@@ -144,12 +144,12 @@ def test_cost_model_learns_contention_from_steps_run_alongside_other_lanes():
     model = CostModel(prefill_tps=100, decode_points=[(0, 10)])  # 0.1 s a step alone
     for _ in range(40):
         model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1)
-    for _ in range(40):  # with another lane running, steps take 1.5x
+    for _ in range(200):  # with another lane running, steps take 1.5x
         model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.15, contended=True)
     assert model.contention == pytest.approx(0.5, rel=0.02)
     assert model.decode_step_s(1, 100) == pytest.approx(0.1, rel=0.02)  # base kept
     assert model.step_s(1, 100, 0, contended=True) == pytest.approx(0.15, rel=0.02)
-    for _ in range(40):  # contended steps as fast as quiet ones: no contention
+    for _ in range(200):  # contended steps as fast as quiet ones: no contention
         model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1, contended=True)
     assert model.contention < 0.01
 
