@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_map
+from mlx.utils import tree_map, tree_map_with_path
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from . import gguf
@@ -101,6 +101,12 @@ def with_weight_format(loaded: LoadedModel, weight_format: str) -> LoadedModel:
     from mlx_lm.utils import dequantize_model
 
     dtype = getattr(mx, weight_format)
+    # Scales and biases in the target dtype first: MLX then dequantizes
+    # straight into it, in its arithmetic (float32 on the CPU lane: 0.7 s for
+    # the default model instead of 2.5 s through float16 and a cast).
+    loaded.model.update(tree_map_with_path(
+        lambda path, a: a.astype(dtype) if path.endswith(("scales", "biases"))
+        and mx.issubdtype(a.dtype, mx.floating) else a, loaded.model.parameters()))
     model = dequantize_model(loaded.model)
     model.update(tree_map(lambda a: a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a,
                           model.parameters()))
