@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# There (the device machine), second call: assemble and install MLX's CUDA
+# build, then measure. The first call only keeps .whl/a:
+#   command: mkdir -p /tmp/keep && cp .whl/a/* /tmp/keep/      carry: [".whl/a"]
+# This one:
+#   command: bash benchmarks/gpu/run.sh                          carry: [".whl/b"]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out" /tmp/site
+name=$(cat .whl/b/cuda-wheel-name)
+cat /tmp/keep/part00 .whl/b/part01 > "/tmp/$name" || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "/tmp/$name" .whl/b/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu))" \
+    | tee -a "$out/gpu.txt" || exit 1
+# The engine's self-test on the GPU lane, then the measurement (JSON on stdout).
+model=$(python3 -c "
+from pathlib import Path
+from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
+print(synthetic_model(Path('/tmp/bench-models'), QWEN_0_5B))") || exit 1
+python3 -m app --self-test --model "$model" 2>&1 | tee "$out/self-test.txt"
+timeout 420 python3 benchmarks/hybrid_real.py --model "$model" --tabs 16 --repeats 2 \
+    --ablate-contention > "$out/hybrid_real.json" 2> "$out/hybrid_real.log"
+echo "hybrid_real exit $?"
+tail -5 "$out/hybrid_real.log"
