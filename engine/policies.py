@@ -161,6 +161,15 @@ class CostAwarePolicy:
                   if self._pays(d, lanes, context, joining=d.name != current)]
         return paying or lanes
 
+    def _skipped(self, lanes: list[LaneView], kept: list[LaneView]) -> str:
+        """'; CPU left idle: it would slow the others more than it adds
+        (contention 1.0)' for lanes the pays test kept out."""
+        names = {d.name for d in kept}
+        out = [f"{d.name.upper()} left idle: it would slow the others more than it adds "
+               f"(contention {self._cost(d).contention:.1f})"
+               for d in lanes if d.name not in names]
+        return "".join(f"; {line}" for line in out)
+
     # ---- decisions ----------------------------------------------------------
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
         if len(lanes) == 1:
@@ -173,7 +182,8 @@ class CostAwarePolicy:
         uncached = request.uncached_tokens
         context = request.prompt_tokens
         best, best_score, own_by_lane = None, math.inf, {}
-        decode_lanes = {d.name for d in self._decode_lanes(lanes, context)}
+        paying = self._decode_lanes(lanes, context)
+        decode_lanes = {d.name for d in paying}
         for p in lanes:
             pre_own, pre_imposed = self._prefill(p, lanes, uncached)
             for d in lanes:
@@ -191,7 +201,8 @@ class CostAwarePolicy:
         warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
         times = " vs ".join(f"{n.upper()} {t:.1f} s" for n, t in own_by_lane.items())
         plan = p.name.upper() if p.name == d.name else f"{p.name.upper()} -> decode {d.name.upper()}"
-        reason = f"{warm}; {plan} done in {own:.1f} s (all on one lane: {times})"
+        reason = (f"{warm}; {plan} done in {own:.1f} s (all on one lane: {times})"
+                  + self._skipped(lanes, paying))
         return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name)
 
     def place_decode(self, request: RequestView, current: str,
@@ -201,13 +212,15 @@ class CostAwarePolicy:
             return _stay(current, lanes)
         context = request.prompt_tokens + request.output_tokens
         scored = {}
-        for d in self._decode_lanes(lanes, context):
+        paying = self._decode_lanes(lanes, context)
+        for d in paying:
             own, imposed = self._decode(d, lanes, request.expected_output, context)
             move = self.migration_s if d.name != current else 0.0
             scored[d.name] = (own + move + self.imposed_weight * imposed, own + move)
         choice = min(scored, key=lambda n: scored[n][0])
         times = " vs ".join(f"{n.upper()} {v[1]:.1f} s" for n, v in scored.items())
-        return Placement(choice, f"decode {request.expected_output} tokens: {times}",
+        return Placement(choice, f"decode {request.expected_output} tokens: {times}"
+                         + self._skipped(lanes, paying),
                          predicted_s={n: v[1] for n, v in scored.items()})
 
     def reconsider(self, request: RequestView, current: str,

@@ -168,7 +168,9 @@ def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
 
     request = RequestView("r5", prompt_tokens=300, cached_tokens=288, expected_output=100)
     assert CostAwarePolicy().place(request, lanes(0.0)).lane == "cpu"
-    assert CostAwarePolicy().place(request, lanes(1.0)).lane == "gpu"
+    placement = CostAwarePolicy().place(request, lanes(1.0))
+    assert placement.lane == placement.decode_lane == "gpu"
+    assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
 
 
 def test_twin_lanes_that_only_take_turns_do_no_worse_than_one():
