@@ -165,8 +165,8 @@ def run_workload(source: str, stand_in: bool, mode: str, tabs, max_answer: int,
     ttft = sorted(f.ttft_s for f in finished if f.ttft_s is not None)
     pick = lambda xs, q: xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]  # noqa: E731
     output = sum(f.output_tokens for f in finished)
-    return {"mode": mode, "learn_contention": learn_contention, "requests": len(finished), "output_tokens": output, "wall_s": wall,
-            "throughput_tok_s": output / wall,
+    return {"mode": mode, "learn_contention": learn_contention, "requests": len(finished),
+            "output_tokens": output, "wall_s": wall, "throughput_tok_s": output / wall,
             "completion_s": {"mean": statistics.fmean(completion), "p50": pick(completion, .5),
                              "p95": pick(completion, .95)},
             "ttft_s": {"mean": statistics.fmean(ttft), "p50": pick(ttft, .5),
@@ -189,7 +189,8 @@ def main() -> int:
     parser.add_argument("--think-scale", type=float, default=0.25)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ablate-contention", action="store_true",
-                        help="also run hybrid with contention learning off")
+                        help="also run hybrid with online contention learning off "
+                             "(the start-up probe still measures it)")
     args = parser.parse_args()
 
     from engine import gpu_available
