@@ -149,7 +149,8 @@ class MainWindow(QMainWindow):
         self.mode_label.setText(engine.mode)
         self.scheduler.system_plots.engine = engine
         self.scheduler.set_engine_info(
-            [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode)
+            [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode,
+            engine.describe_lanes())
         for tab in self.chat_tabs():
             tab.set_ready(True)
         self.engine_ready.emit()

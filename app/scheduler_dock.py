@@ -235,14 +235,17 @@ class SchedulerDock(QWidget):
         self._timer.start()
         self.set_engine_info([], "cpu-only")
 
-    def set_engine_info(self, lanes: list[tuple[str, str]], mode: str) -> None:
-        """Lanes as (name, kind); the switch needs a GPU lane to mean anything."""
+    def set_engine_info(self, lanes: list[tuple[str, str]], mode: str,
+                        descriptions: dict[str, str] | None = None) -> None:
+        """Lanes as (name, kind); the switch needs a GPU lane to mean anything.
+        `descriptions`: what each lane's cost model believes (card tooltips)."""
         for name, kind in lanes:
             if name not in self.cards:
                 card = LaneCard(name, kind)
                 self.cards[name] = card
                 self.cards_box.addWidget(card, len(self.cards) - 1, 0)
                 self.plots.add_lane(name, kind)
+            self.cards[name].setToolTip((descriptions or {}).get(name, ""))
         self.timeline_view.lane_kinds = dict(lanes)
         has_gpu = any(kind == "gpu" for _, kind in lanes)
         for button in (self.gpu_only, self.hybrid):

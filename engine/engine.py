@@ -307,6 +307,22 @@ class Engine:
                             predicted_s=placement.predicted_s))
         return placement.lane
 
+    def describe_lanes(self) -> dict[str, str]:
+        """One line per lane on what its cost model believes now, for people."""
+        lines = {}
+        for name, lane in self.lanes.items():
+            cost, device = lane.cost, lane.device.upper()
+            if cost is None:
+                lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
+                continue
+            prefill = cost.prefill_tps / cost.prefill_correction
+            lines[name] = (
+                f"{device} lane: prefill {prefill:.0f} tok/s, one-stream decode "
+                f"{1 / cost.decode_step_s(1, 0):.1f} tok/s, batch "
+                f"factor {cost.batch_alpha:.2f}, steps {1 + cost.contention:.2f}x as long while "
+                f"other lanes run (contention {cost.contention:.2f})")
+        return lines
+
     def hand_off(self, handoff: Handoff, to_lane: str) -> None:
         target = self.lanes[to_lane]
         with self._lock:

@@ -40,6 +40,10 @@ def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, wind
     dock = window.scheduler
     assert dock.hybrid.isEnabled() and dock.hybrid.isChecked()
     assert set(dock.cards) == {"gpu", "cpu"}
+    for name, card in dock.cards.items():  # what the router believes of each lane
+        tip = card.toolTip()
+        assert "prefill" in tip and "tok/s" in tip and "contention" in tip
+        assert tip == window.engine.describe_lanes()[name]
     tabs = [window.chat_tabs()[0], window.new_chat(), window.new_chat()]
     _send_all(qtbot, window, tabs, ["hello world", "café", "numbers 0123456789"])
     qtbot.waitUntil(lambda: len(_logged_lanes(dock)) == 3, timeout=5_000)
