@@ -77,7 +77,8 @@ class Lane:
         self._probe_s = 0.0
         self.reconsider_every = 8  # steps between migration checks
         self.nice = 0  # niceness of the lane thread and the MLX stream it starts
-        self._last_step: tuple[int, float, int] | None = None  # (batch, context, prefill)
+        # (batch, context, prefill tokens, other lanes busy when it started)
+        self._last_step: tuple[int, float, int, bool] | None = None
         self._wakeup = threading.Condition()
         self._closed = False
         self._kv_dtype = mx.float32  # probed on the lane thread
@@ -235,7 +236,8 @@ class Lane:
             self._reconsider()
         batch = len(fed_requests)
         context = (sum(r.num_prompt + r.num_output for r in fed_requests) / batch) if batch else 0.0
-        self._last_step = (batch, context, prefill_tokens)
+        others = self.director.others_busy(self) if self.director else False
+        self._last_step = (batch, context, prefill_tokens, others)
         if self.stats.steps % self.config.clear_cache_every == 0:
             mx.clear_cache()
 
@@ -305,9 +307,11 @@ class Lane:
         step, self._last_step = self._last_step, None
         if step is None or self.cost is None:
             return
-        batch, context, prefill_tokens = step
-        contended = self.director.others_busy(self) if self.director else False
-        self.cost.observe(batch, context, prefill_tokens, seconds, contended)
+        batch, context, prefill_tokens, at_start = step
+        at_end = self.director.others_busy(self) if self.director else False
+        if at_start != at_end:
+            return  # other lanes ran for part of this step only: it says nothing clear
+        self.cost.observe(batch, context, prefill_tokens, seconds, contended=at_end)
 
     def _calibrate(self) -> tuple[CostModel, float]:
         self.cost, seconds = calibrate(self.model)
