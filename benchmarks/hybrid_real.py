@@ -25,13 +25,13 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.chat_tabs import WORDS, play  # noqa: E402
 from engine import Engine, LaneSpec, Migrated, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from engine.router import Placement  # noqa: E402
@@ -43,8 +43,6 @@ QWEN_0_5B = {  # Qwen2.5-0.5B-Instruct's config.json, weights aside
     "rms_norm_eps": 1e-6, "vocab_size": 151936, "max_position_embeddings": 32768,
     "rope_theta": 1000000.0, "tie_word_embeddings": True,
 }
-WORDS = ("the river carries light past quiet towns while engineers measure every "
-         "step of the batch and the cache keeps what was said").split()
 
 
 def synthetic_model(work_dir: Path, config: dict, layers: int | None = None) -> Path:
@@ -131,28 +129,7 @@ def run_workload(source: str, stand_in: bool, mode: str, tabs, max_answer: int,
         lane.cost.learn_contention = learn_contention
     migrations = []
     engine.subscribe(lambda e: migrations.append(1) if isinstance(e, Migrated) else None)
-    finished, lock = [], threading.Lock()
-
-    def converse(tab):
-        time.sleep(tab.start_s)
-        messages = [{"role": "system", "content": "You are a helpful assistant."}]
-        for k, turn in enumerate(tab.turns):
-            time.sleep(turn.think_s * (k > 0))
-            text = " ".join(WORDS[(k + i) % len(WORDS)] for i in range(turn.user_tokens))
-            messages.append({"role": "user", "content": text})
-            done = engine.generate(messages, SamplingParams(
-                max_tokens=min(turn.answer_tokens, max_answer)))
-            with lock:
-                finished.append(done)
-            messages.append({"role": "assistant", "content": done.text})
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=converse, args=(t,)) for t in tabs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    finished, wall = play(engine, tabs, max_answer)
     lane_tokens = {n: lane.stats.output_tokens for n, lane in engine.lanes.items()}
     learned = {n: {"contention": lane.cost.contention,
                    "contended_steps": lane.cost.contended_samples,

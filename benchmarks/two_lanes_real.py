@@ -15,22 +15,14 @@ import argparse
 import json
 import platform
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import Engine, LaneSpec, Migrated, Routed, SamplingParams  # noqa: E402
+from benchmarks.chat_tabs import play  # noqa: E402
 from engine.sim import chat_workload  # noqa: E402
-
-WORDS = ("the river carries light past quiet towns while engineers measure every "
-         "step of the batch and the cache keeps what was said").split()
-
-
-def user_text(n_tokens: int, seed: int) -> str:
-    return " ".join(WORDS[(seed + i) % len(WORDS)] for i in range(max(n_tokens, 3)))
-
 
 def overlap(engine) -> dict:
     """Do the two lanes really step at the same time? One 64-token decode alone,
@@ -85,26 +77,7 @@ def main():
         if isinstance(e, (Routed, Migrated)) else None)
     tabs = chat_workload(args.tabs, seed=0, think_mean_s=0.5, arrival_window_s=2.0,
                          turns=(2, 3), paste_tokens=400)
-    started = time.perf_counter()
-    finished = []
-
-    def converse(tab):
-        time.sleep(tab.start_s)
-        messages = [{"role": "system", "content": "You are a helpful assistant."}]
-        for k, turn in enumerate(tab.turns):
-            time.sleep(turn.think_s * (k > 0))
-            messages.append({"role": "user", "content": user_text(turn.user_tokens, k)})
-            done = engine.generate(messages, SamplingParams(
-                max_tokens=min(turn.answer_tokens, args.max_answer)))
-            finished.append(done)
-            messages.append({"role": "assistant", "content": done.text})
-
-    threads = [threading.Thread(target=converse, args=(t,)) for t in tabs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    finished, wall = play(engine, tabs, args.max_answer)
     steps = sum(lane.stats.steps for lane in engine.lanes.values()) - steps_before
     result = {
         "machine": f"{platform.machine()} 2 cores (shared by both lanes)",
