@@ -10,12 +10,9 @@ from PySide6.QtCore import QStandardPaths
 
 def resource_path(name: str) -> Path:
     """A file of resources/: inside a PyInstaller bundle or in the checkout."""
-    import sys
+    from engine.bundle import bundle_dir
 
-    meipass = getattr(sys, "_MEIPASS", None)
-    base = Path(meipass) if getattr(sys, "frozen", False) and meipass else \
-        Path(__file__).resolve().parents[1]
-    return base / "resources" / name
+    return (bundle_dir() or Path(__file__).resolve().parents[1]) / "resources" / name
 
 
 def prepare_application(app) -> None:

@@ -12,6 +12,8 @@ import ctypes.util
 import os
 import sys
 
+from .bundle import bundle_dir
+
 _CANDIDATES = (
     "libopenblas.so.0",  # Debian/Ubuntu libopenblas0-pthread
     "libopenblasp.so.0",
@@ -36,10 +38,10 @@ def preload_openblas() -> str | None:
     if "mlx.core" in sys.modules:
         return None
     names = list(_CANDIDATES)
-    meipass = getattr(sys, "_MEIPASS", None)
-    if getattr(sys, "frozen", False) and meipass:
+    bundled = bundle_dir()
+    if bundled is not None:
         # A bundle carries its own copy (packaging/tandem.spec): try it first.
-        names = [os.path.join(meipass, name) for name in _CANDIDATES[:1]] + names
+        names = [str(bundled / name) for name in _CANDIDATES[:1]] + names
     found = ctypes.util.find_library("openblas")
     if found:
         names.append(found)

@@ -14,6 +14,7 @@ from mlx.utils import tree_map, tree_map_with_path
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from . import gguf
+from .bundle import bundle_dir
 from .errors import EngineError
 
 DEFAULT_MODEL = "default"
@@ -37,14 +38,6 @@ class LoadedModel:
     context_length: int
     stop_token_ids: set[int] = field(default_factory=set)
     weight_format: str = "quantized"
-
-
-def bundle_dir() -> Path | None:
-    """The data folder of a PyInstaller bundle, or None when run from source."""
-    import sys
-
-    meipass = getattr(sys, "_MEIPASS", None)
-    return Path(meipass) if getattr(sys, "frozen", False) and meipass else None
 
 
 def default_model_path() -> Path:
