@@ -19,7 +19,7 @@ _PUBLIC = {
     "Calibrated": "events", "EngineErrorEvent": "events", "Finished": "events",
     "LaneSample": "events", "Migrated": "events", "Queued": "events", "Routed": "events",
     "Token": "events", "EngineError": "errors", "SamplingParams": "params",
-    "Engine": "engine", "LaneSpec": "engine", "RequestHandle": "engine",
+    "Engine": "engine", "LaneSpec": "engine", "RequestHandle": "handle",
     "default_lanes": "engine", "gpu_available": "engine", "LaneConfig": "lane",
     "LoadedModel": "loader", "load_model": "loader",
 }

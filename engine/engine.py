@@ -6,11 +6,10 @@ and `close` are safe from any thread.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import mlx.core as mx
 
@@ -19,7 +18,8 @@ from .errors import EngineError
 from .events import Finished, LaneSample, Migrated, Queued, Routed
 from .handoff import Handoff
 from .lane import Lane, LaneConfig
-from .loader import LoadedModel, load_model, with_weight_format
+from .handle import RequestHandle
+from .loader import LoadedModel, load_model, models_by_format
 from .params import SamplingParams
 from .prefix import PrefixCache
 from .request import Request
@@ -67,43 +67,6 @@ def default_lanes() -> list[LaneSpec]:
     return [LaneSpec("cpu", "cpu")]
 
 
-class RequestHandle:
-    """A submitted request: iterate its events, wait for the result, cancel it."""
-
-    def __init__(self, engine: "Engine", request: Request):
-        self._engine = engine
-        self.request = request
-        self._events: queue.Queue = queue.Queue()
-        self._finished = threading.Event()
-        self.finished: Finished | None = None
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
-
-    def _deliver(self, event) -> None:
-        self._events.put(event)
-        if isinstance(event, Finished):
-            self.finished = event
-            self._finished.set()
-
-    def __iter__(self) -> Iterator[object]:
-        while True:
-            event = self._events.get()
-            yield event
-            if isinstance(event, Finished):
-                return
-
-    def cancel(self) -> None:
-        self._engine.cancel(self.request_id)
-
-    def result(self, timeout: float | None = None) -> Finished:
-        if not self._finished.wait(timeout):
-            raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
-        assert self.finished is not None
-        return self.finished
-
-
 class Engine:
     """Continuous-batching inference over one model on one or more lanes."""
 
@@ -133,7 +96,7 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self.lanes: dict[str, Lane] = {}
-        models = _models_by_format(loaded, [spec.resolved_format() for spec in specs])
+        models = models_by_format(loaded, [spec.resolved_format() for spec in specs])
         for spec in specs:
             self.lanes[spec.name] = Lane(
                 spec.name, spec.device, models[spec.resolved_format()], loaded.tokenizer,
@@ -393,21 +356,3 @@ class Engine:
                     tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
                     queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                     prefix_cache_bytes=self.prefix_cache.nbytes))
-
-
-def _models_by_format(loaded: LoadedModel, formats: list[str]) -> dict:
-    """One model object per weight format the lanes need; lanes share it
-    read-only. The loaded model is converted in place when no lane wants its
-    original format, and other formats are loaded afresh."""
-    wanted = list(dict.fromkeys(formats))
-    models = {}
-    if loaded.weight_format in wanted:
-        models[loaded.weight_format] = loaded.model
-    for fmt in wanted:
-        if fmt in models:
-            continue
-        if not models:
-            models[fmt] = with_weight_format(loaded, fmt).model
-        else:
-            models[fmt] = load_model(loaded.source, fmt).model
-    return models

@@ -196,3 +196,21 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, label=label, source=source,
                        context_length=context, stop_token_ids=stop_ids,
                        weight_format=weight_format)
+
+
+def models_by_format(loaded: LoadedModel, formats: list[str]) -> dict:
+    """One model object per weight format the lanes need; lanes share it
+    read-only. The loaded model is converted in place when no lane wants its
+    original format, and other formats are loaded afresh."""
+    wanted = list(dict.fromkeys(formats))
+    models = {}
+    if loaded.weight_format in wanted:
+        models[loaded.weight_format] = loaded.model
+    for fmt in wanted:
+        if fmt in models:
+            continue
+        if not models:
+            models[fmt] = with_weight_format(loaded, fmt).model
+        else:
+            models[fmt] = load_model(loaded.source, fmt).model
+    return models
