@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import mlx.core as mx
@@ -49,6 +50,31 @@ def contention(model: nn.Module, cost: CostModel, seconds: float = 0.6) -> float
     contended = decode_step_s(model, 1, max_steps=1_000,
                               deadline=time.perf_counter() + seconds)
     return min(max(contended * cost.decode_tps(0) - 1.0, 0.0), cost.max_contention)
+
+
+def start_up(model: nn.Module, calibrated: threading.Event,
+             probe: threading.Barrier | None) -> tuple[CostModel, float]:
+    """A lane's start-up, on its thread: calibrate alone and set `calibrated`
+    (the engine then starts the next lane); with `probe`, wait until every lane
+    has calibrated, then measure contention with all decoding at once.
+    Returns the cost model and the seconds spent calibrating and probing."""
+    try:
+        cost, seconds = calibrate(model)
+    except BaseException:
+        if probe is not None:
+            probe.abort()  # the others must not wait for this lane
+        raise
+    finally:
+        calibrated.set()
+    if probe is not None:
+        try:
+            probe.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            return cost, seconds
+        started = time.perf_counter()
+        cost.contention = contention(model, cost)
+        seconds += time.perf_counter() - started
+    return cost, seconds
 
 
 def kv_dtype(model: nn.Module) -> mx.Dtype:

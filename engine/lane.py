@@ -12,7 +12,6 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
@@ -21,23 +20,17 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .batch import DecodeBatch
-from .calibration import calibrate, contention, kv_dtype
+from .calibration import kv_dtype, start_up
 from .costmodel import CostModel
 from .handoff import Director, Handoff
-from .laneconfig import SPLIT_LAST_TOKEN_ABOVE, LaneConfig, LaneStats
+from .laneconfig import LaneConfig, LaneStats
 from .events import Calibrated, EngineErrorEvent, Finished, Token, now
+from .prefill import Prefill, run_chunk
 from .prefix import PrefixCache
 from .priority import lower_thread
 from .request import Request, RequestStatus
 from .sampling import TokenSampler, sample_rows
 from .textstream import TextStream
-
-
-@dataclass(slots=True, eq=False)
-class _Prefill:
-    request: Request
-    sampler: TokenSampler
-    caches: list[KVCache]
 
 
 class Lane:
@@ -62,7 +55,7 @@ class Lane:
         self._context_length = context_length
         self._inbox: deque[Request] = deque()
         self._waiting: deque[Request] = deque()
-        self._prefilling: list[_Prefill] = []
+        self._prefilling: list[Prefill] = []
         self._batch = DecodeBatch(model)
         self._adopted: deque[Handoff] = deque()
         self.director: "Director | None" = None  # set by the engine
@@ -74,7 +67,6 @@ class Lane:
         # calibrated alone, all run decode steps at once to measure contention.
         self.contention_probe: threading.Barrier | None = None
         self.probed = threading.Event()
-        self._probe_s = 0.0
         self.reconsider_every = 8  # steps between migration checks
         self.nice = 0  # niceness of the lane thread and the MLX stream it starts
         # (batch, context, prefill tokens, other lanes busy when it started)
@@ -149,18 +141,12 @@ class Lane:
         with mx.stream(stream):
             self._kv_dtype = kv_dtype(self.model)
             try:
-                calibration = None
                 if self.cost is None and self.calibrate_at_start:
-                    calibration = self._calibrate()
-            finally:
-                self.calibrated.set()
-            try:
-                if calibration is not None:
-                    self._probe_contention()
-                    self._report_calibration(*calibration)
+                    self._calibrate()
                 elif self.contention_probe is not None:
                     self.contention_probe.abort()  # the others must not wait for us
             finally:
+                self.calibrated.set()
                 self.probed.set()
             while True:
                 with self._wakeup:
@@ -208,7 +194,7 @@ class Lane:
             request.status = RequestStatus.PREFILLING
             request.note_lane("prefill", self.name)
             request.text = TextStream(self.tokenizer, request.params.stop)
-            self._prefilling.append(_Prefill(request, TokenSampler(request.params), caches))
+            self._prefilling.append(Prefill(request, TokenSampler(request.params), caches))
             self._waiting.popleft()
 
     def _step(self) -> None:
@@ -248,17 +234,8 @@ class Lane:
             if budget <= 0:
                 break
             request = prefill.request
-            start = request.num_computed
-            n = min(budget, request.num_prompt - start)
-            chunk = mx.array(request.prompt_ids[start : start + n])[None]
-            completes = start + n == request.num_prompt
-            if completes and n > SPLIT_LAST_TOKEN_ABOVE:
-                # Only the last position's logits are needed: run the rest
-                # apart so the vocabulary projection is computed for one token
-                # (MLX never evaluates the unused logits of the first call).
-                self.model(chunk[:, :-1], cache=prefill.caches)
-                chunk = chunk[:, -1:]
-            logits = self.model(chunk, cache=prefill.caches)
+            n = min(budget, request.num_prompt - request.num_computed)
+            logits = run_chunk(self.model, prefill, n)
             request.num_computed += n
             budget -= n
             total += n
@@ -266,7 +243,7 @@ class Lane:
             pending.extend(c.state for c in prefill.caches)
             if request.num_computed == request.num_prompt:
                 prompt = mx.array(request.prompt_ids, mx.uint32)
-                first = sample_rows(logits[:, -1, :], [prefill.sampler], lambda _: prompt)
+                first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
                 pending.append(first)
                 joins.append((prefill, first))  # leaves _prefilling when it joins
         return joins, pending, total
@@ -313,26 +290,12 @@ class Lane:
             return  # other lanes ran for part of this step only: it says nothing clear
         self.cost.observe(batch, context, prefill_tokens, seconds, contended=at_end)
 
-    def _calibrate(self) -> tuple[CostModel, float]:
-        self.cost, seconds = calibrate(self.model)
-        return self.cost, seconds
-
-    def _probe_contention(self) -> None:
-        if self.contention_probe is None:
-            return
-        try:
-            self.contention_probe.wait(timeout=120)  # every lane calibrated, alone
-        except threading.BrokenBarrierError:
-            return
-        started = time.perf_counter()
-        self.cost.contention = contention(self.model, self.cost)
-        self._probe_s = time.perf_counter() - started
-
-    def _report_calibration(self, cost: CostModel, seconds: float) -> None:
+    def _calibrate(self) -> None:
+        cost, seconds = start_up(self.model, self.calibrated, self.contention_probe)
+        self.cost = cost
         self._emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
                               decode_tps=cost.decode_points[0][1],
-                              batch_alpha=cost.batch_alpha,
-                              seconds=seconds + self._probe_s,
+                              batch_alpha=cost.batch_alpha, seconds=seconds,
                               contention=cost.contention))
 
     def _take_tokens(self, requests: list[Request], tokens: list[int]) -> None:

@@ -134,7 +134,9 @@ def test_cost_aware_engine_calibrates_and_explains(make_engine, tiny_loaded):
     assert all(lane.cost is not None for lane in engine.lanes.values())
     # After calibrating alone, the lanes decoded at once to measure contention.
     # (Its value is machine- and model-dependent: benchmarks/RESULTS.md.)
-    assert all(lane.probed.is_set() and lane._probe_s > 0 for lane in engine.lanes.values())
+    # Every lane reached the probe (an unbroken barrier) and finished start-up.
+    assert all(lane.probed.is_set() and lane.contention_probe is not None
+               and not lane.contention_probe.broken for lane in engine.lanes.values())
     assert all(0 <= lane.cost.contention <= lane.cost.max_contention
                for lane in engine.lanes.values())
     routed = _events(engine, Routed)
