@@ -7,51 +7,31 @@ engine events arrive through the `EngineBridge` as Qt signals.
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
 from engine.errors import EngineError
 from engine.params import SamplingParams
 
-if TYPE_CHECKING:
-    from engine import Engine
-
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
+from .engine_loader import EngineLoader, load_engine
 from .menus import build_menus
+from .paths import default_db_path, prepare_application
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
-from .paths import default_db_path, prepare_application
 from .store import ChatStore
+
+if TYPE_CHECKING:
+    from engine import Engine
 
 FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
 
 
-class _Loader(QObject):
-    """Carries the result of a background model load to the GUI thread."""
-
-    loaded = Signal(object)
-    failed = Signal(str)
-
-
-# The engine's threads run this much nicer than the GUI thread (Linux), so the
-# window stays smooth while lanes keep every core busy (benchmarks/RESULTS.md,
-# "event-loop latency").
-ENGINE_NICE = 10
-
-
-
-def _load_engine(source: str, **kwargs) -> "Engine":
-    """Runs on the loader thread: the first use of `engine.Engine` imports MLX,
-    mlx-lm and transformers there, after the window is already on screen."""
-    from engine import Engine
-
-    return Engine.load(source, **kwargs)
 
 class MainWindow(QMainWindow):
     engine_ready = Signal()
@@ -64,8 +44,6 @@ class MainWindow(QMainWindow):
         self.resize(1200, 760)
         self.store = store or ChatStore(default_db_path())
         self.engine: Engine | None = None
-        self._engine_factory = engine_factory or (
-            lambda source: _load_engine(source, worker_nice=ENGINE_NICE))
         self._tab_of_request: dict[str, ChatTab] = {}
         self.bridge = EngineBridge(self)
         self.bridge.tokens.connect(self._on_tokens)
@@ -114,7 +92,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.timeout.connect(self.flush_streaming)
         self._flush_timer.start()
 
-        self._loader = _Loader(self)
+        self._loader = EngineLoader(engine_factory or load_engine, self)
         self._loader.loaded.connect(self._on_engine_loaded)
         self._loader.failed.connect(self._on_engine_failed)
         self.load_model(model)
@@ -122,18 +100,7 @@ class MainWindow(QMainWindow):
     # ---- model ------------------------------------------------------------
     def load_model(self, source: str) -> None:
         self.model_label.setText(f"Loading {source}…")
-
-        def work():
-            try:
-                engine = self._engine_factory(source)
-            except EngineError as e:
-                self._loader.failed.emit(str(e))
-            except Exception as e:  # keep the window alive whatever happens
-                self._loader.failed.emit(f"{type(e).__name__}: {e}")
-            else:
-                self._loader.loaded.emit(engine)
-
-        threading.Thread(target=work, name="model-loader", daemon=True).start()
+        self._loader.start(source)
 
     def _on_engine_loaded(self, engine: Engine) -> None:
         if self.engine is not None:

@@ -37,7 +37,8 @@ def main() -> int:
                         help="niceness of the engine's threads (default: the app's)")
     args = parser.parse_args()
     app = QApplication(sys.argv)
-    from app.main_window import ENGINE_NICE, MainWindow
+    from app.engine_loader import ENGINE_NICE
+    from app.main_window import MainWindow
     from engine import Engine
     from app.store import ChatStore
 

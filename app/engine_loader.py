@@ -1,0 +1,53 @@
+"""Loading an engine off the GUI thread, so the window appears at once."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from engine import Engine
+
+# The engine's threads run this much nicer than the GUI thread (Linux), so the
+# window stays smooth while lanes keep every core busy (benchmarks/RESULTS.md,
+# "event-loop latency").
+ENGINE_NICE = 10
+
+
+def load_engine(source: str) -> "Engine":
+    """The app's engine for `source`. Runs on the loader thread: the first use
+    of `engine.Engine` imports MLX, mlx-lm and transformers there, after the
+    window is already on screen."""
+    from engine import Engine
+
+    return Engine.load(source, worker_nice=ENGINE_NICE)
+
+
+class EngineLoader(QObject):
+    """Runs `factory(source)` on a worker thread; the result arrives on the
+    GUI thread as `loaded(engine)` or `failed(message)`."""
+
+    loaded = Signal(object)
+    failed = Signal(str)
+
+    def __init__(self, factory: Callable[[str], "Engine"] = load_engine,
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.factory = factory
+
+    def start(self, source: str) -> None:
+        def work():
+            try:
+                engine = self.factory(source)
+            except EngineError as e:
+                self.failed.emit(str(e))
+            except Exception as e:  # keep the window alive whatever happens
+                self.failed.emit(f"{type(e).__name__}: {e}")
+            else:
+                self.loaded.emit(engine)
+
+        threading.Thread(target=work, name="model-loader", daemon=True).start()
