@@ -308,7 +308,7 @@ class Lane:
             self.stats.output_tokens += 1
             self.stats.tokens += 1
             reason = self._finish_reason(request, token)
-            if reason is None:
+            if token not in self._stop_ids:  # a stop token is never shown; the last token is
                 stream = request.text
                 text = stream.add(token)
                 if stream.stopped:

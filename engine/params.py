@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .errors import EngineError
 
+SEED_LIMIT = 2**64  # MLX's PRNG keys take an unsigned 64-bit seed
+
+
+def _bad(message: str) -> EngineError:
+    return EngineError(message, "bad-argument")
+
+
+def _integer(name: str, value, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{name} must be a whole number, not {value!r}.")
+    if value < low or (high is not None and value >= high):
+        bound = f"from {low} to {high - 1}" if high is not None else f"at least {low}"
+        raise _bad(f"{name} must be {bound}; got {value}.")
+
+
+def _real(name: str, value, low: float, high: float | None = None,
+          low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(f"{name} must be a number, not {value!r}.")
+    if not math.isfinite(value):
+        raise _bad(f"{name} must be a finite number; got {value}.")
+    if value < low or (low_open and value == low) or (high is not None and value > high):
+        lower = f"> {low}" if low_open else f">= {low}"
+        upper = f" and <= {high}" if high is not None else ""
+        raise _bad(f"{name} must be {lower}{upper}; got {value}.")
+
 
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
-    """How to pick tokens and when to stop. temperature 0 means greedy."""
+    """How to pick tokens and when to stop. temperature 0 means greedy.
+
+    Validated on construction: every value a request carries into a lane is
+    one the lane can use (a bad value is the caller's EngineError here, never
+    a lane failure later)."""
 
     max_tokens: int = 512
     temperature: float = 0.0
@@ -22,19 +53,19 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
-        if self.max_tokens < 1:
-            raise EngineError("max_tokens must be at least 1.", "bad-argument")
-        if self.temperature < 0:
-            raise EngineError("temperature must be >= 0.", "bad-argument")
-        if not 0 < self.top_p <= 1:
-            raise EngineError("top_p must be in (0, 1].", "bad-argument")
-        if self.top_k < 0 or self.min_p < 0 or self.repetition_penalty <= 0:
-            raise EngineError("top_k, min_p must be >= 0 and repetition_penalty > 0.",
-                              "bad-argument")
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        else:
-            object.__setattr__(self, "stop", tuple(s for s in self.stop if s))
+        _integer("max_tokens", self.max_tokens, 1)
+        _real("temperature", self.temperature, 0.0)
+        _real("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _integer("top_k", self.top_k, 0)
+        _real("min_p", self.min_p, 0.0, 1.0)
+        _real("repetition_penalty", self.repetition_penalty, 0.0, low_open=True)
+        _integer("repetition_context_size", self.repetition_context_size, 1)
+        if self.seed is not None:
+            _integer("seed", self.seed, 0, SEED_LIMIT)
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if not all(isinstance(s, str) for s in stop):
+            raise _bad(f"stop must be a string or a list of strings; got {self.stop!r}.")
+        object.__setattr__(self, "stop", tuple(s for s in stop if s))
 
     @property
     def is_greedy(self) -> bool:

@@ -162,3 +162,15 @@ def test_a_single_lane_starts_without_calibrating(make_engine, tiny_loaded):
     handle = engine.submit(prompt_ids=tiny_loaded.tokenizer.encode("hello there"),
                            params=SamplingParams(max_tokens=5))
     assert handle.result(timeout=60).output_tokens == 5
+
+
+def test_a_length_limited_answer_keeps_its_last_token(make_engine, tiny_loaded):
+    engine = make_engine()
+    ids = prompt_of(tiny_loaded, "hello world")
+    expected = reference_greedy(tiny_loaded, ids, 5)
+    assert len(expected) == 5 and not set(expected) & tiny_loaded.stop_token_ids
+    seen = list(engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=5)))
+    done = seen[-1]
+    assert done.reason == "length" and done.output_tokens == 5
+    assert done.text == tiny_loaded.tokenizer.decode(expected)
+    assert "".join(e.text for e in seen if isinstance(e, Token)) == done.text
