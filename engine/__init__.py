@@ -18,10 +18,10 @@ preload_openblas()  # must run before anything imports mlx
 _PUBLIC = {
     "Calibrated": "events", "EngineErrorEvent": "events", "Finished": "events",
     "LaneSample": "events", "Migrated": "events", "Queued": "events", "Routed": "events",
-    "Token": "events", "EngineError": "errors", "SamplingParams": "params",
+    "Token": "events", "MemoryPlanned": "events", "EngineError": "errors", "SamplingParams": "params",
     "Engine": "engine", "LaneSpec": "engine", "RequestHandle": "handle",
     "default_lanes": "engine", "gpu_available": "engine", "LaneConfig": "lane",
-    "LoadedModel": "loader", "load_model": "loader",
+    "LoadedModel": "loader", "load_model": "loader", "MemoryPlan": "memory",
 }
 
 __all__ = sorted(_PUBLIC)

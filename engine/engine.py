@@ -1,30 +1,34 @@
-"""The engine: loads a model, owns the lanes, routes requests, emits events.
+"""The engine: loads a model, plans memory, owns the lanes, emits events.
 
-All MLX work runs on lane threads. `submit`, `cancel`, `set_mode`, `subscribe`
-and `close` are safe from any thread.
+It coordinates; it does not schedule: each lane's `LaneScheduler` plans its
+steps and the shared `Director` routes between lanes. All MLX work runs on
+lane threads. `submit`, `cancel`, `set_mode`, `subscribe` and `close` are
+safe from any thread.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
 
 from . import blas, priority
+from .director import Director
 from .errors import EngineError
-from .events import Finished, LaneSample, Migrated, Queued, Routed
-from .handoff import Handoff
-from .lane import Lane, LaneConfig
+from .events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
 from .handle import RequestHandle
-from .loader import LoadedModel, load_model, models_by_format
+from .lane import Lane, LaneConfig
+from .loader import LoadedModel, load_model
 from .params import SamplingParams
+from .placement import plan_lanes
+from .policies import CostAwarePolicy
 from .prefix import PrefixCache
 from .request import Request
-from .policies import CostAwarePolicy
-from .router import MODES, LaneView, LeastLoadedPolicy, Policy, RequestView, eligible_lanes
+from .router import LeastLoadedPolicy, Policy
 
 Observer = Callable[[object], None]
 
@@ -33,9 +37,9 @@ Observer = Callable[[object], None]
 class LaneSpec:
     """A lane to build: its name, device ('cpu'/'gpu') and weight format.
 
-    weight_format 'auto' picks what runs fastest there: dense float32 on the
-    CPU (BLAS; see benchmarks/RESULTS.md), the file's quantization on a GPU.
-    """
+    weight_format 'auto' lets the memory plan choose: the weights as loaded,
+    shared between lanes, or on the CPU a dense float32 copy where it fits and
+    a probe measures it faster (engine/placement.py)."""
 
     name: str
     device: str = "cpu"
@@ -46,11 +50,6 @@ class LaneSpec:
     @property
     def kind(self) -> str:
         return self.acts_as or self.device
-
-    def resolved_format(self) -> str:
-        if self.weight_format != "auto":
-            return self.weight_format
-        return "float32" if self.device == "cpu" else "quantized"
 
 
 def gpu_available() -> bool:
@@ -72,48 +71,52 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, lanes: list[LaneSpec] | None = None,
                  mode: str | None = None, policy: Policy | None = None,
-                 prefix_cache_bytes: int = 1 << 30, prefix_block_size: int = 16,
-                 sample_interval_s: float = 0.1, worker_nice: int = 0):
+                 prefix_cache_bytes: int | None = None, prefix_block_size: int = 16,
+                 sample_interval_s: float = 0.1, worker_nice: int = 0,
+                 memory_budget_bytes: int | None = None):
         """`worker_nice` > 0 runs the engine's threads (lanes, their MLX
         streams, OpenBLAS's workers) at that niceness on Linux, so that an app's
-        GUI thread gets the cores first; see engine/priority.py."""
-        self.model_info = loaded
-        self.worker_nice = worker_nice
-        self.tokenizer = loaded.tokenizer
-        self.context_length = loaded.context_length
-        self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
+        GUI thread gets the cores first; see engine/priority.py.
+        `memory_budget_bytes` overrides the machine's budget for the plan."""
         specs = lanes or default_lanes()
-        self.policy: Policy = policy or (CostAwarePolicy() if len(specs) > 1
-                                         else LeastLoadedPolicy())
-        self._expected_output = 200.0  # EMA of answer lengths, for the router
-        self.router_s = 0.0  # time spent in routing decisions (for benchmarks)
-        self.router_calls = 0
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
+        self.model_info = loaded
+        self.tokenizer = loaded.tokenizer
+        self.context_length = loaded.context_length
+        self.worker_nice = worker_nice
         self._observers: list[Observer] = []
+        self._sticky: list[object] = []  # replayed to late subscribers: plan, calibrations
         self._handles: dict[str, RequestHandle] = {}
-        self._requests: dict[str, tuple[Request, Lane]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.memory_plan, models = plan_lanes(loaded, specs, memory_budget_bytes)
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = self.memory_plan.prefix_cache_bytes
+        self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
+        enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
+        self.disabled_lanes = {lp.name: lp.reason for lp in self.memory_plan.lanes
+                               if not lp.enabled}
+        self.policy: Policy = policy or (CostAwarePolicy() if len(enabled) > 1
+                                         else LeastLoadedPolicy())
+        if mode is None:
+            mode = "hybrid" if any(s.kind == "gpu" for s in enabled) else "cpu-only"
+        self.director = Director(self.policy, self._emit, loaded.context_length,
+                                 loaded.stop_token_ids, mode)
         self.lanes: dict[str, Lane] = {}
-        models = models_by_format(loaded, [spec.resolved_format() for spec in specs])
-        for spec in specs:
-            self.lanes[spec.name] = Lane(
-                spec.name, spec.device, models[spec.resolved_format()], loaded.tokenizer,
-                self.prefix_cache, self._emit, loaded.stop_token_ids, loaded.context_length,
-                spec.config)
-            self.lanes[spec.name].director = self
-            self.lanes[spec.name].kind = spec.kind
-            self.lanes[spec.name].nice = worker_nice
-            self.lanes[spec.name].calibrate_at_start = len(specs) > 1
-        if len(specs) > 1:
-            probe = threading.Barrier(len(specs))
-            for lane in self.lanes.values():
-                lane.contention_probe = probe
+        probe = threading.Barrier(len(enabled)) if len(enabled) > 1 else None
+        for spec in enabled:
+            lane_plan = self.memory_plan.lane(spec.name)
+            lane = Lane(spec.name, spec.device, spec.kind, models[spec.name], self.director,
+                        self.prefix_cache, self.lanes, spec.config,
+                        self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
+                        nice=worker_nice, calibrate=len(enabled) > 1, contention_probe=probe)
+            self.lanes[spec.name] = lane
+            self.director.add_lane(lane.scheduler)
+        del models
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
-        self.mode = mode or ("hybrid" if any(s.kind == "gpu" for s in specs) else "cpu-only")
-        self.set_mode(self.mode)
+        self._emit(MemoryPlanned("", None, plan=self.memory_plan))
         for lane in self.lanes.values():
             # One at a time, so calibrations do not slow each other down;
             # the router needs every lane's cost model before the first request.
@@ -121,6 +124,10 @@ class Engine:
             lane.calibrated.wait(60)
         for lane in self.lanes.values():
             lane.probed.wait(60)  # then all at once: contention (calibration.py)
+        if not any(lane.failed is None for lane in self.lanes.values()):
+            why = "; ".join(lane.failed or "" for lane in self.lanes.values())
+            self.close()
+            raise EngineError(f"No lane could start: {why}", "lane-failed")
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
@@ -133,6 +140,18 @@ class Engine:
         return cls(load_model(model), lanes=lanes, mode=mode, **kwargs)
 
     # ---- API ---------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.director.mode
+
+    @property
+    def router_s(self) -> float:
+        return self.director.router_s
+
+    @property
+    def router_calls(self) -> int:
+        return self.director.router_calls
+
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of `messages` in the model's chat template, ready to answer."""
         try:
@@ -144,6 +163,8 @@ class Engine:
                params: SamplingParams | None = None, tab_id: str | None = None,
                prompt_ids: list[int] | None = None) -> RequestHandle:
         """Queue a generation for `messages` (or raw `prompt_ids`)."""
+        from .textstream import TextStream
+
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
         params = params or SamplingParams()
@@ -156,45 +177,45 @@ class Engine:
                 f"of {self.context_length} tokens. Start a new chat or shorten it.",
                 "prompt-too-long")
         request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
+        request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
+        request.text = TextStream(self.tokenizer, params.stop)
+        lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(self, request)
-        cached = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         with self._lock:
-            view = RequestView(request.request_id, len(ids), cached,
-                               self._expected_left(request), 0, tab_id)
-            started = time.perf_counter()
-            placement = self.policy.place(view, self._views())
-            self._count_router(started)
-            lane = self.lanes[placement.lane]
             self._handles[request.request_id] = handle
-            self._requests[request.request_id] = (request, lane)
         self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
-        self._emit(Routed(request.request_id, tab_id, phase="prefill", lane=lane.name,
-                          reason=placement.reason, predicted_s=placement.predicted_s,
-                          cached_tokens=cached))
-        lane.submit(request)
+        self._emit(routed)
+        if lane.enqueue(request):
+            self.lanes[lane.name].wake()
+        else:  # the lane failed or closed since it was chosen
+            self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
         return handle
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step boundary; its slot and KV are freed."""
         with self._lock:
-            entry = self._requests.get(request_id)
-        if entry is not None:
-            request, _ = entry
-            request.cancel_event.set()
+            handle = self._handles.get(request_id)
+        if handle is not None:
+            handle.request.cancel_event.set()
             for lane in self.lanes.values():  # it may be moving between lanes
                 lane.wake()
 
     def cancel_tab(self, tab_id: str) -> None:
         with self._lock:
-            ids = [rid for rid, (req, _) in self._requests.items() if req.tab_id == tab_id]
+            ids = [rid for rid, h in self._handles.items() if h.request.tab_id == tab_id]
         for rid in ids:
             self.cancel(rid)
 
     def set_mode(self, mode: str) -> None:
-        if mode not in MODES:
-            raise EngineError(f"Unknown mode '{mode}' (expected one of {', '.join(MODES)}).",
-                              "bad-argument")
-        self.mode = mode
+        self.director.set_mode(mode)
+        for lane in self.lanes.values():
+            lane.wake()
+
+    def lane_of(self, request_id: str) -> str | None:
+        """The lane holding a request now (None once it finished)."""
+        with self._lock:
+            handle = self._handles.get(request_id)
+        return handle.request.lane if handle is not None else None
 
     def memory(self) -> dict[str, int]:
         """Bytes: MLX active and peak memory, running requests' KV, prefix cache.
@@ -205,9 +226,13 @@ class Engine:
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Call `observer(event)` for every event, on engine threads; returns an
-        unsubscribe function."""
+        unsubscribe function. The memory plan and the lanes' calibrations, which
+        happen at load, are replayed to it first."""
         with self._lock:
             self._observers.append(observer)
+            sticky = list(self._sticky)
+        for event in sticky:
+            observer(event)
 
         def unsubscribe() -> None:
             with self._lock:
@@ -222,16 +247,24 @@ class Engine:
         return self.submit(messages, params, prompt_ids=prompt_ids).result(timeout)
 
     def close(self) -> None:
-        """Cancel everything and stop the lanes."""
+        """End every request (one `Finished` each), stop the lanes and free the
+        model and all KV. Blocks until the lanes have stopped: an app calls it
+        off its GUI thread."""
         if self._closed:
             return
         self._closed = True
-        self._sampler_stop.set()
-        self._sampler.join()
+        if hasattr(self, "_sampler"):
+            self._sampler_stop.set()
+            self._sampler.join()
+        with self.director.lock:  # no lane takes a hand-over from now on
+            for lane in self.lanes.values():
+                lane.scheduler.closed = True
         for lane in self.lanes.values():
             lane.close()
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
         self.prefix_cache.clear()
+        self.model_info = None
+        mx.clear_cache()
 
     def __enter__(self) -> "Engine":
         return self
@@ -239,106 +272,40 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- the director: lanes ask between steps ----------------------------------
-    def decode_lane_for(self, request: Request, lane: Lane) -> str:
-        with self._lock:
-            started = time.perf_counter()
-            placement = self.policy.place_decode(self._request_view(request), lane.name,
-                                                 self._views())
-            self._count_router(started)
-        if placement.lane == lane.name:
-            self._emit(Routed(request.request_id, request.tab_id, phase="decode",
-                              lane=lane.name, reason=placement.reason,
-                              predicted_s=placement.predicted_s,
-                              cached_tokens=request.cached_tokens))
-        else:
-            self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
-                                to_lane=placement.lane, reason=placement.reason,
-                                predicted_s=placement.predicted_s))
-        return placement.lane
-
-    def move_for(self, request: Request, lane: Lane) -> str | None:
-        with self._lock:
-            started = time.perf_counter()
-            placement = self.policy.reconsider(self._request_view(request), lane.name,
-                                               self._views())
-            self._count_router(started)
-        if placement is None or placement.lane == lane.name:
-            return None
-        self._emit(Migrated(request.request_id, request.tab_id, from_lane=lane.name,
-                            to_lane=placement.lane, reason=placement.reason,
-                            predicted_s=placement.predicted_s))
-        return placement.lane
-
     def describe_lanes(self) -> dict[str, str]:
         """One line per lane on what its cost model believes now, for people."""
         lines = {}
         for name, lane in self.lanes.items():
             cost, device = lane.cost, lane.device.upper()
-            if cost is None:
+            if lane.failed:
+                lines[name] = lane.failed
+            elif cost is None:
                 lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
-                continue
-            prefill = cost.prefill_tps / cost.prefill_correction
-            lines[name] = (
-                f"{device} lane: prefill {prefill:.0f} tok/s, one-stream decode "
-                f"{1 / cost.decode_step_s(1, 0):.1f} tok/s, batch "
-                f"factor {cost.batch_alpha:.2f}, steps {1 + cost.contention:.2f}x as long while "
-                f"other lanes run (contention {cost.contention:.2f})")
+            else:
+                prefill = cost.prefill_tps / cost.prefill_correction
+                lines[name] = (
+                    f"{device} lane: prefill {prefill:.0f} tok/s, one-stream decode "
+                    f"{1 / cost.decode_step_s(1, 0):.1f} tok/s, batch "
+                    f"factor {cost.batch_alpha:.2f}, steps {1 + cost.contention:.2f}x as long "
+                    f"while other lanes run (contention {cost.contention:.2f})")
         return lines
 
-    def hand_off(self, handoff: Handoff, to_lane: str) -> None:
-        target = self.lanes[to_lane]
-        with self._lock:
-            if handoff.request.request_id in self._requests:
-                self._requests[handoff.request.request_id] = (handoff.request, target)
-        target.adopt(handoff)
-
-    def others_busy(self, lane: Lane) -> bool:
-        return any(not other.is_idle for other in self.lanes.values() if other is not lane)
-
     # ---- internals ---------------------------------------------------------
-    def _count_router(self, started: float) -> None:
-        self.router_s += time.perf_counter() - started
-        self.router_calls += 1
-
-    def _expected_left(self, request: Request) -> int:
-        left = min(request.params.max_tokens, int(self._expected_output)) - request.num_output
-        return max(left, 16)
-
-    def _request_view(self, request: Request) -> RequestView:
-        return RequestView(request.request_id, request.num_prompt, request.cached_tokens,
-                           self._expected_left(request), request.num_output, request.tab_id,
-                           request.num_output - request.output_at_last_move)
-
-    def _lane_view(self, lane: Lane) -> LaneView:
-        decoding = lane.decoding_requests()
-        mean_ctx = (sum(r.num_prompt + r.num_output for r in decoding) / len(decoding)
-                    if decoding else 0.0)
-        return LaneView(lane.name, lane.kind, lane.queue_depth, lane.batch_size,
-                        lane.pending_prompt_tokens, len(decoding), mean_ctx,
-                        float(sum(self._expected_left(r) for r in decoding)),
-                        lane.config.prefill_chunk_busy, lane.cost)
-
-    def _views(self) -> list[LaneView]:
-        return eligible_lanes(self.mode, [self._lane_view(lane) for lane in self.lanes.values()])
-
     def _emit(self, event) -> None:
         request_id = getattr(event, "request_id", None)
         with self._lock:
             observers = list(self._observers)
+            if isinstance(event, (MemoryPlanned, Calibrated)):
+                self._sticky.append(event)
             handle = self._handles.get(request_id) if request_id else None
             if isinstance(event, Finished):
-                if event.reason in ("stop", "length") and event.output_tokens:
-                    self._expected_output += 0.2 * (event.output_tokens - self._expected_output)
                 self._handles.pop(request_id, None)
-                self._requests.pop(request_id, None)
         if handle is not None:
             handle._deliver(event)
         for observer in observers:
             try:
                 observer(event)
             except Exception:  # an observer's bug must not stop a lane
-                import traceback
                 traceback.print_exc()
 
     def _sample_lanes(self, interval: float) -> None:
@@ -356,3 +323,4 @@ class Engine:
                     tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
                     queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                     prefix_cache_bytes=self.prefix_cache.nbytes))
+

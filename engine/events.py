@@ -21,7 +21,10 @@ class Event:
 
 @dataclass(slots=True, frozen=True)
 class Queued(Event):
+    """A request waits: at submit (reason ''), or later for KV room on its lane."""
+
     prompt_tokens: int
+    reason: str = ""
     time: float = field(default_factory=now)
 
 
@@ -115,5 +118,15 @@ class EngineErrorEvent(Event):
     """An error not tied to the user's input (a lane crashed, out of memory)."""
 
     message: str
+    lane: str = ""  # the lane that failed, if one did
     time: float = field(default_factory=now)
 
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryPlanned(Event):
+    """The engine's memory plan at load (engine/memory.py `MemoryPlan`):
+    weights per lane, KV per token, KV budgets, prefix cache, lanes left off."""
+
+    plan: object
+    time: float = field(default_factory=now)

@@ -17,10 +17,13 @@ class LaneConfig:
     prefill_chunk: int = 1024  # tokens per step while nothing decodes
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
     clear_cache_every: int = 256  # steps between mx.clear_cache()
+    kv_budget_bytes: int | None = None  # a cap below the memory plan's KV budget
 
     def __post_init__(self):
         if self.max_batch < 1 or self.prefill_chunk < 1 or self.prefill_chunk_busy < 1:
             raise ValueError("max_batch and prefill chunk sizes must be >= 1")
+        if self.kv_budget_bytes is not None and self.kv_budget_bytes < 0:
+            raise ValueError("kv_budget_bytes must be >= 0")
 
 
 class LaneStats:
@@ -31,4 +34,3 @@ class LaneStats:
         self.tokens = 0  # prompt + output tokens processed
         self.output_tokens = 0
         self.steps = 0
-        self.kv_bytes = 0  # updated by the lane thread after each step

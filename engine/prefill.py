@@ -18,13 +18,13 @@ class Prefill:
     request: Request
     sampler: TokenSampler
     caches: list[KVCache]
+    first: mx.array | None = None  # the first output token, sampled by the last chunk
 
 
-def run_chunk(model: nn.Module, prefill: Prefill, n: int) -> mx.array:
-    """Feed the next `n` prompt tokens into the request's caches (lazily);
+def run_chunk(model: nn.Module, prefill: Prefill, start: int, n: int) -> mx.array:
+    """Feed prompt tokens [start, start + n) into the request's caches (lazily);
     returns the logits of the chunk's last position."""
     request = prefill.request
-    start = request.num_computed
     chunk = mx.array(request.prompt_ids[start : start + n])[None]
     if start + n == request.num_prompt and n > SPLIT_LAST_TOKEN_ABOVE:
         # Only the last position's logits are needed: run the rest apart so

@@ -1,127 +1,22 @@
 """The prefix cache: KV of token prefixes already computed, shared by all lanes.
 
-A trie over fixed-size token blocks: each node is one block of `block_size`
-tokens and holds that block's keys and values for every layer. A node's key in
-its parent is the block's token tuple, so a match compares tokens exactly and
-can never return a wrong prefix. Only full blocks are cached. Nodes are evicted
-leaf-first in least-recently-used order to keep the total under a byte budget.
-
-`PrefixTrie` is the bookkeeping (plain Python, payload-agnostic);
-`PrefixCache` adds the MLX side: cutting a request's KV into blocks and
-stitching blocks back into mlx-lm `KVCache`s.
+A block trie (engine/prefix_trie.py, plain Python) whose payloads are each
+block's keys and values for every layer. `PrefixCache` adds the MLX side:
+cutting a request's KV into blocks and stitching blocks back into mlx-lm
+`KVCache`s. A lane's scheduler calls `match` (plain Python: the payloads it
+returns stay referenced, so eviction meanwhile cannot take them away) and its
+runner `materialize`s the match into caches.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-
-@dataclass(slots=True, eq=False)
-class BlockNode:
-    tokens: tuple[int, ...]
-    parent: "BlockNode | None"
-    payload: Any = None
-    nbytes: int = 0
-    last_used: int = 0
-    children: dict[tuple[int, ...], "BlockNode"] = field(default_factory=dict)
-
-    @property
-    def is_leaf(self) -> bool:
-        return not self.children
-
-
-class PrefixTrie:
-    """Block trie with LRU eviction under a byte budget. Not thread-safe."""
-
-    def __init__(self, block_size: int, budget_bytes: int):
-        if block_size < 1:
-            raise ValueError("block_size must be >= 1")
-        self.block_size = block_size
-        self.budget_bytes = budget_bytes
-        self.root = BlockNode(tokens=(), parent=None)
-        self.nbytes = 0
-        self.num_blocks = 0
-        self._clock = itertools.count(1)
-
-    def _blocks(self, tokens: list[int], limit: int | None = None):
-        n = len(tokens) if limit is None else min(limit, len(tokens))
-        b = self.block_size
-        for start in range(0, n - n % b, b):
-            yield tuple(tokens[start : start + b])
-
-    def match(self, tokens: list[int], limit: int | None = None, touch: bool = True) -> list[BlockNode]:
-        """The longest chain of cached blocks that prefixes `tokens[:limit]`."""
-        node, chain = self.root, []
-        for block in self._blocks(tokens, limit):
-            child = node.children.get(block)
-            if child is None:
-                break
-            chain.append(child)
-            node = child
-        if touch:
-            tick = next(self._clock)
-            for n in chain:
-                n.last_used = tick
-        return chain
-
-    def insert(self, tokens: list[int], make_payload: Callable[[int], tuple[Any, int]]) -> int:
-        """Add the full blocks of `tokens` not yet cached; return blocks added.
-
-        `make_payload(i)` builds block i's payload and returns (payload, nbytes).
-        """
-        node, added = self.root, 0
-        tick = next(self._clock)
-        for i, block in enumerate(self._blocks(tokens)):
-            child = node.children.get(block)
-            if child is None:
-                payload, nbytes = make_payload(i)
-                child = BlockNode(tokens=block, parent=node, payload=payload, nbytes=nbytes)
-                node.children[block] = child
-                self.nbytes += nbytes
-                self.num_blocks += 1
-                added += 1
-            child.last_used = tick
-            node = child
-        self.evict_to_budget()
-        return added
-
-    def evict_to_budget(self) -> int:
-        """Drop least-recently-used leaves until within budget; return count."""
-        evicted = 0
-        while self.nbytes > self.budget_bytes:
-            leaf = min(self._leaves(), key=lambda n: n.last_used, default=None)
-            if leaf is None:
-                break
-            self._remove(leaf)
-            evicted += 1
-        return evicted
-
-    def clear(self) -> None:
-        self.root.children.clear()
-        self.nbytes = 0
-        self.num_blocks = 0
-
-    def _leaves(self):
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            if node.is_leaf:
-                yield node
-            else:
-                stack.extend(node.children.values())
-
-    def _remove(self, leaf: BlockNode) -> None:
-        assert leaf.parent is not None
-        del leaf.parent.children[leaf.tokens]
-        self.nbytes -= leaf.nbytes
-        self.num_blocks -= 1
-        leaf.payload = None
+from .prefix_trie import PrefixMatch, PrefixTrie
 
 
 @dataclass(slots=True)
@@ -165,16 +60,20 @@ class PrefixCache:
         with self._lock:
             return len(self._trie.match(tokens, limit, touch=False)) * self.block_size
 
-    def lookup(self, tokens: list[int], limit: int | None = None,
-               dtype: mx.Dtype | None = None) -> PrefixHit:
-        """Fresh KV caches holding the longest cached prefix of `tokens[:limit]`."""
+    def match(self, tokens: list[int], limit: int | None = None) -> PrefixMatch:
+        """The longest cached prefix of `tokens[:limit]` (touches its blocks)."""
         with self._lock:
             chain = self._trie.match(tokens, limit)
-            payloads = [node.payload for node in chain]
-        if not payloads:
-            return PrefixHit(0, [])
-        keys = mx.concatenate([k for k, _ in payloads], axis=2)
-        values = mx.concatenate([v for _, v in payloads], axis=2)
+            return PrefixMatch(len(chain) * self.block_size,
+                               tuple(node.payload for node in chain))
+
+    @staticmethod
+    def materialize(match: PrefixMatch, dtype: mx.Dtype | None = None) -> list[KVCache]:
+        """Fresh KV caches holding a match's blocks ([] for an empty match)."""
+        if not match.payloads:
+            return []
+        keys = mx.concatenate([k for k, _ in match.payloads], axis=2)
+        values = mx.concatenate([v for _, v in match.payloads], axis=2)
         if dtype is not None and keys.dtype != dtype:
             keys, values = keys.astype(dtype), values.astype(dtype)
         caches = []
@@ -184,7 +83,13 @@ class PrefixCache:
             cache.values = values[layer][None]
             cache.offset = keys.shape[2]
             caches.append(cache)
-        return PrefixHit(keys.shape[2], caches)
+        return caches
+
+    def lookup(self, tokens: list[int], limit: int | None = None,
+               dtype: mx.Dtype | None = None) -> PrefixHit:
+        """Fresh KV caches holding the longest cached prefix of `tokens[:limit]`."""
+        match = self.match(tokens, limit)
+        return PrefixHit(match.num_tokens, self.materialize(match, dtype))
 
     def insert(self, tokens: list[int], caches: list[KVCache]) -> int:
         """Cache the full blocks of `tokens`, whose KV is in `caches` (batch 1)."""

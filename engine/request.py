@@ -21,7 +21,9 @@ def next_request_id() -> str:
 class RequestStatus(enum.Enum):
     WAITING = "waiting"  # routed to a lane, not started
     PREFILLING = "prefilling"
+    PREFILLED = "prefilled"  # first token sampled; its decode lane is decided next step
     DECODING = "decoding"
+    MOVING = "moving"  # between lanes: extracted from one, not yet joined to the other
     FINISHED = "finished"
 
 
@@ -42,8 +44,11 @@ class Request:
     submitted_at: float = field(default_factory=now)
     first_token_at: float | None = None
     finish_reason: str | None = None
-    text: Any = None  # the TextStream, owned by whichever lane runs the request
+    text: Any = None  # the TextStream (engine/textstream.py); None in the simulator
     output_at_last_move: int = 0
+    lane: str | None = None  # the lane holding it now
+    kv_tokens: int = 0  # KV positions reserved for it: prompt + max_tokens, capped at the context
+    waiting_for: str | None = None  # why it waits although a batch slot is free (KV room)
 
     @property
     def num_prompt(self) -> int:

@@ -28,3 +28,19 @@ def test_app_imports_no_mlx():
     offenders = {p.name for p in (ROOT / "app").rglob("*.py")
                  if _imports(p) & {"mlx", "mlx_lm"}}
     assert offenders == set()
+
+
+def test_scheduling_code_imports_no_mlx():
+    """The scheduler, the director, the router and the simulator are plain
+    Python (nano-vllm's rule): they never import MLX, so they never see a tensor."""
+    import subprocess
+    import sys
+
+    modules = ["engine.scheduler", "engine.director", "engine.router", "engine.policies",
+               "engine.costmodel", "engine.step", "engine.memory", "engine.prefix_trie",
+               "engine.sim", "engine.sim.simulator", "engine.sim.runner"]
+    code = (f"import sys; import {', '.join(modules)}; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

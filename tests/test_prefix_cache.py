@@ -4,7 +4,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from engine.prefix import PrefixCache, PrefixTrie
+from engine.prefix import PrefixCache
+from engine.prefix_trie import PrefixTrie
 
 
 def _payload(nbytes):

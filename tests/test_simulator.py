@@ -102,13 +102,16 @@ def test_simulation_is_deterministic():
 
 def test_single_turn_timing_by_hand():
     # One tab, one turn, idle GPU: cold prefill of 180+8+100+8 = 296 tokens in
-    # one 1024-token chunk, then 49 more decode steps at 1/110 s.
+    # one 1024-token chunk (it samples the first token), then 50 decode steps
+    # at 1/110 s, each reading one token (the first token is read by the first
+    # of them, as the engine's pipelined steps do); the 50th is the stop token.
     specs, _ = load_profile("m2-flat")
     tabs = [Tab("t", 0.0, (Turn(100, 50, 0.0),))]
     result = Simulation(specs, CostAwarePolicy()).run(tabs)
     (r,) = result.requests
-    assert r.first_token_at == pytest.approx(296 / 1085)
-    assert r.finished_at == pytest.approx(296 / 1085 + 49 / 110)
+    assert r.output == 50 and r.prompt == 296
+    assert r.first_token_at == pytest.approx(296 / 1085 + 1 / 110)
+    assert r.finished_at == pytest.approx(296 / 1085 + 50 / 110)
 
 
 def test_cost_model_refines_online():

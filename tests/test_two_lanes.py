@@ -114,7 +114,7 @@ def test_cancel_on_either_lane(make_engine, tiny_loaded):
     counter = TokenCounter(engine)
     victims = [engine.submit(prompt_ids=prompt_of(tiny_loaded, t),
                              params=SamplingParams(max_tokens=500)) for t in TEXTS[:2]]
-    lanes = {engine._requests[v.request_id][1].name for v in victims}
+    lanes = {engine.lane_of(v.request_id) for v in victims}
     assert lanes == {"gpu", "cpu"}
     for v in victims:
         counter.wait_for(v.request_id, 2)

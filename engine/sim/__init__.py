@@ -6,8 +6,8 @@ are never measured speed.
 """
 
 from .profiles import PROFILES, load_profile
-from .simulator import SimResult, Simulation
+from .simulator import SimResult, Simulation, TraceRequest
 from .workload import Tab, Turn, chat_workload
 
-__all__ = ["PROFILES", "SimResult", "Simulation", "Tab", "Turn", "chat_workload",
+__all__ = ["PROFILES", "SimResult", "Simulation", "Tab", "TraceRequest", "Turn", "chat_workload",
            "load_profile"]

@@ -1,63 +1,79 @@
-"""SIMULATION: lanes in virtual time, stepped as the real lanes step (chunked
-prefill, one decode token per running request per step, joins between steps),
-with step times from cost profiles, routed by the real policies."""
+"""SIMULATION: Tandem's production scheduler in virtual time.
+
+Each simulated lane is the production `LaneScheduler` with a `SimRunner`
+(engine/sim/runner.py) in place of the model; lanes are routed by the
+production `Director` and policies. Admission, chunked prefill, batching,
+when migrations are considered, the prefix cache and the router's online cost
+learning are the engine's own code; only step times (from a cost profile) and
+the clock are simulated. Numbers from here are never measured speed.
+"""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import random
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 
-from ..router import LaneView, RequestView, eligible_lanes
+from ..director import Director
+from ..events import Finished, Migrated, Routed
+from ..laneconfig import LaneConfig
+from ..params import SamplingParams
+from ..request import Request
+from ..scheduler import LaneScheduler
+from ..step import StepPlan, StepResult
 from .profiles import SimLaneSpec
+from .runner import STOP_TOKEN, SimPrefix, SimRunner
 from .workload import Tab
 
 SYSTEM_TOKENS = 180  # the shared system prompt
 TEMPLATE_TOKENS = 8  # chat-template tokens around each message
 BLOCK = 16  # prefix-cache block size, as in the engine
+CONTEXT = 32_768
+
+
+@dataclass(slots=True, frozen=True)
+class TraceRequest:
+    """A recorded request to replay: when it came, its prompt, how long its
+    answer was (the stop token ends it there) and its max_tokens."""
+
+    arrival_s: float
+    prompt_ids: tuple[int, ...]
+    answer_tokens: int
+    max_tokens: int = 512
+    tab_id: str | None = None
 
 
 @dataclass(slots=True, eq=False)
 class SimRequest:
+    """One finished simulated request (virtual seconds)."""
+
     rid: str
     tab: str
     arrival: float
     prompt: int
     cached: int
-    target: int  # output tokens this answer will have
-    computed: int = 0
-    output: int = 0
-    first_token_at: float | None = None
-    finished_at: float | None = None
+    target: int
+    output: int
+    first_token_at: float | None
+    finished_at: float
     lanes: list[tuple[str, str]] = field(default_factory=list)
-    tokens_at_last_move: int = 0
-
-    def note(self, phase: str, lane: str) -> None:
-        if not self.lanes or self.lanes[-1] != (phase, lane):
-            self.lanes.append((phase, lane))
 
 
 @dataclass(slots=True, eq=False)
 class SimLane:
-    spec: SimLaneSpec
-    chunk_busy: int = 128
-    chunk_idle: int = 1024
-    max_batch: int = 64
-    waiting: deque = field(default_factory=deque)
-    prefilling: list = field(default_factory=list)
-    decoding: list = field(default_factory=list)
+    scheduler: LaneScheduler
+    runner: SimRunner
+    step: tuple[StepPlan, StepResult] | None = None
     step_end: float | None = None
-    step_decode: list = field(default_factory=list)
-    step_prefill: list = field(default_factory=list)  # (request, tokens)
     busy_s: float = 0.0
     batch_time: float = 0.0  # integral of decode batch size over time
     context_time: float = 0.0  # integral of the batch's summed context over time
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return self.scheduler.name
 
 
 @dataclass(slots=True)
@@ -83,7 +99,7 @@ class SimResult:
         return self.output_tokens / self.makespan_s
 
     def stat(self, name: str) -> dict[str, float]:
-        values = sorted(_metric(r, name) for r in self.requests if _metric(r, name) is not None)
+        values = sorted(v for r in self.requests if (v := _metric(r, name)) is not None)
         if not values:
             return {"mean": float("nan"), "p50": float("nan"), "p95": float("nan")}
         p95 = values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
@@ -103,166 +119,158 @@ def _metric(r: SimRequest, name: str) -> float | None:
 
 
 class Simulation:
-    """Run `tabs` through lanes built from `lanes` with `policy` in `mode`."""
+    """Run `tabs` through the production scheduler on lanes built from `lanes`."""
 
     def __init__(self, lanes: list[SimLaneSpec], policy, mode: str = "hybrid",
-                 migration_s: float = 0.0, expected_output: int = 170,
-                 reconsider_every: int = 8):
-        self.lanes = [SimLane(spec) for spec in lanes]
-        self.policy = policy
-        self.mode = mode
-        self.migration_s = migration_s
-        self.expected_output = expected_output
-        self.reconsider_every = reconsider_every
+                 migration_s: float = 0.0, config: LaneConfig | None = None,
+                 prefix_cache_bytes: int = 1 << 30, kv_bytes_per_token: int = 12_288,
+                 max_tokens: int = 512, seed: int = 0):
         self.now = 0.0
-        self._ids = itertools.count(1)
+        self.policy = policy
+        self.migration_s = migration_s
+        self.max_tokens = max_tokens
+        self.director = Director(policy, self._on_event, CONTEXT, {STOP_TOKEN}, mode,
+                                 clock=lambda: self.now)
+        self.prefix = SimPrefix(BLOCK, prefix_cache_bytes, kv_bytes_per_token)
+        self._targets: dict[str, int] = {}
+        self.lanes: list[SimLane] = []
+        for spec in lanes:
+            scheduler = LaneScheduler(spec.name, spec.device, self.director, self.prefix,
+                                      config, clock=lambda: self.now)
+            scheduler.cost = spec.cost.copy()  # the router's belief, learned online
+            scheduler.cost.contention = spec.cost.contention
+            runner = SimRunner(spec.cost, lambda r: self._targets[r.request_id], self.prefix)
+            self.lanes.append(SimLane(scheduler, runner))
+            self.director.add_lane(scheduler)
+        self._rng = random.Random(seed)
         self._arrivals: list = []
         self._seq = itertools.count()
-        self.decisions: list = []
+        self._tabs: dict[str, Tab] = {}
+        self._history: dict[str, list[int]] = {}  # tab -> token ids of its conversation
+        self._next_turn: dict[str, int] = {}
+        self._requests: dict[str, Request] = {}
+        self._system = [10 + i for i in range(SYSTEM_TOKENS)]
+        self.decisions: list[tuple[float, str, str, str, str]] = []
         self.migrations = 0
         self.done: list[SimRequest] = []
-        self._conversation: dict[str, int] = {}  # tab -> tokens of conversation so far
-        self._next_turn: dict[str, int] = {}
-        self._system_cached = False
-        self._tabs: dict[str, Tab] = {}
 
-    # ---- workload -----------------------------------------------------------
+    # ---- workload -------------------------------------------------------------------
     def _schedule_turn(self, tab: Tab, at: float) -> None:
         k = self._next_turn.get(tab.tab_id, 0)
-        if k >= len(tab.turns):
-            return
-        heapq.heappush(self._arrivals, (at + tab.turns[k].think_s * (k > 0), next(self._seq),
-                                        tab.tab_id))
+        if k < len(tab.turns):
+            heapq.heappush(self._arrivals, (at + tab.turns[k].think_s * (k > 0),
+                                            next(self._seq), tab.tab_id))
+
+    def _tokens(self, n: int) -> list[int]:
+        return [self._rng.randrange(1_000, 1_000_000) for _ in range(n)]
 
     def _arrive(self, tab_id: str) -> None:
         tab = self._tabs[tab_id]
         k = self._next_turn.get(tab_id, 0)
         self._next_turn[tab_id] = k + 1
         turn = tab.turns[k]
-        history = self._conversation.get(tab_id, SYSTEM_TOKENS + TEMPLATE_TOKENS)
-        prompt = history + turn.user_tokens + TEMPLATE_TOKENS
-        if k == 0:
-            cached = SYSTEM_TOKENS // BLOCK * BLOCK if self._system_cached else 0
-        else:
-            cached = history // BLOCK * BLOCK
-        cached = min(cached, prompt - 1)
-        request = SimRequest(f"r{next(self._ids)}", tab_id, self.now, prompt, cached,
-                             turn.answer_tokens, computed=cached)
-        self._conversation[tab_id] = prompt + turn.answer_tokens + TEMPLATE_TOKENS
-        placement = self.policy.place(self._request_view(request), self._views())
-        self._log(request, "prefill", placement.lane, placement.reason)
-        self._lane(placement.lane).waiting.append(request)
+        history = self._history.get(tab_id) or self._system + self._tokens(TEMPLATE_TOKENS)
+        prompt = history + self._tokens(turn.user_tokens + TEMPLATE_TOKENS)
+        request = Request(prompt_ids=prompt, params=SamplingParams(max_tokens=self.max_tokens),
+                          tab_id=tab_id, submitted_at=self.now)
+        self._submit(request, min(turn.answer_tokens, self.max_tokens))
 
-    # ---- views for the router ---------------------------------------------
-    def _expected_left(self, r: SimRequest) -> int:
-        return max(self.expected_output - r.output, 16)
+    def _submit(self, request: Request, answer_tokens: int) -> None:
+        request.cached_tokens = self.prefix.cached_length(request.prompt_ids,
+                                                          limit=request.num_prompt - 1)
+        self._targets[request.request_id] = answer_tokens
+        self._requests[request.request_id] = request
+        lane, routed = self.director.place(request)
+        self._on_event(routed)
+        lane.enqueue(request)
 
-    def _request_view(self, r: SimRequest) -> RequestView:
-        return RequestView(r.rid, r.prompt, r.cached, self._expected_left(r), r.output, r.tab,
-                           r.output - r.tokens_at_last_move)
+    # ---- events from the production code -----------------------------------------------
+    def _on_event(self, event) -> None:
+        if isinstance(event, Routed):
+            self.decisions.append((event.time, event.request_id, event.phase, event.lane,
+                                   event.reason))
+        elif isinstance(event, Migrated):
+            self.migrations += 1
+            self.decisions.append((event.time, event.request_id, "migrate", event.to_lane,
+                                   event.reason))
+        elif isinstance(event, Finished):
+            self._finished(self._requests.pop(event.request_id), event)
 
-    def _view(self, lane: SimLane) -> LaneView:
-        decoding = lane.decoding
-        pending = sum(r.prompt - r.computed for r in list(lane.waiting) + lane.prefilling)
-        mean_ctx = (sum(r.prompt + r.output for r in decoding) / len(decoding)) if decoding else 0.0
-        return LaneView(lane.name, lane.spec.device, len(lane.waiting),
-                        len(lane.prefilling) + len(decoding), pending, len(decoding), mean_ctx,
-                        sum(self._expected_left(r) for r in decoding), lane.chunk_busy,
-                        lane.spec.cost)
-
-    def _views(self) -> list[LaneView]:
-        return eligible_lanes(self.mode, [self._view(lane) for lane in self.lanes])
-
-    def _lane(self, name: str) -> SimLane:
-        return next(lane for lane in self.lanes if lane.name == name)
-
-    def _log(self, r: SimRequest, phase: str, lane: str, reason: str) -> None:
-        self.decisions.append((self.now, r.rid, phase, lane, reason))
-
-    # ---- lane steps -----------------------------------------------------------
-    def _start_step(self, lane: SimLane) -> None:
-        while lane.waiting and len(lane.prefilling) + len(lane.decoding) < lane.max_batch:
-            r = lane.waiting.popleft()
-            r.note("prefill", lane.name)
-            lane.prefilling.append(r)
-        if not lane.prefilling and not lane.decoding:
-            lane.step_end = None
+    def _finished(self, request: Request, event: Finished) -> None:
+        if request.tab_id not in self._tabs:  # a replayed trace: no next turn
+            self.done.append(SimRequest(
+                request.request_id, request.tab_id, request.submitted_at, request.num_prompt,
+                request.cached_tokens, self._targets.pop(request.request_id),
+                request.num_output, request.first_token_at, event.time,
+                list(request.lane_history)))
             return
-        budget = lane.chunk_busy if lane.decoding else lane.chunk_idle
-        lane.step_prefill = []
-        for r in lane.prefilling:
-            if budget <= 0:
-                break
-            n = min(budget, r.prompt - r.computed)
-            lane.step_prefill.append((r, n))
-            budget -= n
-        lane.step_decode = list(lane.decoding)
-        contended = any(o.step_end is not None for o in self.lanes if o is not lane)
-        batch = len(lane.step_decode)
-        ctx = sum(r.prompt + r.output for r in lane.step_decode) / batch if batch else 0.0
-        duration = lane.spec.cost.step_s(batch, ctx, sum(n for _, n in lane.step_prefill),
-                                         contended)
-        lane.step_end = self.now + duration
-        lane.busy_s += duration
-        lane.batch_time += batch * duration
-        lane.context_time += ctx * batch * duration
+        self.done.append(SimRequest(
+            request.request_id, request.tab_id, request.submitted_at, request.num_prompt,
+            request.cached_tokens, self._targets.pop(request.request_id), request.num_output,
+            request.first_token_at, event.time, list(request.lane_history)))
+        # The next turn re-renders this answer: its tokens are the tab's history.
+        self._history[request.tab_id] = request.all_ids[:-1] + self._tokens(TEMPLATE_TOKENS)
+        self._schedule_turn(self._tabs[request.tab_id], self.now)
+
+    # ---- lane steps ---------------------------------------------------------------------
+    def _start_step(self, lane: SimLane) -> None:
+        if lane.scheduler.is_idle:
+            return
+        plan = lane.scheduler.schedule()
+        if not (plan.has_work or plan.moves or plan.joins or plan.cancelled or plan.events):
+            return  # nothing can run yet (a request waits for KV room)
+        result = lane.runner.run(plan)
+        if plan.moves:
+            result.seconds += self.migration_s
+        lane.step, lane.step_end = (plan, result), self.now + result.seconds
+        lane.busy_s += result.seconds
+        lane.batch_time += len(plan.decode) * result.seconds
+        lane.context_time += plan.context * len(plan.decode) * result.seconds
 
     def _end_step(self, lane: SimLane) -> None:
-        lane.step_end = None
-        for r in lane.step_decode:
-            if r.finished_at is not None or r not in lane.decoding:
-                continue
-            r.output += 1
-            if r.output >= r.target:
-                self._finish(lane, r)
-        for r, n in lane.step_prefill:
-            r.computed += n
-            if r.computed >= r.prompt:
-                lane.prefilling.remove(r)
-                self._system_cached = True
-                r.output = 1
-                r.first_token_at = self.now
-                if r.output >= r.target:
-                    self._finish(lane, r, joined=False)
-                    continue
-                placement = self.policy.place_decode(self._request_view(r), lane.name,
-                                                     self._views())
-                self._join(r, placement.lane, placement.reason, moved_from=None
-                           if placement.lane == lane.name else lane.name)
-        if self.reconsider_every and lane.decoding:
-            for r in list(lane.decoding):
-                if r.output % self.reconsider_every:
-                    continue
-                placement = self.policy.reconsider(self._request_view(r), lane.name,
-                                                   self._views())
-                if placement is not None and placement.lane != lane.name:
-                    lane.decoding.remove(r)
-                    self._join(r, placement.lane, placement.reason, moved_from=lane.name)
+        (plan, result), lane.step, lane.step_end = lane.step, None, None
+        outcome = lane.scheduler.commit(plan, result)
+        director = self.director
+        for event in plan.events:
+            self._on_event(event)
+        for request in plan.cancelled:
+            director.finish(request, "cancelled", lane.name)
+        for request, target in plan.moves:
+            if not director.hand_over(request, target):
+                director.finish(request, "cancelled", lane.name)
+        finished = [r for r, _ in outcome.finished]
+        lane.runner.release(finished)
+        for request, reason in outcome.finished:
+            director.finish(request, reason, lane.name)
 
-    def _join(self, r: SimRequest, lane_name: str, reason: str, moved_from: str | None) -> None:
-        target = self._lane(lane_name)
-        if moved_from is not None:
-            self.migrations += 1
-            r.tokens_at_last_move = r.output
-            self._log(r, "migrate", lane_name, reason)
-        else:
-            self._log(r, "decode", lane_name, reason)
-        r.note("decode", lane_name)
-        target.decoding.append(r)
-
-    def _finish(self, lane: SimLane, r: SimRequest, joined: bool = True) -> None:
-        r.finished_at = self.now
-        if joined:
-            lane.decoding.remove(r)
-        self.done.append(r)
-        self._schedule_turn(self._tabs[r.tab], self.now)
-
-    # ---- main loop -------------------------------------------------------------
+    # ---- main loop ----------------------------------------------------------------------
     def run(self, tabs: list[Tab], limit_s: float = 36_000.0) -> SimResult:
+        """Play a multi-tab chat workload (each answer schedules the tab's next turn)."""
         self._tabs = {t.tab_id: t for t in tabs}
         for tab in tabs:
             heapq.heappush(self._arrivals, (tab.start_s, next(self._seq), tab.tab_id))
-        first_arrival = min((t.start_s for t in tabs), default=0.0)
+        return self._loop(min((t.start_s for t in tabs), default=0.0), limit_s)
+
+    def replay(self, trace: list[TraceRequest], limit_s: float = 36_000.0) -> SimResult:
+        """Replay recorded requests at their arrival times; results in trace order."""
+        for i, item in enumerate(trace):
+            heapq.heappush(self._arrivals, (item.arrival_s, next(self._seq), i))
+        self._trace = trace
+        self._trace_ids: dict[str, int] = {}
+        result = self._loop(min((t.arrival_s for t in trace), default=0.0), limit_s)
+        order = {rid: i for rid, i in self._trace_ids.items()}
+        result.requests.sort(key=lambda r: order[r.rid])
+        return result
+
+    def _replay_arrival(self, index: int) -> None:
+        item = self._trace[index]
+        request = Request(prompt_ids=list(item.prompt_ids),
+                          params=SamplingParams(max_tokens=item.max_tokens),
+                          tab_id=item.tab_id, submitted_at=self.now)
+        self._trace_ids[request.request_id] = index
+        self._submit(request, min(item.answer_tokens, item.max_tokens))
+
+    def _loop(self, first_arrival: float, limit_s: float) -> SimResult:
         while self.now < limit_s:
             next_arrival = self._arrivals[0][0] if self._arrivals else float("inf")
             ends = [lane.step_end for lane in self.lanes if lane.step_end is not None]
@@ -271,8 +279,11 @@ class Simulation:
                 break
             if next_arrival <= next_end:
                 self.now = next_arrival
-                _, _, tab_id = heapq.heappop(self._arrivals)
-                self._arrive(tab_id)
+                _, _, key = heapq.heappop(self._arrivals)
+                if isinstance(key, int):
+                    self._replay_arrival(key)
+                else:
+                    self._arrive(key)
             else:
                 self.now = next_end
                 for lane in self.lanes:
@@ -283,8 +294,8 @@ class Simulation:
                     self._start_step(lane)
         makespan = max((r.finished_at for r in self.done), default=0.0) - first_arrival
         return SimResult(
-            policy=getattr(self.policy, "name", type(self.policy).__name__), mode=self.mode,
-            requests=self.done, makespan_s=makespan,
+            policy=getattr(self.policy, "name", type(self.policy).__name__),
+            mode=self.director.mode, requests=self.done, makespan_s=makespan,
             lane_busy_s={lane.name: lane.busy_s for lane in self.lanes},
             mean_decode_batch={lane.name: lane.batch_time / lane.busy_s if lane.busy_s else 0.0
                                for lane in self.lanes},

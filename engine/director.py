@@ -1,0 +1,170 @@
+"""The director: routes requests between lane schedulers and ends them.
+
+Plain Python shared by the engine and the simulator: it asks the policy where
+a new request prefills, where a prefilled one decodes and whether a running
+one should move; it hands moved requests to their new lane and emits every
+request's single terminal `Finished` event. Lanes call it while planning,
+never in the middle of running a step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+from .errors import EngineError
+from .events import Finished, Migrated, Routed, Token, now
+from .memory import format_bytes
+from .request import Request, RequestStatus
+from .router import MODES, LaneView, Placement, Policy, RequestView, eligible_lanes
+
+if TYPE_CHECKING:
+    from .scheduler import LaneScheduler
+
+
+class Director:
+    """Routing over the lanes' schedulers, one lock for all their state."""
+
+    def __init__(self, policy: Policy, emit: Callable[[object], None], context_length: int,
+                 stop_token_ids: set[int], mode: str = "hybrid",
+                 clock: Callable[[], float] = now, expected_output: float = 200.0):
+        self.policy = policy
+        self.emit = emit
+        self.context_length = context_length
+        self.stop_token_ids = set(stop_token_ids)
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.lanes: dict[str, "LaneScheduler"] = {}
+        self.expected_output = expected_output  # EMA of answer lengths, for the router
+        self.router_s = 0.0  # time spent in routing decisions (for benchmarks)
+        self.router_calls = 0
+        self.mode = "hybrid"
+        self.set_mode(mode)
+
+    def add_lane(self, lane: "LaneScheduler") -> None:
+        self.lanes[lane.name] = lane
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise EngineError(f"Unknown mode '{mode}' (expected one of {', '.join(MODES)}).",
+                              "bad-argument")
+        self.mode = mode
+
+    # ---- views --------------------------------------------------------------
+    def expected_left(self, request: Request) -> int:
+        left = min(request.params.max_tokens, int(self.expected_output)) - request.num_output
+        return max(left, 16)
+
+    def request_view(self, request: Request) -> RequestView:
+        return RequestView(request.request_id, request.num_prompt, request.cached_tokens,
+                           self.expected_left(request), request.num_output, request.tab_id,
+                           request.num_output - request.output_at_last_move)
+
+    def views(self, fits: Callable[["LaneScheduler"], bool] = lambda lane: True,
+              keep: str | None = None) -> list[LaneView]:
+        """The open lanes the mode allows and `fits` accepts (`keep` always stays)."""
+        open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
+        views = eligible_lanes(self.mode, [lane.view(self.expected_left) for lane in open_lanes])
+        return [v for v in views if v.name == keep or fits(self.lanes[v.name])]
+
+    def others_busy(self, name: str) -> bool:
+        return any(not lane.is_idle for other, lane in self.lanes.items() if other != name)
+
+    def _decide(self, ask: Callable[[], Placement | None]) -> Placement | None:
+        started = time.perf_counter()
+        try:
+            return ask()
+        finally:
+            self.router_s += time.perf_counter() - started
+            self.router_calls += 1
+
+    # ---- decisions ------------------------------------------------------------
+    def place(self, request: Request) -> tuple["LaneScheduler", Routed]:
+        """The lane that prefills a new request, and the decision as an event.
+
+        Raises EngineError when no open lane could ever hold its KV."""
+        request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
+                                self.context_length)
+        with self.lock:
+            views = self.views(lambda lane: lane.fits_alone(request))
+            if not views:
+                raise self._never_fits(request)
+            placement = self._decide(lambda: self.policy.place(self.request_view(request), views))
+        event = Routed(request.request_id, request.tab_id, phase="prefill", lane=placement.lane,
+                       reason=placement.reason, predicted_s=placement.predicted_s,
+                       cached_tokens=request.cached_tokens, time=self.clock())
+        return self.lanes[placement.lane], event
+
+    def _never_fits(self, request: Request) -> EngineError:
+        open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
+        if not open_lanes:
+            why = "; ".join(f"{lane.name}: {lane.failed or 'closed'}"
+                            for lane in self.lanes.values())
+            return EngineError(f"No lane can run requests ({why}).", "lane-failed")
+        lane = max(open_lanes, key=lambda lane: lane.kv_budget_bytes or 0)
+        need = lane.kv_bytes_for([request])
+        return EngineError(
+            f"This request needs up to {format_bytes(need)} of KV cache "
+            f"({request.kv_tokens} tokens: prompt + max_tokens), more than any lane can hold "
+            f"(at most {format_bytes(lane.kv_budget_bytes or 0)}). Lower max_tokens or "
+            f"shorten the conversation.", "too-large-for-memory")
+
+    def place_decode(self, request: Request, current: str) -> tuple[str, object]:
+        """Where a request whose prefill ended on `current` decodes (under the lock)."""
+        views = self.views(lambda lane: lane.can_take(request), keep=current)
+        placement = self._decide(
+            lambda: self.policy.place_decode(self.request_view(request), current, views))
+        if placement.lane == current:
+            return current, Routed(request.request_id, request.tab_id, phase="decode",
+                                   lane=current, reason=placement.reason,
+                                   predicted_s=placement.predicted_s,
+                                   cached_tokens=request.cached_tokens, time=self.clock())
+        return placement.lane, self._migrated(request, current, placement)
+
+    def reconsider(self, request: Request, current: str) -> tuple[str | None, object]:
+        """Between steps: a lane to move a decoding request to (under the lock)."""
+        views = self.views(lambda lane: lane.can_take(request), keep=current)
+        placement = self._decide(
+            lambda: self.policy.reconsider(self.request_view(request), current, views))
+        if placement is None or placement.lane == current:
+            return None, None
+        return placement.lane, self._migrated(request, current, placement)
+
+    def _migrated(self, request: Request, current: str, placement: Placement) -> Migrated:
+        return Migrated(request.request_id, request.tab_id, from_lane=current,
+                        to_lane=placement.lane, reason=placement.reason,
+                        predicted_s=placement.predicted_s, time=self.clock())
+
+    # ---- hand-offs and endings -------------------------------------------------------
+    def hand_over(self, request: Request, target: str) -> bool:
+        """Give a moved request to `target`'s scheduler; False if it is shut."""
+        lane = self.lanes.get(target)
+        return lane is not None and lane.adopt(request)
+
+    def finish(self, request: Request, reason: str, lane: str | None = None,
+               error: str | None = None) -> None:
+        """End a request with exactly one `Finished` (later calls do nothing)."""
+        with self.lock:
+            if request.status is RequestStatus.FINISHED:
+                return
+            request.status = RequestStatus.FINISHED
+            request.finish_reason = reason
+            if reason in ("stop", "length") and request.num_output:
+                self.expected_output += 0.2 * (request.num_output - self.expected_output)
+        stream, request.text = request.text, None
+        tail = stream.finish() if stream is not None and reason not in ("cancelled", "error") else ""
+        if tail:
+            self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "", self.clock()))
+        end = self.clock()
+        first = request.first_token_at
+        tpot = ((end - first) / (request.num_output - 1)
+                if first is not None and request.num_output > 1 else None)
+        self.emit(Finished(
+            request.request_id, request.tab_id, reason=reason,
+            text=stream.text if stream is not None else "",
+            prompt_tokens=request.num_prompt, cached_tokens=request.cached_tokens,
+            output_tokens=request.num_output,
+            ttft_s=first - request.submitted_at if first is not None else None,
+            time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
+            lanes=tuple(request.lane_history), error=error, time=end))

@@ -1,0 +1,292 @@
+"""The memory plan: how a machine's memory is split between weights, KV caches
+and the prefix cache, lane by lane. Plain Python (no MLX): engine/weights.py
+measures a loaded model, engine/placement.py applies the plan.
+
+Rules of `plan_memory`:
+- The first lane is the primary: it holds the weights as loaded
+  (`shape.weight_bytes`, the plan's `shared_weight_bytes`). It converts them in
+  place to its `own_format` (a CPU-only machine: quantized -> float32) only if
+  the model is quantized, the probe measured that format faster, no other lane
+  needs the loaded arrays, and the converted weights fit while every lane keeps
+  `min_kv_tokens` of KV. Otherwise it keeps the loaded format and says why.
+- Another lane reads the primary's arrays ("shared", no extra bytes) when it can
+  (unified memory, or the primary's device). It holds its own copy in
+  `own_format` only if the probe measured that faster and the copy fits while
+  every lane keeps `min_kv_tokens` of KV. Without unified memory a lane on
+  another device must hold a copy: its own format when faster and it fits,
+  else the loaded format when that fits, else the lane is off.
+- What is left after `reserve_bytes`, the shared weights and the copies:
+  `prefix_fraction` of it is the prefix cache; the rest is KV, split across the
+  enabled lanes in shares (primary 2, every other lane 1). A lane that would get
+  less than `min_kv_tokens` of KV is off (the last such lane first), and its
+  share goes back to the others.
+- The primary is never off: the model is loaded already. When it cannot get
+  `min_kv_tokens` of KV it takes everything left (no prefix cache) and its reason
+  says memory is very tight; when the weights exceed the budget, it says so.
+- Every reason is a sentence for people, with sizes from `format_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FORMAT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def format_bytes(n: int) -> str:
+    """`n` bytes for people: '512 B', '1.5 KiB', '300.0 MiB', '4.2 GiB'."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass(slots=True, frozen=True)
+class ModelShape:
+    """What the plan needs to know of a model: its KV size and weight bytes."""
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    kv_dtype_bytes: int  # 2 for float16/bfloat16, 4 for float32
+    weight_bytes: int  # the weights as loaded (quantized arrays incl. scales and biases)
+    dense_params: int  # parameters, to size a dense copy
+    context_length: int
+    is_quantized: bool = True
+    loaded_format: str | None = None  # e.g. "bfloat16"; None: see weight_format
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Keys and values of one token across all layers."""
+        return self.num_layers * self.num_kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
+
+    @property
+    def weight_format(self) -> str:
+        """The name of the format the weights were loaded in: `loaded_format`, else
+        "quantized", else "shared" (the arrays as loaded, whatever their dtype)."""
+        return self.loaded_format or ("quantized" if self.is_quantized else "shared")
+
+    def dense_bytes(self, dtype_bytes: int) -> int:
+        """Bytes of a dense copy with `dtype_bytes` per parameter."""
+        return self.dense_params * dtype_bytes
+
+
+def shape_from_config(config: dict, weight_bytes: int | None = None,
+                      kv_dtype_bytes: int = 2) -> ModelShape:
+    """A llama-like decoder's shape from its Hugging Face / mlx-lm config.json.
+
+    Parameters: embeddings (and lm_head unless tied), per layer the q/k/v/o
+    projections, gate/up/down and two norms, and the final norm. Without
+    `weight_bytes`, an mlx-community "quantization" ({"bits", "group_size"})
+    gives the quantized matrices at `bits` plus a float16 scale and bias per
+    group and norms in float16; otherwise the weights count as float16."""
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    vocab, inter = config["vocab_size"], config["intermediate_size"]
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", False) else 2)
+    per_layer = (2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+                 + 3 * hidden * inter)
+    biases = (heads + 2 * kv_heads) * head_dim if config.get("attention_bias") else 0
+    norms = layers * 2 * hidden + hidden
+    matrices = embeddings + layers * per_layer
+    dense_params = matrices + layers * biases + norms
+    quantization = config.get("quantization")
+    if weight_bytes is None:
+        if quantization:
+            bits, group = quantization["bits"], quantization["group_size"]
+            weight_bytes = (matrices * bits // 8 + math.ceil(matrices / group) * 2 * 2
+                            + (layers * biases + norms) * 2)
+        else:
+            weight_bytes = dense_params * 2
+    dtype = config.get("torch_dtype")
+    return ModelShape(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim,
+                      kv_dtype_bytes=kv_dtype_bytes, weight_bytes=weight_bytes,
+                      dense_params=dense_params,
+                      context_length=config.get("max_position_embeddings") or 4096,
+                      is_quantized=quantization is not None,
+                      loaded_format=None if quantization else dtype if dtype in FORMAT_BYTES
+                      else None)
+
+
+@dataclass(slots=True, frozen=True)
+class LaneRequest:
+    """A lane asking for memory; `own_format_faster` is the probe (None: not measured)."""
+    name: str
+    device: str  # "gpu" or "cpu"
+    own_format: str | None = None
+    own_format_faster: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class LanePlan:
+    """One lane's part of the plan: on or off, weight format, KV budget, and why."""
+    name: str
+    device: str
+    enabled: bool
+    weight_format: str  # "shared" (the primary's arrays), "quantized", "float32", ...
+    weight_bytes: int  # extra bytes of this lane's own weights (0 when it shares)
+    kv_budget_bytes: int
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryPlan:
+    """The whole plan: budget, shared weights, prefix cache and every lane."""
+    budget_bytes: int
+    kv_bytes_per_token: int
+    shared_weight_bytes: int
+    prefix_cache_bytes: int
+    lanes: tuple[LanePlan, ...]
+
+    @property
+    def planned_bytes(self) -> int:
+        """Shared weights, lanes' own copies, KV budgets and the prefix cache."""
+        return (self.shared_weight_bytes + self.prefix_cache_bytes
+                + sum(lane.weight_bytes + lane.kv_budget_bytes for lane in self.lanes))
+
+    def lane(self, name: str) -> LanePlan:
+        """The plan of the lane called `name` (KeyError if none)."""
+        for lane in self.lanes:
+            if lane.name == name:
+                return lane
+        raise KeyError(name)
+
+    def describe(self) -> list[str]:
+        """Short lines for people: budget, weights, KV per token, each lane."""
+        readers = [lane.name.upper() for i, lane in enumerate(self.lanes)
+                   if i == 0 or (lane.enabled and lane.weight_format == "shared")]
+        lines = [f"Budget {format_bytes(self.budget_bytes)}; weights "
+                 f"{format_bytes(self.shared_weight_bytes)} (shared by {' and '.join(readers)})",
+                 f"KV {format_bytes(self.kv_bytes_per_token)} per token; prefix cache "
+                 f"{format_bytes(self.prefix_cache_bytes)}"]
+        for lane in self.lanes:
+            if not lane.enabled:
+                lines.append(f"{lane.name.upper()}: {lane.reason}")
+                continue
+            tokens = lane.kv_budget_bytes // max(self.kv_bytes_per_token, 1)
+            own = f" (own copy {format_bytes(lane.weight_bytes)})" if lane.weight_bytes else ""
+            lines.append(f"{lane.name.upper()}: {lane.weight_format} weights{own}, KV "
+                         f"{format_bytes(lane.kv_budget_bytes)} (~{tokens:,} tokens)")
+        lines.append(f"Planned {format_bytes(self.planned_bytes)} of "
+                     f"{format_bytes(self.budget_bytes)}")
+        return lines
+
+
+def _why_not(fmt: str, faster: bool | None, cost: int, room: int) -> str:
+    if faster is None:
+        return f"{fmt} was not measured on this device"
+    if not faster:
+        return f"the probe found {fmt} no faster here"
+    return (f"a {fmt} copy ({format_bytes(cost)}) does not fit in the "
+            f"{format_bytes(max(room, 0))} left")
+
+
+def plan_memory(shape: ModelShape, lanes: list[LaneRequest], budget_bytes: int,
+                unified_memory: bool = True, prefix_fraction: float = 0.15,
+                reserve_bytes: int = 512 << 20, min_kv_tokens: int = 2048) -> MemoryPlan:
+    """Split `budget_bytes` between weights, KV and the prefix cache (rules above)."""
+    if not lanes:
+        raise ValueError("plan_memory needs at least one lane")
+    if len({r.name for r in lanes}) != len(lanes):
+        raise ValueError("lane names must be unique")
+    if not 0 <= prefix_fraction < 1:
+        raise ValueError("prefix_fraction must be in [0, 1)")
+    kv_per_token = shape.kv_bytes_per_token
+    min_kv = min_kv_tokens * kv_per_token
+    primary, others = lanes[0], list(lanes[1:])
+    loaded = shape.weight_format
+
+    def room(weights: int, n_lanes: int) -> int:
+        """Bytes left for more weights once every lane keeps `min_kv` (shares 2, 1, ...)."""
+        smallest_share = 2 if n_lanes == 1 else 1
+        keep = math.ceil(min_kv * (n_lanes + 1) / (smallest_share * (1 - prefix_fraction)))
+        return budget_bytes - reserve_bytes - weights - keep
+
+    # The primary: the weights as loaded, or converted in place.
+    shared, primary_format = shape.weight_bytes, loaded
+    fmt = primary.own_format
+    primary_why = f"Holds the weights as loaded ({loaded}, {format_bytes(shared)})."
+    if fmt and fmt != loaded:
+        cost, left = shape.dense_bytes(FORMAT_BYTES[fmt]), room(0, len(lanes))
+        readers = [r.name.upper() for r in others
+                   if not (r.own_format == fmt and r.own_format_faster)]
+        if primary.own_format_faster and shape.is_quantized and not readers and cost <= left:
+            shared, primary_format = cost, fmt
+            primary_why = (f"Converted its weights to {fmt} in place ({format_bytes(cost)}): "
+                           f"the probe measured {fmt} faster here.")
+        else:
+            why = (_why_not(fmt, primary.own_format_faster, cost, left)
+                   if not primary.own_format_faster or cost > left
+                   else "only quantized weights are converted" if not shape.is_quantized
+                   else f"the {' and '.join(readers)} lane reads them too")
+            primary_why = primary_why[:-1] + f": {why}."
+
+    # Other lanes: share the primary's arrays, or hold their own copy, or are off.
+    active = list(lanes)
+    formats: dict[str, str] = {primary.name: primary_format}
+    extras: dict[str, int] = {}
+    reasons: dict[str, str] = {}
+    for r in others:
+        own = r.own_format if r.own_format not in (None, primary_format) else None
+        needs_copy = not unified_memory and r.device != primary.device
+        extra = sum(extras.values())
+        left = room(shared + extra, len(active))
+        cost = shape.dense_bytes(FORMAT_BYTES[own]) if own else 0
+        if own and r.own_format_faster and cost <= left:
+            formats[r.name], extras[r.name] = own, cost
+            reasons[r.name] = (f"Holds its own {own} copy ({format_bytes(cost)}): the probe "
+                               f"measured it faster here than the shared weights.")
+        elif needs_copy and shape.weight_bytes <= left:
+            formats[r.name], extras[r.name] = loaded, shape.weight_bytes
+            reasons[r.name] = (f"Holds its own copy of the weights as loaded "
+                               f"({format_bytes(shape.weight_bytes)}): it cannot read the "
+                               f"{primary.name.upper()} lane's memory"
+                               + (f", and {_why_not(own, r.own_format_faster, cost, left)}."
+                                  if own else "."))
+        elif needs_copy:
+            active.remove(r)
+            free = budget_bytes - reserve_bytes - shared - extra
+            reasons[r.name] = (f"Off: its own copy of the weights "
+                               f"({format_bytes(shape.weight_bytes)}) does not fit in the "
+                               f"{format_bytes(max(free, 0))} left, with "
+                               f"{format_bytes(max(free - left, 0))} kept for KV and the "
+                               f"prefix cache.")
+        else:
+            formats[r.name] = "shared"
+            reasons[r.name] = (f"Reads the {primary.name.upper()} lane's {primary_format} weights"
+                               + (f": {_why_not(own, r.own_format_faster, cost, left)}."
+                                  if own else "."))
+
+    # KV budgets: shares of what is left; lanes that would get too little are off.
+    while True:
+        free = max(budget_bytes - reserve_bytes - shared - sum(extras.values()), 0)
+        prefix = int(free * prefix_fraction)
+        shares = {r.name: (2 if r is primary else 1) for r in active}
+        kv = {name: (free - prefix) * s // sum(shares.values()) for name, s in shares.items()}
+        short = [r for r in active[1:] if kv[r.name] < min_kv]
+        if not short:
+            break
+        r = short[-1]
+        active.remove(r)
+        extras.pop(r.name, None)
+        reasons[r.name] = (f"Off: it would get {format_bytes(kv[r.name])} of KV cache "
+                           f"({kv[r.name] // max(kv_per_token, 1):,} tokens), less than the "
+                           f"{format_bytes(min_kv)} ({min_kv_tokens:,} tokens) a lane needs.")
+    if shared > budget_bytes:
+        primary_why += (f" The weights exceed the budget ({format_bytes(budget_bytes)}); "
+                        f"the model is loaded already, so this lane runs with what is left.")
+    elif kv[primary.name] < min_kv:
+        prefix, kv[primary.name] = 0, free
+        primary_why += (f" Memory is very tight: only {format_bytes(free)} of KV cache "
+                        f"({free // max(kv_per_token, 1):,} tokens) fits, less than the "
+                        f"{format_bytes(min_kv)} a lane should have; the engine runs this "
+                        f"lane alone.")
+    reasons[primary.name] = primary_why
+    enabled = {r.name for r in active}
+    plans = tuple(LanePlan(r.name, r.device, r.name in enabled,
+                           formats.get(r.name, "off") if r.name in enabled else "off",
+                           extras.get(r.name, 0), kv.get(r.name, 0) if r.name in enabled else 0,
+                           reasons[r.name]) for r in lanes)
+    return MemoryPlan(budget_bytes, kv_per_token, shared, prefix, plans)

@@ -1,0 +1,71 @@
+"""Where each lane's weights come from: the memory plan applied to a model.
+
+Measures what the plan needs (engine/weights.py), asks the pure planner
+(engine/memory.py) and builds the model objects: one shared set of arrays
+for every lane that can read it, a converted or fresh copy only where the plan
+gives a lane its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .loader import LoadedModel, load_model, with_weight_format
+from .memory import LaneRequest, MemoryPlan, plan_memory
+from .weights import dense_faster_on_cpu, machine_budget, model_shape
+
+if TYPE_CHECKING:
+    from .engine import LaneSpec
+
+
+def _requests(loaded: LoadedModel, specs: list["LaneSpec"], quantized: bool,
+              probe) -> list[LaneRequest]:
+    out = []
+    for spec in specs:
+        fmt = spec.weight_format
+        if fmt == "auto":
+            if spec.device == "cpu" and quantized:
+                out.append(LaneRequest(spec.name, spec.device, "float32", probe()))
+            else:
+                out.append(LaneRequest(spec.name, spec.device))
+        elif fmt == loaded.weight_format:
+            out.append(LaneRequest(spec.name, spec.device))
+        else:  # asked for by name: no probe needed, only room
+            out.append(LaneRequest(spec.name, spec.device, fmt, True))
+    return out
+
+
+def plan_lanes(loaded: LoadedModel, specs: list["LaneSpec"],
+               budget_bytes: int | None = None) -> tuple[MemoryPlan, dict[str, object]]:
+    """The memory plan for `specs` and the model object each enabled lane runs."""
+    shape = model_shape(loaded.model, loaded.context_length)
+    budget, unified = machine_budget(shape.weight_bytes)
+    if budget_bytes is not None:
+        budget = budget_bytes
+    probed: list[bool | None] = []
+
+    def probe() -> bool | None:
+        if not probed:
+            probed.append(dense_faster_on_cpu(loaded.model))
+        return probed[0]
+
+    requests = _requests(loaded, specs, shape.is_quantized, probe)
+    plan = plan_memory(shape, requests, budget, unified_memory=unified)
+    primary = plan.lanes[0].weight_format
+    if primary not in ("shared", loaded.weight_format):
+        # The primary converts in place; lanes asking for that format share it.
+        requests = [r if i == 0 or r.own_format != primary
+                    else LaneRequest(r.name, r.device) for i, r in enumerate(requests)]
+        plan = plan_memory(shape, requests, budget, unified_memory=unified)
+    models: dict[str, object] = {}
+    first = plan.lanes[0]
+    if first.weight_format not in ("shared", loaded.weight_format):
+        with_weight_format(loaded, first.weight_format)
+    for lane in plan.lanes:
+        if not lane.enabled:
+            continue
+        if lane is first or lane.weight_format in ("shared", loaded.weight_format):
+            models[lane.name] = loaded.model
+        else:
+            models[lane.name] = load_model(loaded.source, lane.weight_format).model
+    return plan, models

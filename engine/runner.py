@@ -1,0 +1,166 @@
+"""A lane's model runner: all of a lane's MLX work, one `StepPlan` at a time.
+
+It holds each request's device state (prefill caches, the decode batch over
+mlx-lm's BatchKVCache, samplers) by request id and applies a plan in order:
+requests leave (cancelled: KV to the prefix cache; moved: KV extracted and
+evaluated for the other lane), admitted ones get caches from their prefix
+match, prefilled and arriving ones join the batch, the batch decodes one token
+each (step n+1 is started with `mx.async_eval` before step n's tokens are
+read, as in mlx-lm), and prefill chunks run within the planned budget.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from .batch import DecodeBatch
+from .calibration import kv_dtype
+from .handoff import Handoff
+from .prefill import Prefill, run_chunk
+from .prefix import PrefixCache
+from .request import Request
+from .sampling import TokenSampler, sample_rows
+from .step import StepPlan, StepResult
+
+
+class ModelRunner:
+    """Runs plans on one lane's thread and stream. `accept` is thread-safe."""
+
+    def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256):
+        self.model = model
+        self.prefix_cache = prefix_cache
+        self.clear_cache_every = clear_cache_every
+        self.kv_dtype = mx.float32
+        self.prefills: dict[str, Prefill] = {}
+        self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
+        self.batch = DecodeBatch(model)
+        self.steps = 0
+
+    def start(self) -> None:
+        """On the lane thread, inside its stream: the dtype KV is written in."""
+        self.kv_dtype = kv_dtype(self.model)
+
+    def accept(self, request_id: str, handoff: Handoff) -> None:
+        self.arrivals[request_id] = handoff
+
+    def refuse(self, request_id: str) -> None:
+        self.arrivals.pop(request_id, None)
+
+    @property
+    def kv_bytes(self) -> int:
+        prefilling = sum(c.nbytes for p in list(self.prefills.values()) for c in p.caches)
+        arriving = sum(c.nbytes for h in list(self.arrivals.values()) for c in h.caches)
+        return self.batch.kv_bytes + prefilling + arriving
+
+    # ---- one step ---------------------------------------------------------------
+    def run(self, plan: StepPlan) -> StepResult:
+        started = time.perf_counter()
+        handoffs = self._leave(plan)
+        for admission in plan.admitted:
+            request = admission.request
+            caches = (PrefixCache.materialize(admission.prefix, self.kv_dtype)
+                      or make_prompt_cache(self.model))
+            self.prefills[request.request_id] = Prefill(request, TokenSampler(request.params),
+                                                        caches)
+        for request in plan.joins:
+            state = self._take_waiting(request)
+            self._cast(state)
+            self.batch.add(request, state.sampler, state.caches, state.next_token)
+        if [r.request_id for r in self.batch.requests] != [r.request_id for r in plan.decode]:
+            raise RuntimeError("the runner's decode batch differs from the plan")
+        fed = self.batch.step() if plan.decode else None
+        pending = []
+        for chunk in plan.prefill:
+            prefill = self.prefills[chunk.request.request_id]
+            logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
+            pending.extend(c.state for c in prefill.caches)
+            if chunk.is_last:
+                prompt = mx.array(chunk.request.prompt_ids, mx.uint32)
+                prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
+                pending.append(prefill.first)
+        if pending:
+            mx.async_eval(pending)
+        tokens = fed.tolist() if fed is not None else []
+        self.steps += 1
+        if self.steps % self.clear_cache_every == 0:
+            mx.clear_cache()
+        return StepResult(tokens, time.perf_counter() - started, handoffs)
+
+    def _leave(self, plan: StepPlan) -> dict[str, Handoff]:
+        """Cancelled and moved requests leave; returns the moved ones' state."""
+        rows = {r.request_id: i for i, r in enumerate(self.batch.requests)}
+        gone: set[int] = set()
+        for request in plan.cancelled:
+            state = self._take(request, rows, gone)
+            if state is not None and request.num_computed:
+                self._cache(request, state)
+        handoffs = {}
+        for request, _ in plan.moves:
+            state = self._take(request, rows, gone)
+            mx.eval([c.state for c in state.caches], state.next_token)  # before another thread reads it
+            handoffs[request.request_id] = state
+        if gone:
+            self.batch.keep([i for i in range(len(self.batch)) if i not in gone])
+        return handoffs
+
+    def _take(self, request: Request, rows: dict[str, int], gone: set[int]) -> Handoff | None:
+        rid = request.request_id
+        if rid in rows:
+            i = rows[rid]
+            gone.add(i)
+            return Handoff(self.batch.samplers[i], self.batch.extract(i),
+                           self.batch.pending_token(i))
+        return self._take_waiting(request, required=False)
+
+    def _take_waiting(self, request: Request, required: bool = True) -> Handoff | None:
+        rid = request.request_id
+        prefill = self.prefills.pop(rid, None)
+        if prefill is not None:
+            return Handoff(prefill.sampler, prefill.caches, prefill.first)
+        handoff = self.arrivals.pop(rid, None)
+        if handoff is None and required:
+            raise RuntimeError(f"no device state for request {rid}")
+        return handoff
+
+    def _cast(self, state: Handoff) -> None:
+        caches = state.caches
+        if caches and caches[0].keys is not None and caches[0].keys.dtype != self.kv_dtype:
+            for c in caches:  # lanes may hold the model in different precisions
+                c.keys, c.values = c.keys.astype(self.kv_dtype), c.values.astype(self.kv_dtype)
+
+    # ---- after commit -----------------------------------------------------------
+    def release(self, requests: list[Request]) -> None:
+        """Finished requests leave the batch; their KV goes to the prefix cache."""
+        if not requests:
+            return
+        rows = {r.request_id: i for i, r in enumerate(self.batch.requests)}
+        gone: set[int] = set()
+        for request in requests:
+            state = self._take(request, rows, gone)
+            if state is not None:
+                self._cache(request, state)
+        if gone:
+            self.batch.keep([i for i in range(len(self.batch)) if i not in gone])
+
+    def _cache(self, request: Request, state: Handoff) -> None:
+        try:
+            self.prefix_cache.insert(request.all_ids, state.caches)
+        except Exception:  # caching is an optimisation; never fail a request on it
+            import traceback
+            traceback.print_exc()
+
+    def drop_all(self) -> None:
+        """Free every request's device state (the lane failed or is closing)."""
+        self.prefills.clear()
+        self.arrivals.clear()
+        self.batch = DecodeBatch(self.model)
+
+    def unload(self) -> None:
+        """Drop the model (the engine is closed)."""
+        self.drop_all()
+        self.model = None
+        self.batch = DecodeBatch(None)

@@ -1,0 +1,294 @@
+"""A lane's scheduler: plain Python over request states, never a tensor.
+
+Per lane: which requests wait, prefill, decode, arrive from or leave for other
+lanes, and what the next step runs. `schedule()` returns a `StepPlan`; a
+runner executes it; `commit()` takes the `StepResult` back. The same class
+schedules a real lane (engine/lane.py) and a simulated one (engine/sim/), so
+simulated results speak for the production scheduler.
+
+Admission is by KV bytes as well as batch slots: mlx-lm's batch cache pads
+every row to the longest, so a lane whose active requests reserve at most T
+positions each (prompt + max_tokens, capped at the context) holds at most
+`n * T * kv_bytes_per_token` bytes of KV; a request is admitted only while
+that stays within the lane's KV budget (engine/memory.py plans it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from .costmodel import CostModel
+from .events import Queued, now
+from .laneconfig import LaneConfig, LaneStats
+from .memory import format_bytes
+from .prefix_trie import PrefixIndex
+from .request import Request, RequestStatus
+from .router import LaneView
+from .step import Admission, PrefillChunk, StepOutcome, StepPlan, StepResult
+
+if TYPE_CHECKING:
+    from .director import Director
+
+
+class LaneScheduler:
+    """What one lane runs next. Its lists are guarded by the director's lock,
+    which every scheduler of an engine shares (planning is a few microseconds;
+    the model runs outside the lock)."""
+
+    def __init__(self, name: str, kind: str, director: "Director", prefix: PrefixIndex,
+                 config: LaneConfig | None = None, device: str | None = None,
+                 kv_bytes_per_token: int = 0, kv_budget_bytes: int | None = None,
+                 clock: Callable[[], float] = now):
+        self.name = name
+        self.kind = kind  # the role the router sees ("gpu" / "cpu")
+        self.device = device or kind
+        self.director = director
+        self.prefix = prefix
+        self.config = config or LaneConfig()
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_budget_bytes = kv_budget_bytes
+        self.clock = clock
+        self.lock: threading.RLock = director.lock
+        self.stats = LaneStats()
+        self.cost: CostModel | None = None
+        self.reconsider_every = 8  # steps between migration checks
+        self.failed: str | None = None  # why the lane stopped, if it failed
+        self.closed = False
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.prefilled: list[Request] = []  # decode lane decided at the next plan
+        self.arriving: list[Request] = []  # handed over by another lane
+        self.running: list[Request] = []  # the decode batch, in the runner's order
+
+    # ---- state the router and the engine read ---------------------------------
+    @property
+    def is_open(self) -> bool:
+        return not self.closed and self.failed is None
+
+    @property
+    def is_idle(self) -> bool:
+        return not (self.waiting or self.prefilling or self.prefilled or self.arriving
+                    or self.running)
+
+    def active(self) -> list[Request]:
+        """Requests holding KV on this lane."""
+        return self.prefilling + self.prefilled + self.arriving + self.running
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.active())
+
+    def decoding(self) -> list[Request]:
+        return self.running + self.arriving
+
+    def view(self, expected_left: Callable[[Request], int]) -> LaneView:
+        with self.lock:
+            decoding = self.decoding()
+            pending = (sum(r.num_prompt - r.cached_tokens for r in self.waiting)
+                       + sum(r.num_prompt - r.num_computed for r in self.prefilling))
+            mean_ctx = (sum(r.num_prompt + r.num_output for r in decoding) / len(decoding)
+                        if decoding else 0.0)
+            return LaneView(self.name, self.kind, len(self.waiting), self.batch_size, pending,
+                            len(decoding), mean_ctx, float(sum(map(expected_left, decoding))),
+                            self.config.prefill_chunk_busy, self.cost)
+
+    # ---- KV room: query / commit pairs -------------------------------------------
+    def kv_bytes_for(self, requests: list[Request]) -> int:
+        """Bytes of KV `requests` may reach together in a padded batch."""
+        if not requests:
+            return 0
+        return len(requests) * max(r.kv_tokens for r in requests) * self.kv_bytes_per_token
+
+    def fits_alone(self, request: Request) -> bool:
+        return (self.kv_budget_bytes is None
+                or self.kv_bytes_for([request]) <= self.kv_budget_bytes)
+
+    def can_take(self, request: Request) -> bool:
+        """Room for `request`'s KV beside everything active here now."""
+        return (self.kv_budget_bytes is None
+                or self.kv_bytes_for(self.active() + [request]) <= self.kv_budget_bytes)
+
+    def can_admit(self, request: Request) -> bool:
+        return len(self.active()) < self.config.max_batch and self.can_take(request)
+
+    def admit(self, request: Request, plan: StepPlan) -> None:
+        self.waiting.remove(request)
+        match = self.prefix.match(request.prompt_ids, limit=request.num_prompt - 1)
+        request.cached_tokens = request.num_computed = match.num_tokens
+        request.status = RequestStatus.PREFILLING
+        request.waiting_for = None
+        request.note_lane("prefill", self.name)
+        self.prefilling.append(request)
+        plan.admitted.append(Admission(request, match))
+
+    def enqueue(self, request: Request) -> bool:
+        """A routed request joins this lane's queue (False: the lane is shut)."""
+        with self.lock:
+            if not self.is_open:
+                return False
+            request.lane = self.name
+            self.waiting.append(request)
+            return True
+
+    def adopt(self, request: Request) -> bool:
+        """A decoding request handed over by another lane joins at the next step."""
+        with self.lock:
+            if not self.is_open:
+                return False
+            request.lane = self.name
+            self.arriving.append(request)
+            return True
+
+    # ---- planning ---------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        with self.lock:
+            self._reap_cancelled(plan)
+            if self.reconsider_every and (self.stats.steps + 1) % self.reconsider_every == 0:
+                self._reconsider(plan)
+            self._place_prefilled(plan)
+            for request in self.arriving:
+                self._join(request, plan)
+            self.arriving.clear()
+            self._admit(plan)
+            plan.decode = list(self.running)
+            if plan.decode:
+                plan.context = (sum(r.num_prompt + r.num_output for r in plan.decode)
+                                / len(plan.decode))
+            self._chunk(plan)
+            plan.contended = self.director.others_busy(self.name)
+        return plan
+
+    def _reap_cancelled(self, plan: StepPlan) -> None:
+        for group in (self.waiting, self.prefilling, self.prefilled, self.arriving,
+                      self.running):
+            gone = [r for r in group if r.is_cancelled]
+            for request in gone:
+                group.remove(request)
+            plan.cancelled.extend(gone)
+
+    def _reconsider(self, plan: StepPlan) -> None:
+        for request in list(self.running):
+            target, event = self.director.reconsider(request, self.name)
+            if target is not None:
+                self.running.remove(request)
+                self._move(request, target, plan, event)
+
+    def _place_prefilled(self, plan: StepPlan) -> None:
+        for request in self.prefilled:
+            target, event = self.director.place_decode(request, self.name)
+            if target == self.name:
+                plan.events.append(event)
+                self._join(request, plan)
+            else:
+                self._move(request, target, plan, event)
+        self.prefilled.clear()
+
+    def _move(self, request: Request, target: str, plan: StepPlan, event) -> None:
+        request.status = RequestStatus.MOVING
+        request.output_at_last_move = request.num_output
+        plan.moves.append((request, target))
+        plan.events.append(event)
+
+    def _join(self, request: Request, plan: StepPlan) -> None:
+        request.status = RequestStatus.DECODING
+        request.note_lane("decode", self.name)
+        self.running.append(request)
+        plan.joins.append(request)
+
+    def _admit(self, plan: StepPlan) -> None:
+        while self.waiting and len(self.active()) < self.config.max_batch:
+            request = self.waiting[0]
+            if not self.can_admit(request):
+                self._wait_for_kv(request, plan)
+                return
+            self.admit(request, plan)
+
+    def _wait_for_kv(self, request: Request, plan: StepPlan) -> None:
+        if request.waiting_for is not None:
+            return  # said once
+        used = self.kv_bytes_for(self.active())
+        request.waiting_for = (
+            f"waiting for KV room on {self.name.upper()}: the running requests may use "
+            f"{format_bytes(used)} of its {format_bytes(self.kv_budget_bytes or 0)}, "
+            f"this one needs up to {format_bytes(self.kv_bytes_for([request]))}")
+        plan.events.append(Queued(request.request_id, request.tab_id, request.num_prompt,
+                                  reason=request.waiting_for, time=self.clock()))
+
+    def _chunk(self, plan: StepPlan) -> None:
+        budget = self.config.prefill_chunk_busy if plan.decode else self.config.prefill_chunk
+        for request in self.prefilling:
+            if budget <= 0:
+                break
+            size = min(budget, request.num_prompt - request.num_computed)
+            plan.prefill.append(PrefillChunk(request, request.num_computed, size))
+            budget -= size
+
+    # ---- after the step ran -----------------------------------------------------
+    def commit(self, plan: StepPlan, result: StepResult) -> StepOutcome:
+        outcome = StepOutcome()
+        t = self.clock()
+        stop_ids = self.director.stop_token_ids
+        with self.lock:
+            for request, token in zip(plan.decode, result.tokens):
+                if request.first_token_at is None:
+                    request.first_token_at = t
+                request.output_ids.append(token)
+                reason = self._finish_reason(request, token, stop_ids)
+                outcome.tokens.append((request, token, reason))
+                if reason is not None:
+                    self.running.remove(request)
+                    outcome.finished.append((request, reason))
+            for chunk in plan.prefill:
+                request = chunk.request
+                request.num_computed += chunk.size
+                if chunk.is_last and request in self.prefilling:
+                    self.prefilling.remove(request)
+                    request.status = RequestStatus.PREFILLED
+                    self.prefilled.append(request)
+            if plan.has_work:
+                self.stats.steps += 1
+                self.stats.output_tokens += len(result.tokens)
+                self.stats.tokens += len(result.tokens) + plan.prefill_tokens
+                self._observe(plan, result.seconds)
+        return outcome
+
+    def finish(self, requests: list[Request]) -> None:
+        """Requests the lane ended after commit (a stop string was seen)."""
+        with self.lock:
+            for request in requests:
+                if request in self.running:
+                    self.running.remove(request)
+
+    def _finish_reason(self, request: Request, token: int, stop_ids: set[int]) -> str | None:
+        if token in stop_ids:
+            return "stop"
+        if request.num_output >= request.params.max_tokens:
+            return "length"
+        if request.num_prompt + request.num_output >= self.director.context_length:
+            return "length"
+        return None
+
+    def _observe(self, plan: StepPlan, seconds: float) -> None:
+        """Refine the cost model with the step just run."""
+        if self.cost is None:
+            return
+        contended = self.director.others_busy(self.name)
+        if contended != plan.contended:
+            return  # other lanes ran for part of this step only: it says nothing clear
+        self.cost.observe(len(plan.decode), plan.context, plan.prefill_tokens, seconds,
+                          contended=contended)
+
+    def drain(self) -> list[Request]:
+        """Take every request off this lane (it failed or is closing)."""
+        with self.lock:
+            requests = list(self.waiting) + self.active()
+            self.waiting.clear()
+            self.prefilling, self.prefilled, self.arriving, self.running = [], [], [], []
+            return requests

@@ -1,0 +1,78 @@
+"""What a lane's scheduler plans for one step and what running it gave back.
+
+Plain data: the scheduler (engine/scheduler.py) fills a `StepPlan`, a runner
+(engine/runner.py on a device, engine/sim/runner.py in virtual time) executes
+it and returns a `StepResult`, and the scheduler commits that into a
+`StepOutcome` the lane turns into events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .prefix_trie import PrefixMatch
+from .request import Request
+
+
+@dataclass(slots=True, frozen=True)
+class PrefillChunk:
+    """Prompt tokens [start, start + size) of `request` through the model."""
+
+    request: Request
+    start: int
+    size: int
+
+    @property
+    def is_last(self) -> bool:
+        return self.start + self.size >= self.request.num_prompt
+
+
+@dataclass(slots=True, frozen=True)
+class Admission:
+    """A request that starts prefilling, on top of its cached prefix."""
+
+    request: Request
+    prefix: PrefixMatch
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One step, in the order the runner applies it."""
+
+    cancelled: list[Request] = field(default_factory=list)  # leave; their KV to the prefix cache
+    moves: list[tuple[Request, str]] = field(default_factory=list)  # hand to another lane
+    admitted: list[Admission] = field(default_factory=list)  # start prefilling
+    joins: list[Request] = field(default_factory=list)  # join the decode batch first
+    decode: list[Request] = field(default_factory=list)  # the decode batch, in order
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    events: list[object] = field(default_factory=list)  # routing decisions made while planning
+    contended: bool = False  # another lane was busy when the step started
+    context: float = 0.0  # mean context of the decode rows (for the cost model)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.decode or self.prefill)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(chunk.size for chunk in self.prefill)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What running a plan gave: one token per decode row, the step's time,
+    and the state of each request moved away (opaque to the scheduler)."""
+
+    tokens: list[int]
+    seconds: float
+    handoffs: dict[str, Any] = field(default_factory=dict)  # request id -> runner state
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """A committed step: tokens per request (with the reason each finished,
+    if it did) and the requests that finished."""
+
+    tokens: list[tuple[Request, int, str | None]] = field(default_factory=list)
+    finished: list[tuple[Request, str]] = field(default_factory=list)

@@ -1,0 +1,95 @@
+"""What the memory plan needs to know of a loaded model, measured with MLX:
+its shape and bytes, the machine's budget, and whether a dense float32 copy
+runs faster on the CPU than the weights as loaded (a short probe on the
+model's own layer shapes: MLX's CPU quantized kernels are scalar on x86 but
+use NEON on Apple silicon, so this is measured, never assumed)."""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+
+from .memory import ModelShape
+
+
+def model_shape(model: nn.Module, context_length: int) -> ModelShape:
+    """Layers, KV heads and head size from a one-token probe; bytes and
+    parameters from the model's arrays (quantized ones unpacked)."""
+    cache = make_prompt_cache(model)
+    with mx.stream(mx.cpu):
+        model(mx.array([[0]]), cache=cache)
+        keys = cache[0].keys
+        mx.eval(keys)
+    weight_bytes = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
+    params, quantized = 0, False
+    for _, module in model.named_modules():
+        if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            quantized = True
+            rows, packed = module.weight.shape
+            params += rows * packed * 32 // module.bits
+            if getattr(module, "bias", None) is not None:
+                params += module.bias.size
+        elif not module.children():
+            params += sum(a.size for _, a in tree_flatten(module.parameters()))
+    return ModelShape(num_layers=len(cache), num_kv_heads=keys.shape[1], head_dim=keys.shape[3],
+                      kv_dtype_bytes=keys.dtype.size, weight_bytes=weight_bytes,
+                      dense_params=params, context_length=context_length,
+                      is_quantized=quantized)
+
+
+def machine_budget(loaded_bytes: int) -> tuple[int, bool]:
+    """Bytes the engine may plan with, and whether memory is unified.
+
+    Available memory now (psutil) plus what the loaded weights already take
+    (the plan counts them); on Metal, at most MLX's recommended working set."""
+    import psutil
+
+    budget = psutil.virtual_memory().available + loaded_bytes
+    unified = True
+    try:
+        if mx.is_available(mx.gpu):
+            info = mx.device_info()
+            recommended = int(info.get("max_recommended_working_set_size", 0) or 0)
+            if recommended:
+                budget = min(budget, recommended)
+            # MLX's CUDA backend keeps arrays in device memory: a CPU lane
+            # there cannot read the GPU's weights in place.
+            unified = mx.metal.is_available() if hasattr(mx, "metal") else False
+    except Exception:
+        pass
+    return budget, unified
+
+
+def dense_faster_on_cpu(model: nn.Module, reps: int = 6) -> bool | None:
+    """Does a float32 copy of the model's largest quantized layer decode faster
+    on the CPU than the layer as loaded? None when nothing is quantized.
+
+    Times one-token products (decode's shape) through the real layer, a few
+    repetitions each, on the CPU stream: well under a second."""
+    layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
+    if not layers:
+        return None
+    layer = max(layers, key=lambda m: m.weight.size)
+    with mx.stream(mx.cpu):
+        dense = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size,
+                              layer.bits).astype(mx.float32)
+        x32 = mx.random.normal((1, dense.shape[1]))
+        xq = x32.astype(layer.scales.dtype)
+        mx.eval(dense, x32, xq)
+
+        def timed(fn) -> float:
+            mx.eval(fn())  # warm-up
+            best = float("inf")
+            for _ in range(reps):
+                t = time.perf_counter()
+                mx.eval(fn())
+                best = min(best, time.perf_counter() - t)
+            return best
+
+        quantized_s = timed(lambda: layer(xq))
+        dense_s = timed(lambda: x32 @ dense.T)
+    return dense_s < quantized_s * 0.9
