@@ -14,7 +14,8 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.events import Finished, LaneSample, Migrated, Queued, Routed, Token
+from engine.events import (EngineErrorEvent, Finished, LaneSample, MemoryPlanned, Migrated,
+                           Queued, Routed, Token)
 
 FLUSH_INTERVAL_MS = 33
 
@@ -26,27 +27,33 @@ class EngineBridge(QObject):
     tokens = Signal(str, str)  # request_id, text delta (coalesced)
     finished = Signal(object)  # Finished
     lane_sample = Signal(object)  # LaneSample
+    memory_planned = Signal(object)  # MemoryPlanned
+    lane_failed = Signal(str, str)  # lane, why
     error = Signal(str)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._pending: deque = deque()
         self._lock = threading.Lock()
-        self._unsubscribe = None
+        self._subscriptions: dict[int, object] = {}  # id(engine) -> unsubscribe
         self._timer = QTimer(self)
         self._timer.setInterval(FLUSH_INTERVAL_MS)
         self._timer.timeout.connect(self.flush)
         self._timer.start()
 
     def attach(self, engine) -> None:
-        """Observe `engine` (detaching from any previous one)."""
-        self.detach()
-        self._unsubscribe = engine.subscribe(self._on_engine_event)
+        """Observe `engine` too (an engine being closed in the background stays
+        observed until `detach(engine)`, so its answers end in their tabs)."""
+        if id(engine) not in self._subscriptions:
+            self._subscriptions[id(engine)] = engine.subscribe(self._on_engine_event)
 
-    def detach(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+    def detach(self, engine=None) -> None:
+        """Stop observing `engine` (every engine when None)."""
+        keys = list(self._subscriptions) if engine is None else [id(engine)]
+        for key in keys:
+            unsubscribe = self._subscriptions.pop(key, None)
+            if unsubscribe is not None:
+                unsubscribe()
 
     def _on_engine_event(self, event) -> None:  # engine threads
         with self._lock:
@@ -80,7 +87,11 @@ class EngineBridge(QObject):
                 self.migrated.emit(event)
             elif isinstance(event, Queued):
                 self.queued.emit(event)
-            elif hasattr(event, "message"):
+            elif isinstance(event, MemoryPlanned):
+                self.memory_planned.emit(event)
+            elif isinstance(event, EngineErrorEvent):
+                if event.lane:
+                    self.lane_failed.emit(event.lane, event.message)
                 self.error.emit(event.message)
         flush_text()
         for sample in latest_sample.values():

@@ -51,3 +51,32 @@ class EngineLoader(QObject):
                 self.loaded.emit(engine)
 
         threading.Thread(target=work, name="model-loader", daemon=True).start()
+
+
+class EngineCloser(QObject):
+    """Closes engines on worker threads: closing waits for the lanes to end
+    their current steps and frees the model, which must not freeze the window.
+    `closed(engine)` arrives on the GUI thread when one is done."""
+
+    closed = Signal(object)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._threads: list[threading.Thread] = []
+
+    def close(self, engine: "Engine") -> None:
+        def work():
+            try:
+                engine.close()
+            finally:
+                self.closed.emit(engine)
+
+        thread = threading.Thread(target=work, name="engine-closer", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Join the closing threads (at exit, after the window is gone)."""
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = [t for t in self._threads if t.is_alive()]

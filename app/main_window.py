@@ -19,7 +19,7 @@ from engine.params import SamplingParams
 
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
-from .engine_loader import EngineLoader, load_engine
+from .engine_loader import EngineCloser, EngineLoader, load_engine
 from .menus import build_menus
 from .paths import default_db_path, prepare_application
 from .scheduler_dock import SchedulerDock
@@ -92,6 +92,10 @@ class MainWindow(QMainWindow):
         self._flush_timer.timeout.connect(self.flush_streaming)
         self._flush_timer.start()
 
+        self._closer = EngineCloser(self)
+        self._closer.closed.connect(self.bridge.detach)
+        self.bridge.lane_failed.connect(self.scheduler.show_lane_failed)
+        self.bridge.queued.connect(self._on_queued)
         self._loader = EngineLoader(engine_factory or load_engine, self)
         self._loader.loaded.connect(self._on_engine_loaded)
         self._loader.failed.connect(self._on_engine_failed)
@@ -103,12 +107,11 @@ class MainWindow(QMainWindow):
         self._loader.start(source)
 
     def _on_engine_loaded(self, engine: Engine) -> None:
-        if self.engine is not None:
-            # Close the old engine while still observing it, so answers it was
-            # streaming end as "stopped" in their tabs instead of hanging.
-            self.engine.close()
-            self.bridge.flush()
-        self.engine = engine
+        old, self.engine = self.engine, engine
+        if old is not None:
+            # Closed off the GUI thread and still observed until it is done,
+            # so answers it was streaming end as "stopped" in their tabs.
+            self._closer.close(old)
         self.bridge.attach(engine)
         self.model_label.setText(engine.model_info.label)
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
@@ -117,7 +120,13 @@ class MainWindow(QMainWindow):
         self.scheduler.system_plots.engine = engine
         self.scheduler.set_engine_info(
             [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode,
-            engine.describe_lanes())
+            engine.describe_lanes(), off={
+                lp.name: (lp.device, lp.reason) for lp in engine.memory_plan.lanes
+                if not lp.enabled})
+        self.scheduler.show_memory_plan(engine.memory_plan)
+        for name, lane in engine.lanes.items():
+            if lane.failed:
+                self.scheduler.show_lane_failed(name, lane.failed)
         for tab in self.chat_tabs():
             tab.set_ready(True)
         self.engine_ready.emit()
@@ -304,6 +313,15 @@ class MainWindow(QMainWindow):
         self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
             event.request_id, ""), event.phase, event.lane, event.reason, event.request_id)
 
+    def wait_for_engines(self, timeout: float = 30.0) -> None:
+        """Wait for engines being closed in the background (at exit)."""
+        self._closer.wait(timeout)
+
+    def _on_queued(self, event) -> None:
+        if event.reason:  # it waits for room (KV memory), not just its turn
+            self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
+                event.request_id, ""), "wait", "", event.reason, event.request_id)
+
     def _on_migrated(self, event) -> None:
         self.scheduler.timeline.migrated(event.request_id, event.to_lane, event.time)
         self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
@@ -364,7 +382,7 @@ class MainWindow(QMainWindow):
         self._save_layout()
         self.bridge.detach()
         if self.engine is not None:
-            self.engine.close()
+            self._closer.close(self.engine)
             self.engine = None
         super().closeEvent(event)
 
@@ -374,4 +392,6 @@ def run_gui(model: str = "default") -> int:
     prepare_application(app)
     window = MainWindow(model)
     window.show()
-    return app.exec()
+    status = app.exec()
+    window.wait_for_engines()
+    return status

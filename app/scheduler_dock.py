@@ -36,7 +36,17 @@ class LaneCard(QFrame):
         layout.addWidget(self.title)
         layout.addWidget(self.numbers)
 
+    def show_off(self, why: str) -> None:
+        """The lane does not run (no memory for it, or it failed): say why."""
+        self.off = True
+        self.setEnabled(False)
+        self.numbers.setText(f"off: {why}")
+        self.numbers.setWordWrap(True)
+        self.setToolTip(why)
+
     def show_sample(self, sample, busy_pct: float, tokens_per_s: float) -> None:
+        if getattr(self, "off", False):
+            return
         self.numbers.setText(
             f"{busy_pct:.0f}% busy · {tokens_per_s:.1f} tok/s · "
             f"batch {sample.batch_size} · queue {sample.queue_depth} · "
@@ -89,6 +99,8 @@ class LanePlots(ThemedPlots):
         self.apply_palette()
 
     def add_lane(self, name: str, kind: str) -> None:
+        if name in self._curves:  # the same lane of a reloaded model
+            return
         n = len(self._t)
         self._util[name] = np.zeros(n)
         self._tps[name] = np.zeros(n)
@@ -207,9 +219,13 @@ class SchedulerDock(QWidget):
         self.log.setWordWrap(False)
         self.log.verticalHeader().setDefaultSectionSize(22)
         self.log.itemSelectionChanged.connect(self._on_log_selection)
+        self.memory = QLabel("")
+        self.memory.setWordWrap(True)
+        self.memory.setTextInteractionFlags(Qt.TextSelectableByMouse)
         layout = QVBoxLayout(self)
         layout.addLayout(switch)
         layout.addLayout(self.cards_box)
+        layout.addWidget(self.memory)
         self.system_plots = SystemPlots()
         plot_tabs = QTabWidget()
         plot_tabs.addTab(self.plots, "Lanes")
@@ -236,23 +252,50 @@ class SchedulerDock(QWidget):
         self.set_engine_info([], "cpu-only")
 
     def set_engine_info(self, lanes: list[tuple[str, str]], mode: str,
-                        descriptions: dict[str, str] | None = None) -> None:
-        """Lanes as (name, kind); the switch needs a GPU lane to mean anything.
-        `descriptions`: what each lane's cost model believes (card tooltips)."""
-        for name, kind in lanes:
-            if name not in self.cards:
-                card = LaneCard(name, kind)
-                self.cards[name] = card
-                self.cards_box.addWidget(card, len(self.cards) - 1, 0)
+                        descriptions: dict[str, str] | None = None,
+                        off: dict[str, tuple[str, str]] | None = None) -> None:
+        """Lanes as (name, kind); the switch needs a GPU lane to mean anything,
+        and Hybrid also a second lane. `descriptions`: what each lane's cost
+        model believes (card tooltips); `off`: lanes the memory plan left off,
+        as name -> (kind, why)."""
+        for card in self.cards.values():  # a new engine: cards start afresh
+            self.cards_box.removeWidget(card)
+            card.deleteLater()
+        self.cards.clear()
+        off = off or {}
+        for name, kind in lanes + [(name, kind) for name, (kind, _) in off.items()]:
+            card = LaneCard(name, kind)
+            self.cards[name] = card
+            self.cards_box.addWidget(card, len(self.cards) - 1, 0)
+            if name in off:
+                card.show_off(off[name][1])
+            else:
                 self.plots.add_lane(name, kind)
-            self.cards[name].setToolTip((descriptions or {}).get(name, ""))
+                card.setToolTip((descriptions or {}).get(name, ""))
         self.timeline_view.lane_kinds = dict(lanes)
         has_gpu = any(kind == "gpu" for _, kind in lanes)
+        self.gpu_only.setEnabled(has_gpu)
+        self.hybrid.setEnabled(has_gpu and len(lanes) > 1)
+        if not has_gpu:
+            tip = "No GPU that MLX can use on this machine: the engine runs CPU-only."
+        elif len(lanes) < 2:
+            tip = "Hybrid needs a second lane: " + "; ".join(
+                f"{name.upper()} is off ({why})" for name, (_, why) in off.items())
+        else:
+            tip = ""
         for button in (self.gpu_only, self.hybrid):
-            button.setEnabled(has_gpu)
-            button.setToolTip("" if has_gpu else
-                              "No GPU that MLX can use on this machine: the engine runs CPU-only.")
+            button.setToolTip(tip)
         self.show_mode(mode)
+
+    def show_memory_plan(self, plan) -> None:
+        """The engine's memory plan, one line each (engine/memory.py)."""
+        self.memory.setText("\n".join(plan.describe()))
+        self.memory.setToolTip("\n".join(f"{lp.name.upper()}: {lp.reason}" for lp in plan.lanes))
+
+    def show_lane_failed(self, lane: str, why: str) -> None:
+        card = self.cards.get(lane)
+        if card is not None:
+            card.show_off(why)
 
     def show_mode(self, mode: str) -> None:
         self.gpu_only.setChecked(mode == "gpu-only")

@@ -51,12 +51,15 @@ def plan_lanes(loaded: LoadedModel, specs: list["LaneSpec"],
 
     requests = _requests(loaded, specs, shape.is_quantized, probe)
     plan = plan_memory(shape, requests, budget, unified_memory=unified)
-    primary = plan.lanes[0].weight_format
-    if primary not in ("shared", loaded.weight_format):
-        # The primary converts in place; lanes asking for that format share it.
-        requests = [r if i == 0 or r.own_format != primary
-                    else LaneRequest(r.name, r.device) for i, r in enumerate(requests)]
-        plan = plan_memory(shape, requests, budget, unified_memory=unified)
+    wanted = requests[0].own_format
+    if wanted is not None and requests[0].own_format_faster:
+        # Lanes that want the primary's own format share it once the primary
+        # converts in place (two CPU lanes: one float32 copy, not two).
+        sharing = [r if i == 0 or r.own_format != wanted or r.device != requests[0].device
+                   else LaneRequest(r.name, r.device) for i, r in enumerate(requests)]
+        converted = plan_memory(shape, sharing, budget, unified_memory=unified)
+        if converted.lanes[0].weight_format == wanted:
+            plan = converted
     models: dict[str, object] = {}
     first = plan.lanes[0]
     if first.weight_format not in ("shared", loaded.weight_format):

@@ -40,3 +40,28 @@ def test_gguf_tokenizer_round_trips_text(default_engine):
     ids = default_engine.render(QUESTION)
     assert tok.decode(ids).startswith("<|im_start|>system\n")
     assert tok.convert_ids_to_tokens(ids[0]) == "<|im_start|>"
+
+
+def test_two_cpu_lanes_share_one_float32_copy_of_the_default_model():
+    """The memory plan on the real 4-bit GGUF: the probe measures float32
+    faster on this CPU, so the first lane converts in place and the second
+    reads the same arrays (no second copy); the plan says so."""
+    from engine import Engine, LaneSpec
+    from engine.weights import dense_faster_on_cpu
+
+    engine = Engine.load("default", lanes=[LaneSpec("gpu", "cpu", acts_as="gpu"),
+                                           LaneSpec("cpu", "cpu")])
+    try:
+        plan = engine.memory_plan
+        gpu, cpu = plan.lane("gpu"), plan.lane("cpu")
+        assert engine.lanes["gpu"].model is engine.lanes["cpu"].model
+        assert cpu.weight_format == "shared" and cpu.weight_bytes == 0
+        if gpu.weight_format == "float32":  # what the probe measured on this machine
+            assert dense_faster_on_cpu is not None and "probe" in gpu.reason
+        assert plan.kv_bytes_per_token == 30 * 3 * 64 * 2 * (4 if gpu.weight_format ==
+                                                             "float32" else 2)
+        assert plan.planned_bytes <= plan.budget_bytes
+        done = engine.generate(QUESTION, SamplingParams(max_tokens=16), timeout=120)
+        assert done.output_tokens > 0
+    finally:
+        engine.close()

@@ -144,3 +144,54 @@ def test_plots_follow_the_palette(qtbot, window):
     palette.setColor(QPalette.Base, QColor("#fafafa"))
     plots.setPalette(palette)
     assert plots.backgroundBrush().color().name() == "#fafafa"
+
+
+def _second_lane_without_memory(source):
+    """Two lanes on a budget with room for one lane's KV only."""
+    from engine.weights import model_shape
+
+    loaded = load_model(source)
+    weights = model_shape(loaded.model, loaded.context_length).weight_bytes
+    return Engine(loaded, lanes=[LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+                                 LaneSpec("cpu", "cpu", "float32")],
+                  memory_budget_bytes=weights + (512 << 20) + (5 << 19))
+
+
+def test_the_dock_shows_the_memory_plan_and_a_lane_left_off(qtbot, tiny_model_dir, tmp_path):
+    w = open_window(qtbot, tiny_model_dir, tmp_path / "t.db", _second_lane_without_memory)
+    try:
+        dock, plan = w.scheduler, w.engine.memory_plan
+        assert not plan.lane("cpu").enabled and plan.lane("gpu").enabled
+        assert list(w.engine.lanes) == ["gpu"]
+        assert "KV" in dock.memory.text() and "per token" in dock.memory.text()
+        assert dock.memory.text() == "\n".join(plan.describe())
+        card = dock.cards["cpu"]
+        assert card.numbers.text().startswith("off:") and "KV" in card.numbers.text()
+        assert not card.isEnabled()
+        assert dock.gpu_only.isEnabled() and not dock.hybrid.isEnabled()
+        assert "CPU is off" in dock.hybrid.toolTip()
+        tab = w.chat_tabs()[0]
+        tab.composer.setPlainText("hello")
+        tab.send()
+        qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
+        assert "GPU" in tab.footer.text() and "CPU" not in tab.footer.text()
+    finally:
+        w.close()
+
+
+def test_engines_are_closed_off_the_gui_thread(qtbot, window, tiny_model_dir, monkeypatch):
+    import threading
+
+    closed_on = []
+    real_close = Engine.close
+
+    def close(self):
+        closed_on.append(threading.current_thread().name)
+        real_close(self)
+    monkeypatch.setattr(Engine, "close", close)
+    old = window.engine
+    with qtbot.waitSignal(window._closer.closed, timeout=60_000):
+        with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+            window.load_model(str(tiny_model_dir))
+    assert window.engine is not old and old.model_info is None  # closed and freed
+    assert closed_on == ["engine-closer"]
