@@ -13,7 +13,7 @@ SPLIT_LAST_TOKEN_ABOVE = 64
 class LaneConfig:
     """Tuning of one lane. Validated on construction."""
 
-    max_batch: int = 32
+    max_batch: int = 64  # slots; KV bytes bound admission too (engine/scheduler.py)
     prefill_chunk: int = 1024  # tokens per step while nothing decodes
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
     clear_cache_every: int = 256  # steps between mx.clear_cache()

@@ -123,7 +123,7 @@ class Simulation:
 
     def __init__(self, lanes: list[SimLaneSpec], policy, mode: str = "hybrid",
                  migration_s: float = 0.0, config: LaneConfig | None = None,
-                 prefix_cache_bytes: int = 1 << 30, kv_bytes_per_token: int = 12_288,
+                 prefix_cache_bytes: int = 2 << 30, kv_bytes_per_token: int = 12_288,
                  max_tokens: int = 512, seed: int = 0):
         self.now = 0.0
         self.policy = policy
