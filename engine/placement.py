@@ -67,8 +67,9 @@ def plan_lanes(loaded: LoadedModel, specs: list["LaneSpec"],
     for lane in plan.lanes:
         if not lane.enabled:
             continue
-        if lane is first or lane.weight_format in ("shared", loaded.weight_format):
+        if lane is first or lane.weight_format == "shared":
             models[lane.name] = loaded.model
-        else:
-            models[lane.name] = load_model(loaded.source, lane.weight_format).model
+        else:  # its own copy: another format, or the same where memory is not shared
+            fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
+            models[lane.name] = load_model(loaded.source, fmt).model
     return plan, models

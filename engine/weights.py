@@ -56,9 +56,11 @@ def machine_budget(loaded_bytes: int) -> tuple[int, bool]:
             recommended = int(info.get("max_recommended_working_set_size", 0) or 0)
             if recommended:
                 budget = min(budget, recommended)
-            # MLX's CUDA backend keeps arrays in device memory: a CPU lane
-            # there cannot read the GPU's weights in place.
-            unified = mx.metal.is_available() if hasattr(mx, "metal") else False
+            # Metal is unified memory. On CUDA the plan treats the GPU's
+            # arrays as the CPU lane's to read too only on Metal: a discrete
+            # GPU's lane copy is planned (and built) apart, which is never
+            # wrong, only larger.
+            unified = bool(mx.metal.is_available()) if hasattr(mx, "metal") else False
     except Exception:
         pass
     return budget, unified

@@ -192,3 +192,18 @@ def test_requests_wait_for_kv_room_and_all_finish(make_engine, tiny_loaded):
     with pytest.raises(EngineError) as info:
         engine.submit(prompt_ids=prompts[0], params=SamplingParams(max_tokens=400))
     assert info.value.kind == "too-large-for-memory" and "max_tokens" in str(info.value)
+
+
+def test_a_lane_with_its_own_format_gets_its_own_counted_copy(make_engine, tiny_loaded):
+    engine = make_engine([LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+                          LaneSpec("cpu", "cpu", "float16")])
+    plan = engine.memory_plan
+    gpu, cpu = engine.lanes["gpu"].model, engine.lanes["cpu"].model
+    assert gpu is not cpu
+    assert cpu.model.embed_tokens.weight.dtype == mx.float16
+    assert plan.lane("cpu").weight_format == "float16"
+    assert plan.lane("cpu").weight_bytes == plan.shared_weight_bytes // 2  # half of float32
+    assert plan.lane("gpu").weight_bytes == 0
+    ids = prompt_of(tiny_loaded, TEXTS[0])
+    done = engine.generate(prompt_ids=ids, params=SamplingParams(max_tokens=8), timeout=60)
+    assert done.output_tokens > 0

@@ -208,8 +208,9 @@ class Simulation:
             request.request_id, request.tab_id, request.submitted_at, request.num_prompt,
             request.cached_tokens, self._targets.pop(request.request_id), request.num_output,
             request.first_token_at, event.time, list(request.lane_history)))
-        # The next turn re-renders this answer: its tokens are the tab's history.
-        self._history[request.tab_id] = request.all_ids[:-1] + self._tokens(TEMPLATE_TOKENS)
+        # The next turn re-renders this answer, its end-of-turn token included
+        # (chat templates close a turn with the model's stop token).
+        self._history[request.tab_id] = request.all_ids + self._tokens(TEMPLATE_TOKENS)
         self._schedule_turn(self._tabs[request.tab_id], self.now)
 
     # ---- lane steps ---------------------------------------------------------------------
