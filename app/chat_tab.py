@@ -5,10 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 
-from .highlight import CodeHighlighter
-from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QTextBrowser,
+from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox,
                                QToolButton, QVBoxLayout, QWidget)
+
+from .transcript import Transcript
 
 
 class Composer(QPlainTextEdit):
@@ -92,11 +93,10 @@ class ChatTab(QWidget):
         header.addStretch(1)
         header.addWidget(self.context_meter)
 
-        self.transcript = QTextBrowser()
-        self.transcript.setOpenLinks(False)
-        self.transcript.anchorClicked.connect(self._on_anchor)
-        self.highlighter = CodeHighlighter(self.transcript.document())
-        self.code_blocks: list[str] = []
+        self.transcript = Transcript()
+        self.transcript.action.connect(self._on_action)
+        self.transcript.open_requested.connect(self._open_link)
+        self.transcript.refused.connect(self._refuse_link)
         self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
         self.composer = Composer()
         self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
@@ -141,9 +141,10 @@ class ChatTab(QWidget):
             return
         self.composer.clear()
         self.messages.append({"role": "user", "content": text})
+        self.transcript.add_message(len(self.messages) - 1, self.messages[-1], None)
         self.streaming_text = ""
         self._set_streaming(True)
-        self.render()
+        self.transcript.show_streaming("")
         self.send_requested.emit(self.conversation())
 
     def _toggle_settings(self, shown: bool) -> None:
@@ -236,22 +237,24 @@ class ChatTab(QWidget):
             return
         self.streaming_text += text
         if self.isVisible():  # background tabs catch up when shown
-            self.render()
+            self.transcript.show_streaming(self.streaming_text)
         else:
             self._stale = True
 
     def finish(self, finished) -> None:
         """The answer is complete (or stopped): keep it and show its stats."""
         answer = self.streaming_text or ""
+        self.transcript.end_streaming()
         if answer or finished.reason != "error":
             self.messages.append({"role": "assistant", "content": answer,
                                   "id": self.answer_message_id})
-            self.footers[len(self.messages) - 1] = format_footer(finished)
+            index = len(self.messages) - 1
+            self.footers[index] = format_footer(finished)
+            self.transcript.add_message(index, self.messages[index], self.footers[index])
         self.streaming_text = None
         self.request_id = None
         self.footer.setText(format_footer(finished))
         self._set_streaming(False)
-        self.render()
 
     def fail(self, message: str) -> None:
         """The request could not start: drop the pending answer, keep the text."""
@@ -267,65 +270,44 @@ class ChatTab(QWidget):
 
     # ---- rendering --------------------------------------------------------
     def showEvent(self, event):  # noqa: N802
-        if self._stale:
-            self.render()
+        if self._stale and self.is_streaming:
+            self.transcript.show_streaming(self.streaming_text)
+        self._stale = False
         super().showEvent(event)
 
+    @property
+    def code_blocks(self) -> list[str]:
+        return self.transcript.code_blocks
+
     def render(self) -> None:
+        """Render the whole conversation (the answer streams in by itself)."""
         self._stale = False
-        parts = []
-        self.code_blocks = []
-        idle = self.streaming_text is None
-        for index, message in enumerate(self.messages):
-            user = message["role"] == "user"
-            who = "**You**" if user else "**Assistant**"
-            body = self._with_copy_links(message["content"])
-            footer = self.footers.get(index)
-            line = f"*{footer}*" if footer else ""
-            if idle:  # per-message actions, as links like "Copy code"
-                action = f"[Edit](edit:{index})" if user else f"[Regenerate](regen:{index})"
-                line = f"{line} · {action}" if line else action
-            parts.append(f"{who}\n\n{body}" + (f"\n\n{line}" if line else ""))
-        if self.streaming_text is not None:
-            parts.append(f"**Assistant**\n\n{self.streaming_text or '…'}")
-        bar = self.transcript.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        self.transcript.setMarkdown("\n\n---\n\n".join(parts))
-        if at_bottom:
-            bar.setValue(bar.maximum())
+        self.transcript.show_messages(self.messages, self.footers)
+        if self.is_streaming:
+            self.transcript.show_streaming(self.streaming_text)
 
-    def _with_copy_links(self, text: str) -> str:
-        """Append a 'Copy code' link after each complete fenced code block."""
-        out, lines, inside, fence, block = [], text.split("\n"), False, "", []
-        for line in lines:
-            stripped = line.strip()
-            if not inside and stripped.startswith(("```", "~~~")):
-                inside, fence, block = True, stripped[:3], []
-                out.append(line)
-                continue
-            if inside and stripped.startswith(fence):
-                inside = False
-                out.append(line)
-                self.code_blocks.append("\n".join(block))
-                out.append(f"\n[Copy code](copy:{len(self.code_blocks) - 1})\n")
-                continue
-            if inside:
-                block.append(line)
-            out.append(line)
-        return "\n".join(out)
+    def _on_action(self, kind: str, index: int) -> None:
+        if kind == "copy" and 0 <= index < len(self.code_blocks):
+            QGuiApplication.clipboard().setText(self.code_blocks[index])
+        elif self.is_streaming and kind in ("edit", "regen"):
+            self.footer.setText("Stop the answer first, then edit or regenerate.")
+        elif kind == "edit":
+            self.edit_message(index)
+        elif kind == "regen":
+            self.regenerate_answer(index)
 
-    def _on_anchor(self, url) -> None:
-        scheme = url.scheme()
-        if scheme in ("copy", "edit", "regen"):
-            index = int(url.path() or url.toString().split(":", 1)[1])
-            if scheme == "copy" and 0 <= index < len(self.code_blocks):
-                QGuiApplication.clipboard().setText(self.code_blocks[index])
-            elif scheme == "edit":
-                self.edit_message(index)
-            elif scheme == "regen":
-                self.regenerate_answer(index)
-        else:
+    def _open_link(self, url) -> None:
+        """A link in a message: only http(s), and only after the user sees where."""
+        address = url.toString()
+        answer = QMessageBox.question(
+            self, "Open link", f"Open this address in your browser?\n\n{address}",
+            QMessageBox.Open | QMessageBox.Cancel, QMessageBox.Cancel)
+        if answer == QMessageBox.Open:
             QDesktopServices.openUrl(url)
+
+    def _refuse_link(self, url) -> None:
+        self.footer.setText(f"Not opened: only http and https links open "
+                            f"({url.scheme() or 'no scheme'}: link).")
 
     def _set_streaming(self, streaming: bool) -> None:
         self.stop_button.setEnabled(streaming)

@@ -115,10 +115,12 @@ class ChatStore:
         if not search:
             rows = self._db.execute("SELECT * FROM chats ORDER BY updated_at DESC, id DESC")
         else:
-            like = f"%{search}%"
+            # The user's text is matched literally: % and _ are not wildcards.
+            escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            like = f"%{escaped}%"
             rows = self._db.execute(
-                "SELECT * FROM chats WHERE title LIKE ? OR id IN "
-                "(SELECT chat_id FROM messages WHERE content LIKE ?) "
+                "SELECT * FROM chats WHERE title LIKE ? ESCAPE '\\' OR id IN "
+                "(SELECT chat_id FROM messages WHERE content LIKE ? ESCAPE '\\') "
                 "ORDER BY updated_at DESC, id DESC", (like, like))
         return [_chat(r) for r in rows]
 

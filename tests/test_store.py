@@ -24,6 +24,14 @@ def test_chats_crud_search_and_cascade(store):
     assert [c.id for c in store.chats()] == [a.id, b.id]  # most recent first
     assert [c.id for c in store.chats("lifetime")] == [b.id]
     assert [c.id for c in store.chats("paris")] == [a.id]
+    # Search is literal: % and _ are not wildcards, a backslash is a backslash.
+    c = store.create_chat("100% sure")
+    store.add_message(c.id, "user", "snake_case and C:\\temp")
+    assert [x.id for x in store.chats("%")] == [c.id]
+    assert [x.id for x in store.chats("e_c")] == [c.id]
+    assert [x.id for x in store.chats("a_e")] == []  # not 'ake' in 'snake'
+    assert [x.id for x in store.chats("C:\\t")] == [c.id]
+    store.delete_chat(c.id)
     renamed = store.update_chat(b.id, title="Rust")
     assert renamed.title == "Rust" and renamed.params == {}
     assert store.chat(a.id).params == {"temperature": 0.2}

@@ -224,7 +224,7 @@ def test_answer_footer_and_code_copy_link(qtbot, window):
     text = tab.transcript.toPlainText()
     assert "Copy code" in text and "prefill CPU → decode CPU" in text
     assert tab.code_blocks == ["print('hi')"]
-    tab._on_anchor(QUrl("copy:0"))
+    tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("copy", 0)))
     assert QGuiApplication.clipboard().text() == "print('hi')"
     # A real answer gets its footer under it, and keeps it after a restart.
     tab.messages, tab.footers = [], {}
@@ -311,10 +311,11 @@ def test_prompt_longer_than_the_context_keeps_the_text_and_the_tab(qtbot, window
     assert tab.messages[-1]["role"] == other.messages[-1]["role"] == "assistant"
 
 
-def _click_link(qtbot, tab, href):
-    """Click a link of the transcript as a user would (anchorClicked)."""
+def _click_link(qtbot, tab, kind, index):
+    """Click one of the app's links in the transcript as a user would."""
     from PySide6.QtCore import QUrl
 
+    href = tab.transcript.action_href(kind, index)
     assert f"({href})" in tab.transcript.toMarkdown()
     tab.transcript.anchorClicked.emit(QUrl(href))
 
@@ -329,13 +330,13 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
     assert [m.role for m in w.store.messages(tab.chat_id)] == ["user", "assistant"] * 3
     first_answer = tab.messages[1]["content"]
     # Regenerate the first answer: what came after it goes, here and stored.
-    _click_link(qtbot, tab, "regen:1")
+    _click_link(qtbot, tab, "regen", 1)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     stored = w.store.messages(tab.chat_id)
     assert [m.content for m in stored] == ["first question", first_answer]  # greedy
     assert tab.conversation() == [{"role": m.role, "content": m.content} for m in stored]
     # Edit the first question: it returns to the composer, the rest goes.
-    _click_link(qtbot, tab, "edit:0")
+    _click_link(qtbot, tab, "edit", 0)
     assert tab.composer.toPlainText() == "first question" and tab.messages == []
     assert w.store.messages(tab.chat_id) == []
     tab.composer.setPlainText("first question, edited")

@@ -1,0 +1,204 @@
+"""The conversation view: messages rendered as Markdown, one document.
+
+Built for long chats and hostile text:
+- Each message is rendered on its own (a Markdown fragment inserted into the
+  document), so an unclosed code fence or a stray rule in one message cannot
+  reshape the others, and a finished message is rendered once. While an answer
+  streams, only that answer is re-rendered on each flush: the cost follows the
+  answer, not the chat.
+- The app's own actions (Edit, Regenerate, Copy code) are links whose address
+  carries a random per-view key. Text in a message (a model's answer, a paste)
+  cannot know it, so its links can never trigger an action; they are offered
+  to the user to open only when they are http or https (`open_requested`).
+- Markdown never loads a resource: no remote images, no local files, and raw
+  HTML in a message is shown as text.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import (QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
+                           QTextDocumentFragment, QTextFormat)
+from PySide6.QtWidgets import QTextBrowser
+
+from .highlight import CodeHighlighter
+
+MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
+ACTION_SCHEME = "tandem"
+SAFE_SCHEMES = ("http", "https")
+
+
+class _InertDocument(QTextDocument):
+    """A document that loads nothing an image or a link points at."""
+
+    def loadResource(self, kind, name):  # noqa: N802 (Qt naming)
+        return None
+
+
+def _fragment(markdown: str) -> QTextDocumentFragment:
+    document = _InertDocument()
+    document.setMarkdown(markdown, MARKDOWN)
+    _replace_images(document)
+    return QTextDocumentFragment(document)
+
+
+def _replace_images(document: QTextDocument) -> None:
+    """Show each image as its address in text: Qt's image handler would read a
+    local file itself, whatever loadResource says."""
+    images, block = [], document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().isImageFormat():
+                images.append((fragment.position(), fragment.length(),
+                               fragment.charFormat().toImageFormat().name()))
+            it += 1
+        block = block.next()
+    cursor = QTextCursor(document)
+    for position, length, name in reversed(images):
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QTextCursor.KeepAnchor)
+        cursor.insertText(f"[image: {name}]", QTextCharFormat())
+
+
+class Transcript(QTextBrowser):
+    """Emits `action(kind, index)` for the app's own links (kind: edit, regen,
+    copy), `open_requested(url)` for an http(s) link in a message, and
+    `refused(url)` for any other link."""
+
+    action = Signal(str, int)
+    open_requested = Signal(object)
+    refused = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self._key = secrets.token_hex(16)
+        self.setDocument(_InertDocument(self))
+        self.highlighter = CodeHighlighter(self.document())
+        self.code_blocks: list[str] = []
+        self._stream_start: int | None = None  # where the streaming answer begins
+        self.anchorClicked.connect(self._on_anchor)
+
+    # ---- links ---------------------------------------------------------------
+    def action_href(self, kind: str, index: int) -> str:
+        """The address of one of the app's own links (only this view knows the key)."""
+        return f"{ACTION_SCHEME}://{self._key}/{kind}/{index}"
+
+    def _on_anchor(self, url) -> None:
+        parts = url.path().strip("/").split("/")
+        if (url.scheme() == ACTION_SCHEME and url.host() == self._key and len(parts) == 2
+                and parts[1].isdigit()):
+            self.action.emit(parts[0], int(parts[1]))
+        elif url.scheme().lower() in SAFE_SCHEMES and url.host():
+            self.open_requested.emit(url)
+        else:
+            self.refused.emit(url)
+
+    def loadResource(self, kind, name):  # noqa: N802 (Qt naming)
+        return None  # never fetch: not remote images, not local files
+
+    # ---- rendering -----------------------------------------------------------
+    def show_messages(self, messages: list[dict], footers: dict[int, str]) -> None:
+        """Render the whole conversation (opening a chat, edit, regenerate)."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        self.document().clear()
+        self.code_blocks = []
+        self._stream_start = None
+        for index, message in enumerate(messages):
+            self.add_message(index, message, footers.get(index), keep_scroll=False)
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def add_message(self, index: int, message: dict, footer: str | None,
+                    keep_scroll: bool = True) -> None:
+        """Append one finished message with its footer and actions."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = self._end_cursor()
+        self._separate(cursor)
+        user = message["role"] == "user"
+        body = self._with_copy_links(message["content"])
+        cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        if footer:
+            italic = QTextCharFormat()
+            italic.setFontItalic(True)
+            cursor.insertText(f"{footer} · ", italic)
+        kind, label = ("edit", "Edit") if user else ("regen", "Regenerate")
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(self.action_href(kind, index))
+        link.setForeground(self.palette().link())
+        link.setFontUnderline(True)
+        cursor.insertText(label, link)
+        cursor.setCharFormat(QTextCharFormat())
+        if keep_scroll and at_bottom:
+            bar.setValue(bar.maximum())
+
+    def show_streaming(self, text: str) -> None:
+        """Show (or update) the answer being generated; only it is re-rendered."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = self._end_cursor()
+        if self._stream_start is None:
+            self._stream_start = cursor.position()
+        else:
+            cursor.setPosition(self._stream_start)
+            cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+            cursor.removeSelectedText()
+        self._separate(cursor)
+        cursor.insertFragment(_fragment(f"**Assistant**\n\n{text or '…'}"))
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def end_streaming(self) -> None:
+        """Remove the streaming answer (the finished one is added in its place)."""
+        if self._stream_start is None:
+            return
+        cursor = self._end_cursor()
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        self._stream_start = None
+
+    def _end_cursor(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.End)
+        return cursor
+
+    @staticmethod
+    def _separate(cursor: QTextCursor) -> None:
+        """Start a new message: a rule after the previous one, then a fresh block."""
+        if cursor.position() == 0:
+            return
+        rule = QTextBlockFormat()
+        rule.setProperty(QTextFormat.BlockTrailingHorizontalRulerWidth, 1)
+        cursor.insertBlock(rule, QTextCharFormat())
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+
+    def _with_copy_links(self, text: str) -> str:
+        """Append a 'Copy code' link after each complete fenced code block."""
+        out, inside, fence, block = [], False, "", []
+        for line in text.split("\n"):
+            stripped = line.strip()
+            if not inside and stripped.startswith(("```", "~~~")):
+                inside, fence, block = True, stripped[:3], []
+                out.append(line)
+                continue
+            if inside and stripped.startswith(fence):
+                inside = False
+                out.append(line)
+                self.code_blocks.append("\n".join(block))
+                href = self.action_href("copy", len(self.code_blocks) - 1)
+                out.append(f"\n[Copy code]({href})\n")
+                continue
+            if inside:
+                block.append(line)
+            out.append(line)
+        return "\n".join(out)

@@ -1,0 +1,125 @@
+"""The transcript under hostile text: links in messages cannot act, only http(s)
+opens and only after the user sees the address, nothing is loaded, one
+message cannot reshape another, and streaming re-renders only the answer."""
+
+import pytest
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices, QTextDocument
+from PySide6.QtWidgets import QMessageBox
+
+from app.chat_tab import ChatTab
+
+HOSTILE = ("Click [here](edit:0) or [there](regen:1) or [guess](tandem://0000/edit/0) "
+           "or [files](file:///etc/passwd) or [js](javascript:alert(1)).")
+
+
+def _anchors(tab):
+    """Every link address in the rendered transcript, in order."""
+    hrefs, block = [], tab.transcript.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fmt = it.fragment().charFormat()
+            if fmt.isAnchor() and fmt.anchorHref() not in hrefs:
+                hrefs.append(fmt.anchorHref())
+            it += 1
+        block = block.next()
+    return hrefs
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    calls = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: calls.append(url.toString()))
+    return calls
+
+
+def _tab(qtbot, messages):
+    tab = ChatTab(messages=[dict(m, id=i + 1) for i, m in enumerate(messages)])
+    qtbot.addWidget(tab)
+    return tab
+
+
+def test_links_in_message_text_never_trigger_actions(qtbot, opened):
+    tab = _tab(qtbot, [{"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": HOSTILE}])
+    truncated = []
+    tab.truncated.connect(truncated.append)
+    own = {tab.transcript.action_href("edit", 0), tab.transcript.action_href("regen", 1)}
+    foreign = [h for h in _anchors(tab) if h not in own]
+    assert len(foreign) == 5, foreign
+    for href in foreign:
+        tab.transcript.anchorClicked.emit(QUrl(href))
+        assert "Not opened" in tab.footer.text()
+    assert truncated == [] and len(tab.messages) == 2 and tab.composer.toPlainText() == ""
+    assert opened == []  # file: and javascript: never reach the desktop
+    # The app's own link still works.
+    tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("edit", 0)))
+    assert truncated == [1] and tab.composer.toPlainText() == "hi"
+
+
+@pytest.mark.parametrize("choice, expected", [(QMessageBox.Cancel, []),
+                                              (QMessageBox.Open, ["https://example.com/a?b=1"])])
+def test_web_links_open_only_after_the_user_sees_the_address(qtbot, opened, monkeypatch,
+                                                             choice, expected):
+    asked = []
+
+    def question(parent, title, text, *args):
+        asked.append(text)
+        return choice
+    monkeypatch.setattr(QMessageBox, "question", question)
+    tab = _tab(qtbot, [{"role": "assistant", "content": "[docs](https://example.com/a?b=1)"}])
+    tab.transcript.anchorClicked.emit(QUrl("https://example.com/a?b=1"))
+    assert len(asked) == 1 and "https://example.com/a?b=1" in asked[0]
+    assert opened == expected
+
+
+def test_markdown_loads_no_resources_and_shows_raw_html_as_text(qtbot, tmp_path):
+    from PySide6.QtGui import QImage
+
+    image = tmp_path / "secret.png"
+    QImage(4, 4, QImage.Format_RGB32).save(str(image))
+    url = QUrl.fromLocalFile(str(image)).toString()
+    tab = _tab(qtbot, [{"role": "assistant", "content":
+                        f"![a]({url}) ![b](http://127.0.0.1:9/track.png) "
+                        f"<img src='{url}'> <b>bold?</b>"}])
+    tab.show()
+    tab.transcript.grab()  # lay out and paint: images would be fetched now
+    doc = tab.transcript.document()
+    assert doc.resource(QTextDocument.ImageResource, QUrl(url)) is None
+    text = tab.transcript.toPlainText()
+    assert "<b>bold?</b>" in text and f"[image: {url}]" in text
+
+
+def test_one_message_cannot_reshape_the_others(qtbot):
+    tab = _tab(qtbot, [{"role": "assistant", "content": "```python\nnever closed"},
+                       {"role": "user", "content": "next question"}])
+    text = tab.transcript.toPlainText()
+    assert "You" in text.split("never closed", 1)[1]  # the next header is still a header
+    hrefs = _anchors(tab)
+    assert tab.transcript.action_href("edit", 1) in hrefs  # and its action still works
+
+
+def test_streaming_re_renders_only_the_answer(qtbot):
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
+               for i in range(200)]
+    tab = _tab(qtbot, history)
+    tab.show()
+    first = tab.transcript.document().begin()
+    first.setUserState(42)  # a full re-render would replace this block
+    tab.composer.setPlainText("one more")
+    tab.send_button.setEnabled(True)
+    tab.send()
+    for word in "the answer arrives word by word".split():
+        tab.append_text(word + " ")
+    assert tab.transcript.document().begin().userState() == 42
+    assert tab.transcript.toPlainText().rstrip().endswith("word by word")
+
+    class Done:
+        reason, error, lanes, output_tokens, tokens_per_s = "stop", None, (), 6, None
+        ttft_s, cached_tokens, prompt_tokens = None, 0, 10
+    tab.finish(Done())
+    assert tab.transcript.document().begin().userState() == 42
+    text = tab.transcript.toPlainText()
+    assert text.count("the answer arrives word by word") == 1 and "…" not in text
+    assert tab.transcript.action_href("regen", 201) in _anchors(tab)
