@@ -85,7 +85,8 @@ class ChatTab(QWidget):
         self.context_meter = QProgressBar()
         self.context_meter.setRange(0, 1)
         self.context_meter.setValue(0)
-        self.context_meter.setFormat("context: %v / %m tokens")
+        self.context_meter.setFormat("context: waiting for the model")
+        self.context_used = 0  # tokens of the conversation, as of its last answer
         self.context_meter.setMinimumWidth(240)
         self.context_meter.setToolTip("Tokens of the model's context this chat uses")
         header = QHBoxLayout()
@@ -172,6 +173,8 @@ class ChatTab(QWidget):
             {"role": m["role"], "content": m["content"]} for m in self.messages]
 
     def show_context(self, used: int, context_length: int) -> None:
+        self.context_used = used
+        self.context_meter.setFormat("context: %v / %m tokens")
         self.context_meter.setRange(0, max(context_length, 1))
         self.context_meter.setValue(min(used, context_length))
 

@@ -1,24 +1,34 @@
 """Command line: `tandem` starts the GUI; `tandem generate "prompt"` streams an
-answer to the terminal and prints its stats; `tandem --self-test [--gui]`
-checks that this copy works (see app/selftest.py)."""
+answer to the terminal and prints its stats (`-` or `--file PATH` read the
+prompt from stdin or a file); `tandem --self-test [--gui]` checks that this
+copy works (see app/selftest.py)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+MODEL_HELP = "'default', a .gguf file, a model folder or a Hugging Face repo id"
+
+
+class PromptError(Exception):
+    """A prompt that cannot be read or is not text: printed as is, rc 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem", description=__doc__)
-    parser.add_argument("--model", default="default",
-                        help="'default', a .gguf file, a model folder or a Hugging Face repo id")
+    parser.add_argument("--model", default="default", help=MODEL_HELP)
     parser.add_argument("--self-test", action="store_true",
                         help="headless check: load the model, generate a few tokens, exit 0")
     parser.add_argument("--gui", action="store_true",
                         help="with --self-test: open the window instead and answer one message")
     sub = parser.add_subparsers(dest="command")
     gen = sub.add_parser("generate", help="answer one prompt in the terminal")
-    gen.add_argument("prompt")
+    gen.add_argument("prompt", nargs="?", help="the prompt; '-' reads it from stdin")
+    gen.add_argument("--file", default=None, help="read the prompt from this file (UTF-8)")
+    # Also accepted after `generate`; SUPPRESS keeps the top-level value otherwise.
+    gen.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     gen.add_argument("--system", default=None, help="system prompt")
     gen.add_argument("--max-tokens", type=int, default=256)
     gen.add_argument("--temperature", type=float, default=0.0)
@@ -27,7 +37,48 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _decode(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PromptError(f"{what} is not valid UTF-8 text "
+                          f"(byte 0x{data[e.start]:02x} at position {e.start})") from None
+
+
+def _argument_text(text: str, what: str) -> str:
+    """`text` from argv: Python turns undecodable bytes into lone surrogates,
+    which the tokenizer rejects with an obscure message; report the byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _decode(os.fsencode(text), what)
+    return text
+
+
+def read_prompt(args) -> str:
+    """The prompt from the argument, stdin (`-`) or --file."""
+    if (args.prompt is None) == (args.file is None):
+        raise PromptError("give the prompt as an argument, '-' to read stdin, or --file PATH "
+                          "(exactly one of them)")
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise PromptError(f"cannot read {args.file}: {e.strerror or e}") from None
+        return _decode(data, "the prompt")
+    if args.prompt == "-":
+        return _decode(sys.stdin.buffer.read(), "the prompt")
+    return _argument_text(args.prompt, "the prompt")
+
+
 def generate(args) -> int:
+    try:  # before the engine's imports (~1 s): a bad prompt fails at once
+        prompt = read_prompt(args)
+        system = _argument_text(args.system, "the system prompt") if args.system else None
+    except PromptError as e:
+        print(f"tandem: {e}", file=sys.stderr)
+        return 2
     from engine import Engine, EngineError, Finished, SamplingParams, Token
 
     try:
@@ -36,9 +87,10 @@ def generate(args) -> int:
         print(f"tandem: {e}", file=sys.stderr)
         return 2
     messages = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
-    messages.append({"role": "user", "content": args.prompt})
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": prompt})
+    handle = None
     try:
         handle = engine.submit(messages, SamplingParams(
             max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -54,6 +106,8 @@ def generate(args) -> int:
         print(f"tandem: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if handle is None:  # interrupted before the request was queued
+            return 130  # (the engine closes below)
         handle.cancel()
         done = handle.result(10)
     finally:
@@ -72,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Finder on older macOS passes a process serial number to .app bundles.
     args = _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
+    from engine.blas import openblas_advice  # importing engine tries to load OpenBLAS
+
+    advice = openblas_advice()
+    if advice:  # otherwise the only symptom is a slow app
+        print(f"tandem: {advice}", file=sys.stderr, flush=True)
     if args.self_test:
         from app.selftest import run
 

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
+from engine.blas import openblas_advice
 from engine.errors import EngineError
 from engine.params import SamplingParams
 
@@ -30,7 +31,11 @@ if TYPE_CHECKING:
     from engine import Engine
 
 FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
+MODE_TEXT = {"gpu-only": "GPU only", "hybrid": "Hybrid: GPU + CPU", "cpu-only": "CPU only"}
 
+
+def mode_text(mode: str) -> str:
+    return MODE_TEXT.get(mode, mode)
 
 
 class MainWindow(QMainWindow):
@@ -84,6 +89,12 @@ class MainWindow(QMainWindow):
         self.mode_label = QLabel("")
         for label in (self.model_label, self.mode_label, self.device_label):
             self.statusBar().addPermanentWidget(label)
+        advice = openblas_advice()
+        self.blas_label = QLabel("⚠ slow CPU maths: OpenBLAS missing" if advice else "")
+        if advice:  # the app works without it, only about 50x slower: say so once
+            self.blas_label.setToolTip(advice)
+            self.statusBar().addPermanentWidget(self.blas_label)
+            self.statusBar().showMessage(advice, 30_000)
         self._restore_tabs()
         self._build_menus()
         self._restore_layout()
@@ -116,7 +127,7 @@ class MainWindow(QMainWindow):
         self.model_label.setText(engine.model_info.label)
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
         self.device_label.setText(devices)
-        self.mode_label.setText(engine.mode)
+        self.mode_label.setText(mode_text(engine.mode))
         self.scheduler.system_plots.engine = engine
         self.scheduler.set_engine_info(
             [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode,
@@ -129,6 +140,7 @@ class MainWindow(QMainWindow):
                 self.scheduler.show_lane_failed(name, lane.failed)
         for tab in self.chat_tabs():
             tab.set_ready(True)
+            tab.show_context(tab.context_used, engine.context_length)
         self.engine_ready.emit()
 
     def _on_engine_failed(self, message: str) -> None:
@@ -165,8 +177,13 @@ class MainWindow(QMainWindow):
         tab.stop_requested.connect(lambda t=tab: self._stop(t))
         tab.truncated.connect(self.store.delete_messages_from)
         tab.set_ready(self.engine is not None)
+        last = next((m.stats for m in reversed(stored) if m.stats), None) or {}
+        tab.context_used = last.get("prompt_tokens", 0) + last.get("output_tokens", 0)
+        if self.engine is not None:
+            tab.show_context(tab.context_used, self.engine.context_length)
         self.tabs.addTab(tab, tab.title)
         self.tabs.setCurrentWidget(tab)
+        tab.composer.setFocus()  # typing goes to the new chat at once
         self._save_tabs()
         return tab
 
@@ -303,8 +320,12 @@ class MainWindow(QMainWindow):
         unless the router moves them."""
         if self.engine is None:
             return
-        self.engine.set_mode(mode)
-        self.mode_label.setText(mode)
+        try:
+            self.engine.set_mode(mode)
+        except EngineError as e:
+            self.statusBar().showMessage(str(e), 10_000)
+            mode = self.engine.mode
+        self.mode_label.setText(mode_text(mode))
         self.scheduler.show_mode(mode)
 
     def _on_routed(self, event) -> None:
@@ -361,7 +382,8 @@ class MainWindow(QMainWindow):
                 self.store.update_message(answer_id, text, complete=True, stats={
                     "footer": format_footer(finished), "reason": finished.reason,
                     "lanes": finished.lanes, "output_tokens": finished.output_tokens,
-                    "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s})
+                    "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s,
+                    "prompt_tokens": finished.prompt_tokens})
 
     def _restore_layout(self) -> None:
         from PySide6.QtCore import QByteArray

@@ -28,6 +28,12 @@ def build_menus(window) -> None:
                                 lambda: window._cycle_tab(1))
     window.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
                                     lambda: window._cycle_tab(-1))
+    chat.addSeparator()
+    # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
+    quit_keys = QKeySequence(QKeySequence.Quit)
+    window.quit_action = action(chat, "Quit", quit_keys if not quit_keys.isEmpty() else "Ctrl+Q",
+                                window.close)
+    window.quit_action.setMenuRole(QAction.QuitRole)  # macOS: in the app menu, Cmd+Q
     engine_menu = window.menuBar().addMenu("&Engine")
     window.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
                                       window.pick_model)

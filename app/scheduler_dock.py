@@ -92,6 +92,7 @@ class LanePlots(ThemedPlots):
         self.nextRow()
         self.tps_plot = self.addPlot(title="tokens/s")
         self.tps_plot.setXRange(-HISTORY_S, 0)
+        self._tps_top = 0.0
         for plot in (self.util_plot, self.tps_plot):
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setMouseEnabled(x=False, y=False)
@@ -126,6 +127,13 @@ class LanePlots(ThemedPlots):
         for name, (util_curve, tps_curve) in self._curves.items():
             util_curve.setData(self._t, self._util[name], skipFiniteCheck=True)
             tps_curve.setData(self._t, self._tps[name], skipFiniteCheck=True)
+        # From 0 to a little above the peak: never a negative axis, and an idle
+        # minute shows 0..1 rather than auto-range's -0.4..0.4 around zero.
+        peak = max((float(buf.max()) for buf in self._tps.values()), default=0.0)
+        top = max(1.0, peak * 1.15)
+        if top != self._tps_top:
+            self._tps_top = top
+            self.tps_plot.setYRange(0, top, padding=0)
 
 
 class SystemPlots(ThemedPlots):
@@ -219,6 +227,15 @@ class SchedulerDock(QWidget):
         self.log.setWordWrap(False)
         self.log.verticalHeader().setDefaultSectionSize(22)
         self.log.itemSelectionChanged.connect(self._on_log_selection)
+        # The reason column is narrow: the selected decision reads in full here.
+        self.decision_detail = QLabel("Select a decision to read why it was made.")
+        self.decision_detail.setWordWrap(True)
+        self.decision_detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        decisions = QWidget()
+        decisions_layout = QVBoxLayout(decisions)
+        decisions_layout.setContentsMargins(0, 0, 0, 0)
+        decisions_layout.addWidget(self.log, 1)
+        decisions_layout.addWidget(self.decision_detail)
         self.memory = QLabel("")
         self.memory.setWordWrap(True)
         self.memory.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -241,7 +258,7 @@ class SchedulerDock(QWidget):
         self.timeline_scroll.setMinimumHeight(120)
         lower = QTabWidget()
         lower.addTab(self.timeline_scroll, "Routing timeline")
-        lower.addTab(self.log, "Decisions")
+        lower.addTab(decisions, "Decisions")
         layout.addWidget(lower, 2)
         self._started = time.monotonic()
         self._timer = QTimer(self)
@@ -331,4 +348,9 @@ class SchedulerDock(QWidget):
     def _on_log_selection(self) -> None:
         items = self.log.selectedItems()
         if items:
+            row = items[0].row()
+            cells = [self.log.item(row, col).text() for col in range(self.log.columnCount())]
+            stamp, tab, phase, lane, reason = cells
+            self.decision_detail.setText(f"{stamp} · {tab or 'request'} · {phase} "
+                                         f"{lane.upper()}: {reason}")
             self.request_selected.emit(items[0].data(Qt.UserRole))

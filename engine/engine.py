@@ -97,11 +97,12 @@ class Engine:
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         self.disabled_lanes = {lp.name: lp.reason for lp in self.memory_plan.lanes
                                if not lp.enabled}
-        self.policy: Policy = policy or (CostAwarePolicy() if len(enabled) > 1
-                                         else LeastLoadedPolicy())
+        policy = policy or (CostAwarePolicy() if len(enabled) > 1 else LeastLoadedPolicy())
         if mode is None:
-            mode = "hybrid" if any(s.kind == "gpu" for s in enabled) else "cpu-only"
-        self.director = Director(self.policy, self._emit, loaded.context_length,
+            has_gpu = any(s.kind == "gpu" for s in enabled)
+            mode = ("hybrid" if has_gpu and len(enabled) > 1 else
+                    "gpu-only" if has_gpu else "cpu-only")
+        self.director = Director(policy, self._emit, loaded.context_length,
                                  loaded.stop_token_ids, mode)
         self.lanes: dict[str, Lane] = {}
         probe = threading.Barrier(len(enabled)) if len(enabled) > 1 else None
@@ -145,6 +146,16 @@ class Engine:
         return self.director.mode
 
     @property
+    def policy(self) -> Policy:
+        """The routing policy; assigning one takes effect at the next decision."""
+        return self.director.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        with self.director.lock:
+            self.director.policy = policy
+
+    @property
     def router_s(self) -> float:
         return self.director.router_s
 
@@ -154,6 +165,17 @@ class Engine:
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of `messages` in the model's chat template, ready to answer."""
+        for i, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, str):
+                raise EngineError(f"Message {i + 1} has no text content.", "bad-argument")
+            try:
+                content.encode("utf-8")
+            except UnicodeEncodeError as e:  # lone surrogates: not text
+                raise EngineError(
+                    f"Message {i + 1} is not valid text: it contains an unpaired surrogate "
+                    f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
+                    "bad-argument") from None
         try:
             return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
         except Exception as e:
@@ -207,6 +229,15 @@ class Engine:
             self.cancel(rid)
 
     def set_mode(self, mode: str) -> None:
+        """'gpu-only', 'hybrid' (both need a GPU lane; hybrid also a second
+        lane) or 'cpu-only'."""
+        kinds = [lane.kind for lane in self.lanes.values()]
+        if mode in ("gpu-only", "hybrid") and "gpu" not in kinds:
+            raise EngineError(f"Cannot switch to {mode}: this engine has no GPU lane "
+                              f"(it runs CPU-only).", "bad-argument")
+        if mode == "hybrid" and len(kinds) < 2:
+            raise EngineError("Cannot switch to hybrid: it needs a second lane "
+                              "(see the memory plan for why there is none).", "bad-argument")
         self.director.set_mode(mode)
         for lane in self.lanes.values():
             lane.wake()

@@ -146,6 +146,20 @@ def test_prompt_longer_than_context_is_refused(make_engine, tiny_loaded):
                            params=SamplingParams(max_tokens=3), timeout=60).output_tokens >= 1
 
 
+def test_text_that_is_not_text_is_refused_clearly(make_engine, tiny_loaded):
+    from engine import EngineError
+
+    engine = make_engine()
+    bad = b"caf\xe9 ok".decode("utf-8", "surrogateescape")  # how Python keeps raw bytes
+    with pytest.raises(EngineError, match=r"Message 2 is not valid text.*U\+DCE9") as info:
+        engine.submit([{"role": "system", "content": "hi"}, {"role": "user", "content": bad}])
+    assert info.value.kind == "bad-argument"
+    with pytest.raises(EngineError, match="Message 1 has no text content"):
+        engine.submit([{"role": "user", "content": None}])
+    assert engine.generate([{"role": "user", "content": "hi"}],
+                           SamplingParams(max_tokens=2), timeout=60).output_tokens >= 1
+
+
 def test_finished_is_delivered_to_subscribers(make_engine, tiny_loaded):
     engine = make_engine()
     finished = []

@@ -50,7 +50,7 @@ def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, wind
     assert set(_logged_lanes(dock)) == {"gpu", "cpu"}  # hybrid spreads
     qtbot.mouseClick(dock.gpu_only, Qt.LeftButton)
     assert window.engine.mode == "gpu-only" and dock.gpu_only.isChecked()
-    assert window.mode_label.text() == "gpu-only"
+    assert window.mode_label.text() == "GPU only"
     _send_all(qtbot, window, tabs, ["and again?", "more", "tell me"])
     qtbot.waitUntil(lambda: len(_logged_lanes(dock)) == 6, timeout=5_000)
     assert _logged_lanes(dock)[3:] == ["gpu", "gpu", "gpu"]
@@ -88,8 +88,23 @@ def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):
         pass
     assert not w.scheduler.hybrid.isEnabled()
     assert "CPU-only" in w.scheduler.hybrid.toolTip()
-    assert w.engine.mode == "cpu-only"
+    assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
+    # Ctrl+M, or anything else asking for a GPU mode, leaves it CPU-only and says why.
+    w.set_mode("gpu-only")
+    assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
+    assert "no GPU lane" in w.statusBar().currentMessage()
     w.close()
+
+
+def test_decision_reasons_read_in_full_and_idle_rates_start_at_zero(qtbot, window):
+    dock = window.scheduler
+    dock.add_decision(0.0, "a tab", "decode", "cpu", "because " + "of a long reason " * 20, "r1")
+    dock.log.selectRow(0)
+    assert dock.decision_detail.text().endswith("of a long reason " * 19 + "of a long reason ")
+    assert dock.decision_detail.wordWrap()
+    dock.plots.redraw()  # an idle engine: every rate is zero
+    low, high = dock.plots.tps_plot.viewRange()[1]
+    assert low == 0 and high >= 1
 
 
 def test_timeline_has_a_row_per_request_with_lane_segments(qtbot, window):

@@ -62,6 +62,15 @@ def test_requests_spread_across_lanes(make_engine, tiny_loaded):
     assert lanes == {"gpu", "cpu"}
 
 
+def test_assigning_a_policy_takes_effect_for_the_next_request(make_engine, tiny_loaded):
+    engine = make_engine(_two_lanes(), policy=PingPong("gpu", "gpu"))
+    engine.policy = PingPong("cpu", "cpu")
+    assert engine.policy.first == "cpu"
+    done = engine.generate(prompt_ids=prompt_of(tiny_loaded, "hello"),
+                           params=SamplingParams(max_tokens=4))
+    assert {lane for _, lane in done.lanes} == {"cpu"}
+
+
 def test_migrated_request_gives_the_same_greedy_tokens(make_engine, tiny_loaded):
     engine = make_engine(_two_lanes(), policy=PingPong())
     for lane in engine.lanes.values():

@@ -45,6 +45,58 @@ def test_stop_stops_streaming(qtbot, window):
     assert all(lane.is_idle for lane in engine.lanes.values())
 
 
+def test_a_new_chat_takes_the_keyboard_and_knows_its_context(qtbot, window):
+    from PySide6.QtWidgets import QApplication
+
+    window.show()
+    qtbot.waitExposed(window)
+    window.activateWindow()
+    first = window.chat_tabs()[0]
+    assert first.context_meter.text() == f"context: 0 / {window.engine.context_length} tokens"
+    window.new_action.trigger()
+    tab = window.current_tab()
+    assert tab is not first
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is tab.composer, timeout=2_000)
+    qtbot.keyClicks(QApplication.focusWidget(), "typed at once")
+    assert tab.composer.toPlainText() == "typed at once"
+    assert tab.context_meter.maximum() == window.engine.context_length
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    used = tab.context_meter.value()
+    assert used > 0
+    # A reopened chat knows how much of the context it uses before the next turn.
+    window.close_tab(tab)
+    again = window.open_chat(tab.chat_id)
+    assert again.context_meter.value() == used
+
+
+def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_dir, tmp_path,
+                                                            monkeypatch):
+    import app.main_window as main_window
+    from engine.blas import ADVICE
+
+    monkeypatch.setattr(main_window, "openblas_advice", lambda: ADVICE)
+    w = _open_window(qtbot, tiny_model_dir, tmp_path / "b.db")
+    assert "libopenblas0-pthread" in w.blas_label.toolTip() and w.blas_label.text()
+    assert w.statusBar().currentMessage() == ADVICE
+    w.close()
+    monkeypatch.setattr(main_window, "openblas_advice", lambda: None)
+    quiet = _open_window(qtbot, tiny_model_dir, tmp_path / "c.db")
+    assert quiet.blas_label.text() == "" and ADVICE not in quiet.statusBar().currentMessage()
+    quiet.close()
+
+
+def test_quit_closes_the_window(qtbot, window):
+    from PySide6.QtGui import QKeySequence
+
+    assert window.quit_action.shortcut() == QKeySequence(QKeySequence.Quit) or \
+        window.quit_action.shortcut() == QKeySequence("Ctrl+Q")
+    assert not window.quit_action.shortcut().isEmpty()
+    window.show()
+    window.quit_action.trigger()
+    assert not window.isVisible()
+
+
 def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path):
     w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"))
     qtbot.addWidget(w)
