@@ -35,6 +35,7 @@ class ChatTab(QWidget):
     # Edit or Regenerate dropped this stored message and every later one: the
     # window deletes them from the database (the id of the first dropped row).
     truncated = Signal(int)
+    INTERRUPTED = "⚠ interrupted: the app or the tab closed while it was being written"
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
                  messages: list[dict[str, str]] | None = None,
@@ -44,6 +45,8 @@ class ChatTab(QWidget):
         self.chat_id = chat_id
         self.answer_message_id: int | None = None  # the stored row of the streaming answer
         self.resend_without_user = False  # set for a regenerate: the user turn is stored
+        # Set while an interrupted answer is being continued: its text so far.
+        self.continue_from: str | None = None
         self._stale = False
         # {"role", "content", "id"}: id is the stored row (None until stored).
         self.messages: list[dict] = [dict(m) for m in messages or []]
@@ -170,7 +173,8 @@ class ChatTab(QWidget):
         """The messages to send: the system prompt (if any) and the chat."""
         system = self.system_prompt.text().strip()
         return ([{"role": "system", "content": system}] if system else []) + [
-            {"role": m["role"], "content": m["content"]} for m in self.messages]
+            {"role": m["role"], "content": m["content"]} for m in self.messages
+            if m["content"] or m["role"] == "user"]  # an answer cut before its first token
 
     def show_context(self, used: int, context_length: int) -> None:
         self.context_used = used
@@ -213,6 +217,32 @@ class ChatTab(QWidget):
         self.render()
         self.send_requested.emit(self.conversation())
 
+    def continue_answer(self, index: int) -> None:
+        """Go on writing interrupted answer `index` (the last message) from
+        where it stopped; the window asks the engine for the rest."""
+        message = self.messages[index] if 0 <= index < len(self.messages) else None
+        if self.is_streaming or message is None or not message.get("interrupted"):
+            return
+        if index != len(self.messages) - 1:
+            self.footer.setText("Only the last answer can be continued; regenerate this one.")
+            return
+        self.messages.pop()
+        self.footers.pop(index, None)
+        self.continue_from = message["content"]
+        self.answer_message_id = message.get("id")
+        self.resend_without_user = True
+        self.streaming_text = message["content"]
+        self._set_streaming(True)
+        self.render()
+        self.send_requested.emit(self.conversation())
+
+    def message_actions(self, index: int, message: dict) -> list[tuple[str, str]]:
+        if message["role"] == "user":
+            return [("edit", "Edit")]
+        if message.get("interrupted"):
+            return [("continue", "Continue"), ("regen", "Regenerate")]
+        return [("regen", "Regenerate")]
+
     def edit_message(self, index: int) -> None:
         """Put user message `index` back in the composer; it and everything
         after it go, and sending the edited text continues from there."""
@@ -247,6 +277,7 @@ class ChatTab(QWidget):
     def finish(self, finished) -> None:
         """The answer is complete (or stopped): keep it and show its stats."""
         answer = self.streaming_text or ""
+        self.continue_from = None
         self.transcript.end_streaming()
         if answer or finished.reason != "error":
             self.messages.append({"role": "assistant", "content": answer,
@@ -261,7 +292,13 @@ class ChatTab(QWidget):
 
     def fail(self, message: str) -> None:
         """The request could not start: drop the pending answer, keep the text."""
-        if self.resend_without_user:  # a regenerate: its user turn stays where it is
+        if self.continue_from is not None:  # the interrupted answer stays as it was
+            self.messages.append({"role": "assistant", "content": self.continue_from,
+                                  "id": self.answer_message_id, "interrupted": True})
+            self.continue_from = None
+            self.answer_message_id = None
+            self.resend_without_user = False
+        elif self.resend_without_user:  # a regenerate: its user turn stays where it is
             self.resend_without_user = False
         elif self.messages and self.messages[-1]["role"] == "user":
             self.composer.setPlainText(self.messages.pop()["content"])
@@ -285,15 +322,19 @@ class ChatTab(QWidget):
     def render(self) -> None:
         """Render the whole conversation (the answer streams in by itself)."""
         self._stale = False
-        self.transcript.show_messages(self.messages, self.footers)
+        footers = {i: self.INTERRUPTED for i, m in enumerate(self.messages)
+                   if m.get("interrupted")} | self.footers
+        self.transcript.show_messages(self.messages, footers, self.message_actions)
         if self.is_streaming:
             self.transcript.show_streaming(self.streaming_text)
 
     def _on_action(self, kind: str, index: int) -> None:
         if kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
-        elif self.is_streaming and kind in ("edit", "regen"):
+        elif self.is_streaming and kind in ("edit", "regen", "continue"):
             self.footer.setText("Stop the answer first, then edit or regenerate.")
+        elif kind == "continue":
+            self.continue_answer(index)
         elif kind == "edit":
             self.edit_message(index)
         elif kind == "regen":

@@ -165,8 +165,12 @@ class MainWindow(QMainWindow):
                 self.tabs.setCurrentWidget(tab)
                 return tab
         chat = self.store.chat(chat_id)
-        stored = [m for m in self.store.messages(chat_id) if m.content or m.role == "user"]
-        messages = [{"role": m.role, "content": m.content, "id": m.id} for m in stored]
+        stored = self.store.messages(chat_id)
+        # An answer still marked incomplete was cut (the app was killed, or its
+        # tab closed mid-stream): it shows as interrupted, with Continue.
+        messages = [{"role": m.role, "content": m.content, "id": m.id,
+                     "interrupted": m.role == "assistant" and not m.complete}
+                    for m in stored]
         footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                    if m.stats and m.stats.get("footer")}
         tab = ChatTab(chat.title, chat_id=chat_id, messages=messages, footers=footers)
@@ -291,9 +295,15 @@ class MainWindow(QMainWindow):
             return
         try:
             settings = tab.settings()
-            handle = self.engine.submit(messages, SamplingParams(
-                max_tokens=settings["max_tokens"], temperature=settings["temperature"],
-                top_p=settings["top_p"]), tab_id=str(tab.chat_id))
+            params = SamplingParams(max_tokens=settings["max_tokens"],
+                                    temperature=settings["temperature"], top_p=settings["top_p"])
+            if tab.continue_from is not None:  # the answer so far, then the rest
+                ids = self.engine.render(messages) + list(self.engine.tokenizer.encode(
+                    tab.continue_from, add_special_tokens=False))
+                handle = self.engine.submit(prompt_ids=ids, params=params,
+                                            tab_id=str(tab.chat_id))
+            else:
+                handle = self.engine.submit(messages, params, tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))
             return
@@ -303,8 +313,9 @@ class MainWindow(QMainWindow):
             tab.messages[-1]["id"] = self.store.add_message(tab.chat_id, "user",
                                                             messages[-1]["content"])
         tab.resend_without_user = False
-        tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
-                                                       complete=False)
+        if tab.continue_from is None:
+            tab.answer_message_id = self.store.add_message(tab.chat_id, "assistant", "",
+                                                           complete=False)
         tab.show_context(len(handle.request.prompt_ids), self.engine.context_length)
         if sum(m["role"] == "user" for m in messages) == 1:
             title = " ".join(messages[-1]["content"].split())[:40]

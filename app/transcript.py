@@ -103,40 +103,50 @@ class Transcript(QTextBrowser):
         return None  # never fetch: not remote images, not local files
 
     # ---- rendering -----------------------------------------------------------
-    def show_messages(self, messages: list[dict], footers: dict[int, str]) -> None:
-        """Render the whole conversation (opening a chat, edit, regenerate)."""
+    def show_messages(self, messages: list[dict], footers: dict[int, str],
+                      actions=None) -> None:
+        """Render the whole conversation (opening a chat, edit, regenerate).
+        `actions(index, message)`: the (kind, label) links under a message."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         self.document().clear()
         self.code_blocks = []
         self._stream_start = None
         for index, message in enumerate(messages):
-            self.add_message(index, message, footers.get(index), keep_scroll=False)
+            self.add_message(index, message, footers.get(index),
+                             actions(index, message) if actions else None, keep_scroll=False)
         if at_bottom:
             bar.setValue(bar.maximum())
 
     def add_message(self, index: int, message: dict, footer: str | None,
+                    actions: list[tuple[str, str]] | None = None,
                     keep_scroll: bool = True) -> None:
-        """Append one finished message with its footer and actions."""
+        """Append one finished message with its footer and action links
+        ((kind, label); by default Edit under a question, Regenerate under an
+        answer)."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         self._separate(cursor)
         user = message["role"] == "user"
-        body = self._with_copy_links(message["content"])
+        body = self._with_copy_links(message["content"]) or "*(nothing was written)*"
         cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        italic = QTextCharFormat()
+        italic.setFontItalic(True)
         if footer:
-            italic = QTextCharFormat()
-            italic.setFontItalic(True)
             cursor.insertText(f"{footer} · ", italic)
-        kind, label = ("edit", "Edit") if user else ("regen", "Regenerate")
-        link = QTextCharFormat()
-        link.setAnchor(True)
-        link.setAnchorHref(self.action_href(kind, index))
-        link.setForeground(self.palette().link())
-        link.setFontUnderline(True)
-        cursor.insertText(label, link)
+        if actions is None:
+            actions = [("edit", "Edit")] if user else [("regen", "Regenerate")]
+        for number, (kind, label) in enumerate(actions):
+            if number:
+                cursor.insertText(" · ", italic)
+            link = QTextCharFormat()
+            link.setAnchor(True)
+            link.setAnchorHref(self.action_href(kind, index))
+            link.setForeground(self.palette().link())
+            link.setFontUnderline(True)
+            cursor.insertText(label, link)
         cursor.setCharFormat(QTextCharFormat())
         if keep_scroll and at_bottom:
             bar.setValue(bar.maximum())
