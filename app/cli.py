@@ -137,6 +137,6 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.model, gui=args.gui)
     if args.command == "generate":
         return generate(args)
-    from app.main_window import run_gui
+    from app.gui import run_gui
 
     return run_gui(args.model)

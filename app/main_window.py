@@ -6,12 +6,11 @@ engine events arrive through the `EngineBridge` as Qt signals.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
 from engine.blas import openblas_advice
@@ -22,7 +21,8 @@ from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer
 from .engine_loader import EngineCloser, EngineLoader, load_engine
 from .menus import build_menus
-from .paths import default_db_path, prepare_application
+from .paths import default_db_path
+from .saving_status import SavingStatus
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
 from .store import ChatStore
@@ -45,9 +45,9 @@ class MainWindow(QMainWindow):
     def __init__(self, model: str = "default", engine_factory=None,
                  store: ChatStore | None = None):
         super().__init__()
-        self.setWindowTitle("Tandem")
         self.resize(1200, 760)
         self.store = store or ChatStore(default_db_path())
+        self.setWindowTitle("Tandem (read-only)" if self.store.read_only else "Tandem")
         self.engine: Engine | None = None
         self._tab_of_request: dict[str, ChatTab] = {}
         self.bridge = EngineBridge(self)
@@ -89,6 +89,7 @@ class MainWindow(QMainWindow):
         self.mode_label = QLabel("")
         for label in (self.model_label, self.mode_label, self.device_label):
             self.statusBar().addPermanentWidget(label)
+        self.saving = SavingStatus(self.store, self.statusBar(), self)
         advice = openblas_advice()
         self.blas_label = QLabel("⚠ slow CPU maths: OpenBLAS missing" if advice else "")
         if advice:  # the app works without it, only about 50x slower: say so once
@@ -413,18 +414,10 @@ class MainWindow(QMainWindow):
         self.flush_streaming()
         self._save_tabs()
         self._save_layout()
+        self.saving.detach()  # this window is going; the store may outlive it
         self.bridge.detach()
         if self.engine is not None:
             self._closer.close(self.engine)
             self.engine = None
         super().closeEvent(event)
 
-
-def run_gui(model: str = "default") -> int:
-    app = QApplication.instance() or QApplication(sys.argv)
-    prepare_application(app)
-    window = MainWindow(model)
-    window.show()
-    status = app.exec()
-    window.wait_for_engines()
-    return status

@@ -35,3 +35,17 @@ def default_db_path() -> Path:
     folder = QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or str(
         Path.home() / ".tandem")
     return Path(folder) / "tandem.db"
+
+
+def instance_lock(db_path: Path):
+    """Hold `<db>.lock` while this Tandem uses the database: the store allocates
+    row ids in memory and assumes it is the only writer (app/store.py).
+    Returns (lock, held_by_other): a lock that cannot be taken because the
+    folder is not writable is not a second Tandem; db_open reports the folder."""
+    from PySide6.QtCore import QLockFile
+
+    lock = QLockFile(f"{db_path}.lock")
+    lock.setStaleLockTime(0)  # held as long as its process lives (Qt checks the PID)
+    if lock.tryLock(0):
+        return lock, False
+    return lock, lock.error() == QLockFile.LockFailedError

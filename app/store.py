@@ -1,8 +1,18 @@
 """Chats, messages, per-answer stats, settings and open tabs in SQLite (WAL).
 
-Qt-free. Every write commits at once, so a killed process loses at most what
-it had not yet written (the window flushes a streaming answer every second).
-The schema is versioned with `PRAGMA user_version` and migrated forward.
+Qt-free. A write commits at once when it can, so a killed process loses at
+most what it had not yet written (the window flushes a streaming answer every
+second). When another program holds the database's lock, writes never wait:
+they queue and are written in order when the lock goes away, kept meanwhile
+in a journal beside the database and visible to reads (store_writer.py).
+
+One Tandem process per database (the app holds a lock file, app/paths.py):
+row ids are allocated here, in memory (max + 1 at open), so a write can
+return its id before it reaches the disk. A second writer would collide.
+
+`ChatStore.open_read_only` runs on an in-memory copy of what can be read
+(store_readonly.py): new chats work for the session and are never saved.
+The schema is versioned and migrated forward (store_schema.py).
 """
 
 from __future__ import annotations
@@ -10,40 +20,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIGRATIONS = [
-    # version 1
-    """
-    CREATE TABLE chats (
-        id INTEGER PRIMARY KEY,
-        title TEXT NOT NULL,
-        system_prompt TEXT NOT NULL DEFAULT '',
-        params TEXT NOT NULL DEFAULT '{}',
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
-        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
-        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
-        content TEXT NOT NULL,
-        complete INTEGER NOT NULL DEFAULT 1,
-        stats TEXT,
-        created_at REAL NOT NULL
-    );
-    CREATE INDEX messages_by_chat ON messages(chat_id, id);
-    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE open_tabs (
-        position INTEGER PRIMARY KEY,
-        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
-        is_current INTEGER NOT NULL DEFAULT 0
-    );
-    """,
-]
+from .store_journal import MARKER_KEY, Op, PendingJournal, journal_path
+from .store_readonly import OPEN_WAIT_S, read_only_copy
+from .store_schema import MIGRATIONS, check_version, migrate, schema_version
+from .store_writer import READ_WAIT_MS, RETRY, StoreWriter
 
+__all__ = ["MIGRATIONS", "Chat", "ChatStore", "Message"]
 
 @dataclass(slots=True, frozen=True)
 class Chat:
@@ -69,56 +56,161 @@ class Message:
 class ChatStore:
     """The app's database. Use from one thread (the GUI thread)."""
 
-    def __init__(self, path: str | Path):
+    read_only = False
+
+    def __init__(self, path: str | Path, *, retry: tuple[float, float] = RETRY):
+        """Open (creating and migrating if needed) the database at `path`.
+        Raises sqlite3.Error / OSError / NewerSchemaError if it cannot be used;
+        app/db_open.py turns those into something the user can act on."""
         self.path = Path(path)
+        self.notices: list[str] = []  # for the user: what happened at open
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=OPEN_WAIT_S)
+        try:
+            db.row_factory = sqlite3.Row
+            check_version(db, self.path)  # before anything writes to a newer file
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            migrate(db)
+            db.execute(f"PRAGMA busy_timeout = {READ_WAIT_MS}")
+        except BaseException:
+            db.close()
+            raise
+        journal = PendingJournal(self.path)
+        self._start(db, StoreWriter(db, journal, self.path, retry))
+        self._replay(journal)
+        self._next_ids()
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> ChatStore:
+        """The chats at `path` for this session only: nothing is ever written to
+        it (not even its pending journal is replayed)."""
+        store = cls.__new__(cls)
+        store.path = Path(path)
+        store.notices = []
+        store.read_only = True
+        memory, damaged = read_only_copy(store.path)
+        memory.row_factory = sqlite3.Row
+        if damaged:
+            store.notices.append("Some messages could not be read from the damaged database.")
+        store._start(memory, StoreWriter(memory, None, None))
+        store._next_ids()
+        return store
+
+    def _start(self, db: sqlite3.Connection, writer: StoreWriter) -> None:
+        self._db, self._writer, self._closed = db, writer, False
+
+    def _replay(self, journal: PendingJournal) -> None:
+        """Changes a previous run could not write go first."""
+        try:
+            entries = journal.load(self.setting(MARKER_KEY))
+            self._writer.adopt(entries)
+        except (OSError, ValueError, KeyError, TypeError, sqlite3.Error) as e:
+            # They do not fit this database (or cannot be read): kept, not applied.
+            kept = journal.path.with_name(
+                f"{journal.path.name}.unapplied-{time.strftime('%Y%m%d-%H%M%S')}")
+            try:
+                journal.path.rename(kept)
+            except OSError:
+                kept = journal.path
+            journal.forget()
+            self.notices.append(f"Changes left from the last run could not be saved ({e}); "
+                                f"they are kept in {kept}.")
+            return
+        if entries:
+            self.notices.append(f"{len(entries)} changes left from the last run were saved."
+                                if not self._writer.pending else
+                                f"{len(entries)} changes left from the last run are waiting "
+                                f"to be saved.")
+
+    def _next_ids(self) -> None:
+        with self._writer.reading() as db:
+            self._next_chat = db.execute("SELECT COALESCE(MAX(id), 0) FROM chats").fetchone()[0] + 1
+            self._next_message = db.execute(
+                "SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0] + 1
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._writer.reading() as db:
+            return db.execute(sql, args).fetchall()
+
+    def _write(self, ops: list[Op]) -> None:
+        self._writer.write(ops)
 
     @property
     def schema_version(self) -> int:
-        return self._db.execute("PRAGMA user_version").fetchone()[0]
+        with self._writer.reading() as db:
+            return schema_version(db)
 
-    def _migrate(self) -> None:
-        version = self.schema_version
-        if version > len(MIGRATIONS):
-            raise RuntimeError(f"{self.path} was written by a newer Tandem "
-                               f"(schema {version}); this one knows {len(MIGRATIONS)}.")
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            with self._db:
-                self._db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+    # ---- saving ---------------------------------------------------------------
+    @property
+    def on_pending(self) -> Callable[[int, str | None], None] | None:
+        """Called with (changes waiting, why) whenever that changes, from the
+        GUI thread or the writer's thread; (0, None) once all are written."""
+        return self._writer.on_pending
 
-    def close(self) -> None:
+    @on_pending.setter
+    def on_pending(self, listener: Callable[[int, str | None], None] | None) -> None:
+        self._writer.on_pending = listener
+
+    @property
+    def pending(self) -> int:
+        """Changes waiting to be written (the database was locked)."""
+        return self._writer.pending
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why changes wait (the last error writing them), or None."""
+        return self._writer.error
+
+    @property
+    def journal_path(self) -> Path:
+        return journal_path(self.path)
+
+    def wait_until_saved(self, timeout: float) -> bool:
+        return self._writer.wait_until_saved(timeout)
+
+    def check_writable(self, wait: float = OPEN_WAIT_S) -> None:
+        """Raise the sqlite3 error that writing would meet now (another program
+        holding the write lock for `wait` s: SQLITE_BUSY). Asked once, at start."""
+        self._writer.check_writable(wait)
+
+    def close(self, timeout: float = 3.0) -> int:
+        """Give waiting changes up to `timeout` s, then close. Returns how many
+        are still unwritten: they are kept in `journal_path` for the next start."""
+        if self._closed:
+            return 0
+        self._closed = True
+        left = self._writer.close(timeout)
         self._db.close()
+        return left
 
     # ---- chats ------------------------------------------------------------
     def create_chat(self, title: str = "New chat", system_prompt: str = "",
                     params: dict[str, Any] | None = None) -> Chat:
         now = time.time()
-        cur = self._db.execute(
-            "INSERT INTO chats (title, system_prompt, params, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?)", (title, system_prompt, json.dumps(params or {}), now, now))
-        return self.chat(cur.lastrowid)
+        chat = Chat(self._next_chat, title, system_prompt, dict(params or {}), now, now)
+        self._next_chat += 1
+        self._write([("INSERT INTO chats (id, title, system_prompt, params, created_at, "
+                      "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                      (chat.id, title, system_prompt, json.dumps(chat.params), now, now))])
+        return chat
 
     def chat(self, chat_id: int) -> Chat:
-        row = self._db.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
-        if row is None:
+        rows = self._read("SELECT * FROM chats WHERE id = ?", (chat_id,))
+        if not rows:
             raise KeyError(f"no chat {chat_id}")
-        return _chat(row)
+        return _chat(rows[0])
 
     def chats(self, search: str = "") -> list[Chat]:
         """Most recently updated first; `search` matches titles and message text."""
         if not search:
-            rows = self._db.execute("SELECT * FROM chats ORDER BY updated_at DESC, id DESC")
+            rows = self._read("SELECT * FROM chats ORDER BY updated_at DESC, id DESC")
         else:
             # The user's text is matched literally: % and _ are not wildcards.
             escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             like = f"%{escaped}%"
-            rows = self._db.execute(
+            rows = self._read(
                 "SELECT * FROM chats WHERE title LIKE ? ESCAPE '\\' OR id IN "
                 "(SELECT chat_id FROM messages WHERE content LIKE ? ESCAPE '\\') "
                 "ORDER BY updated_at DESC, id DESC", (like, like))
@@ -127,28 +219,33 @@ class ChatStore:
     def update_chat(self, chat_id: int, *, title: str | None = None,
                     system_prompt: str | None = None,
                     params: dict[str, Any] | None = None) -> Chat:
-        chat = self.chat(chat_id)
-        self._db.execute(
-            "UPDATE chats SET title = ?, system_prompt = ?, params = ?, updated_at = ? "
-            "WHERE id = ?",
-            (title if title is not None else chat.title,
-             system_prompt if system_prompt is not None else chat.system_prompt,
-             json.dumps(params if params is not None else chat.params), time.time(), chat_id))
-        return self.chat(chat_id)
+        old = self.chat(chat_id)
+        chat = Chat(chat_id, title if title is not None else old.title,
+                    system_prompt if system_prompt is not None else old.system_prompt,
+                    dict(params) if params is not None else old.params, old.created_at,
+                    time.time())
+        self._write([("UPDATE chats SET title = ?, system_prompt = ?, params = ?, "
+                      "updated_at = ? WHERE id = ?",
+                      (chat.title, chat.system_prompt, json.dumps(chat.params),
+                       chat.updated_at, chat_id))])
+        return chat
 
     def delete_chat(self, chat_id: int) -> None:
-        self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        self._write([("DELETE FROM chats WHERE id = ?", (chat_id,))])
 
     # ---- messages -----------------------------------------------------------
     def add_message(self, chat_id: int, role: str, content: str, complete: bool = True,
                     stats: dict[str, Any] | None = None) -> int:
         now = time.time()
-        cur = self._db.execute(
-            "INSERT INTO messages (chat_id, role, content, complete, stats, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (chat_id, role, content, int(complete), json.dumps(stats) if stats else None, now))
-        self._db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
-        return cur.lastrowid
+        message_id = self._next_message
+        self._next_message += 1
+        self._write([
+            ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?)",
+             (message_id, chat_id, role, content, int(complete),
+              json.dumps(stats) if stats else None, now)),
+            ("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))])
+        return message_id
 
     def update_message(self, message_id: int, content: str, complete: bool | None = None,
                        stats: dict[str, Any] | None = None) -> None:
@@ -160,45 +257,39 @@ class ChatStore:
         if stats is not None:
             sets.append("stats = ?")
             args.append(json.dumps(stats))
-        self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?",
-                         (*args, message_id))
+        self._write([(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?",
+                      (*args, message_id))])
 
     def delete_messages_from(self, message_id: int) -> None:
         """Drop a message and everything after it in its chat (edit, regenerate)."""
-        row = self._db.execute("SELECT chat_id FROM messages WHERE id = ?",
-                               (message_id,)).fetchone()
-        if row is not None:
-            self._db.execute("DELETE FROM messages WHERE chat_id = ? AND id >= ?",
-                             (row["chat_id"], message_id))
+        rows = self._read("SELECT chat_id FROM messages WHERE id = ?", (message_id,))
+        if rows:
+            self._write([("DELETE FROM messages WHERE chat_id = ? AND id >= ?",
+                          (rows[0]["chat_id"], message_id))])
 
     def messages(self, chat_id: int) -> list[Message]:
-        rows = self._db.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id",
-                                (chat_id,))
+        rows = self._read("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
         return [Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
                         json.loads(r["stats"]) if r["stats"] else None, r["created_at"])
                 for r in rows]
 
     # ---- settings and tabs ----------------------------------------------------
     def setting(self, key: str, default: Any = None) -> Any:
-        row = self._db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
-        return json.loads(row["value"]) if row else default
+        rows = self._read("SELECT value FROM settings WHERE key = ?", (key,))
+        return json.loads(rows[0]["value"]) if rows else default
 
     def set_setting(self, key: str, value: Any) -> None:
-        self._db.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
-                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                         (key, json.dumps(value)))
+        self._write([("INSERT INTO settings (key, value) VALUES (?, ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (key, json.dumps(value)))])
 
     def save_open_tabs(self, chat_ids: list[int], current: int | None) -> None:
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM open_tabs")
-            self._db.executemany(
-                "INSERT INTO open_tabs (position, chat_id, is_current) VALUES (?, ?, ?)",
-                [(i, cid, int(cid == current)) for i, cid in enumerate(chat_ids)])
-            self._db.execute("COMMIT")
+        self._write([("DELETE FROM open_tabs", ())] + [
+            ("INSERT INTO open_tabs (position, chat_id, is_current) VALUES (?, ?, ?)",
+             (i, cid, int(cid == current))) for i, cid in enumerate(chat_ids)])
 
     def open_tabs(self) -> tuple[list[int], int | None]:
-        rows = list(self._db.execute("SELECT chat_id, is_current FROM open_tabs ORDER BY position"))
+        rows = self._read("SELECT chat_id, is_current FROM open_tabs ORDER BY position")
         current = next((r["chat_id"] for r in rows if r["is_current"]), None)
         return [r["chat_id"] for r in rows], current
 

@@ -106,5 +106,7 @@ def test_newer_schema_is_refused(tmp_path):
     con = sqlite3.connect(path)
     con.execute("PRAGMA user_version = 99")
     con.close()
+    before = path.read_bytes()
     with pytest.raises(RuntimeError, match="newer Tandem"):
         ChatStore(path)
+    assert path.read_bytes() == before  # refused before anything wrote (not even WAL mode)

@@ -1,0 +1,34 @@
+"""Starting the desktop app: the database first (a problem with it gets a
+dialog before any window), then the main window, and an orderly exit."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtWidgets import QApplication
+
+from .main_window import MainWindow
+from .paths import default_db_path, prepare_application
+
+
+def run_gui(model: str = "default") -> int:
+    from . import db_dialog
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    prepare_application(app)
+    # Before any window: a database that cannot be used is explained, with ways on.
+    opened = db_dialog.open_database(default_db_path())
+    if opened is None:
+        return 1
+    store, lock = opened
+    window = MainWindow(model, store=store)
+    window.show()
+    status = app.exec()
+    window.wait_for_engines()
+    left = store.close(timeout=3.0)
+    if left:
+        print(f"tandem: {left} changes could not be saved yet (the database is locked); they "
+              f"are kept in {store.journal_path} and saved at the next start", file=sys.stderr)
+    if lock is not None:
+        lock.unlock()
+    return status

@@ -1,0 +1,80 @@
+"""The chat database's tables, versioned with `PRAGMA user_version`.
+
+Qt-free. A database written by a newer Tandem is refused before anything is
+written to it (not even the journal mode), so that Tandem can still open it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+MIGRATIONS = [
+    # version 1
+    """
+    CREATE TABLE chats (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        system_prompt TEXT NOT NULL DEFAULT '',
+        params TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+        content TEXT NOT NULL,
+        complete INTEGER NOT NULL DEFAULT 1,
+        stats TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX messages_by_chat ON messages(chat_id, id);
+    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE open_tabs (
+        position INTEGER PRIMARY KEY,
+        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        is_current INTEGER NOT NULL DEFAULT 0
+    );
+    """,
+]
+
+TABLES = ("chats", "messages", "settings", "open_tabs")
+
+
+class NewerSchemaError(RuntimeError):
+    """The database was written by a newer Tandem; this one must not touch it."""
+
+    def __init__(self, path: Path, version: int):
+        self.path, self.version = path, version
+        super().__init__(f"{path} was written by a newer Tandem (schema {version}); "
+                         f"this one knows {len(MIGRATIONS)}.")
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def check_version(db: sqlite3.Connection, path: Path) -> None:
+    version = schema_version(db)
+    if version > len(MIGRATIONS):
+        raise NewerSchemaError(path, version)
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring the schema up to date, one committed step per version."""
+    version = schema_version(db)
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        try:
+            db.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;")
+        except sqlite3.Error:
+            if db.in_transaction:  # a half-made step must not be committed later
+                db.execute("ROLLBACK")
+            raise
+
+
+def create_schema(db: sqlite3.Connection) -> None:
+    """The current schema in an empty database (the in-memory read-only copy)."""
+    for script in MIGRATIONS:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
