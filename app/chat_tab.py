@@ -331,6 +331,8 @@ class ChatTab(QWidget):
     def _on_action(self, kind: str, index: int) -> None:
         if kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
+        elif kind == "copymsg" and 0 <= index < len(self.messages):
+            QGuiApplication.clipboard().setText(self.messages[index]["content"])
         elif self.is_streaming and kind in ("edit", "regen", "continue"):
             self.footer.setText("Stop the answer first, then edit or regenerate.")
         elif kind == "continue":

@@ -22,6 +22,7 @@ from .chat_tab import ChatTab, format_footer
 from .engine_loader import EngineCloser, EngineLoader, load_engine
 from .menus import build_menus
 from .paths import default_db_path
+from .prompt_prep import PromptPreparer
 from .saving_status import SavingStatus
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
@@ -50,6 +51,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Tandem (read-only)" if self.store.read_only else "Tandem")
         self.engine: Engine | None = None
         self._tab_of_request: dict[str, ChatTab] = {}
+        self._preparer = PromptPreparer(self)
+        self._preparer.ready.connect(self._start_request)
         self.bridge = EngineBridge(self)
         self.bridge.tokens.connect(self._on_tokens)
         self.bridge.finished.connect(self._on_finished)
@@ -197,6 +200,7 @@ class MainWindow(QMainWindow):
         if tab.is_streaming and self.engine is not None and tab.request_id:
             self.engine.cancel(tab.request_id)
             self.flush_streaming()
+        self._preparer.cancel(tab)
         self._tab_of_request = {r: t for r, t in self._tab_of_request.items() if t is not tab}
         self.tabs.removeTab(self.tabs.indexOf(tab))
         tab.deleteLater()
@@ -294,17 +298,22 @@ class MainWindow(QMainWindow):
         if self.engine is None:
             tab.fail("The model is still loading.")
             return
+        # Tokenising runs off the GUI thread; the request starts in _start_request.
+        self._preparer.start(tab, self.engine, messages, tab.continue_from)
+
+    def _start_request(self, job, prepared) -> None:
+        tab, messages = job.tab, job.messages
+        if job.engine is not self.engine:  # another model was loaded meanwhile
+            self._submit(tab, messages)
+            return
         try:
+            if isinstance(prepared, EngineError):
+                raise prepared
             settings = tab.settings()
             params = SamplingParams(max_tokens=settings["max_tokens"],
                                     temperature=settings["temperature"], top_p=settings["top_p"])
-            if tab.continue_from is not None:  # the answer so far, then the rest
-                ids = self.engine.render(messages) + list(self.engine.tokenizer.encode(
-                    tab.continue_from, add_special_tokens=False))
-                handle = self.engine.submit(prompt_ids=ids, params=params,
-                                            tab_id=str(tab.chat_id))
-            else:
-                handle = self.engine.submit(messages, params, tab_id=str(tab.chat_id))
+            handle = self.engine.submit(prompt_ids=prepared, params=params,
+                                        tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))
             return
@@ -370,7 +379,9 @@ class MainWindow(QMainWindow):
                 pass
 
     def _stop(self, tab: ChatTab) -> None:
-        if self.engine is not None and tab.request_id:
+        if self._preparer.cancel(tab):  # still being tokenised: it never started
+            tab.fail("Stopped before it started.")
+        elif self.engine is not None and tab.request_id:
             self.engine.cancel(tab.request_id)
 
     def _on_tokens(self, request_id: str, text: str) -> None:

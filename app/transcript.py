@@ -26,6 +26,9 @@ from PySide6.QtWidgets import QTextBrowser
 from .highlight import CodeHighlighter
 
 MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
+# A message longer than this shows its start only (a 1 MB paste would take
+# seconds to lay out); the whole text is kept, sent and copyable.
+SHOWN_CHARS = 50_000
 ACTION_SCHEME = "tandem"
 SAFE_SCHEMES = ("http", "https")
 
@@ -42,6 +45,30 @@ def _fragment(markdown: str) -> QTextDocumentFragment:
     document.setMarkdown(markdown, MARKDOWN)
     _replace_images(document)
     return QTextDocumentFragment(document)
+
+
+def _paragraph() -> QTextBlockFormat:
+    """A block spaced like a Markdown paragraph (the fragment's first block
+    takes the format of the block it is inserted into)."""
+    fmt = QTextBlockFormat()
+    fmt.setTopMargin(6)
+    fmt.setBottomMargin(6)
+    return fmt
+
+
+def _paragraph_break(text: str, start: int) -> int:
+    """The end of the last blank line after `start` that is outside a code
+    fence (start itself when there is none); `start` is outside any fence."""
+    best, inside, fence, position = start, False, "", start
+    lines = text[start:].split("\n")
+    for number, line in enumerate(lines[:-1]):  # the last line may be half written
+        position += len(line) + 1
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")) and (not inside or stripped.startswith(fence)):
+            inside, fence = not inside, stripped[:3]
+        elif not stripped and not inside and number > 0:
+            best = position
+    return best
 
 
 def _replace_images(document: QTextDocument) -> None:
@@ -82,6 +109,8 @@ class Transcript(QTextBrowser):
         self.highlighter = CodeHighlighter(self.document())
         self.code_blocks: list[str] = []
         self._stream_start: int | None = None  # where the streaming answer begins
+        self._stable = 0  # how much of the streaming answer is rendered for good
+        self._tail_start = 0  # where its paragraph being written begins
         self.anchorClicked.connect(self._on_anchor)
 
     # ---- links ---------------------------------------------------------------
@@ -129,15 +158,21 @@ class Transcript(QTextBrowser):
         cursor = self._end_cursor()
         self._separate(cursor)
         user = message["role"] == "user"
-        body = self._with_copy_links(message["content"]) or "*(nothing was written)*"
+        content = message["content"]
+        actions = list(actions) if actions is not None else (
+            [("edit", "Edit")] if user else [("regen", "Regenerate")])
+        if len(content) > SHOWN_CHARS:
+            hidden = len(content) - SHOWN_CHARS
+            content = (f"{content[:SHOWN_CHARS]}\n\n*… {hidden:,} more characters are not "
+                       "shown here; the whole message is kept and sent.*")
+            actions.append(("copymsg", "Copy the whole message"))
+        body = self._with_copy_links(content) or "*(nothing was written)*"
         cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         italic = QTextCharFormat()
         italic.setFontItalic(True)
         if footer:
             cursor.insertText(f"{footer} · ", italic)
-        if actions is None:
-            actions = [("edit", "Edit")] if user else [("regen", "Regenerate")]
         for number, (kind, label) in enumerate(actions):
             if number:
                 cursor.insertText(" · ", italic)
@@ -152,18 +187,32 @@ class Transcript(QTextBrowser):
             bar.setValue(bar.maximum())
 
     def show_streaming(self, text: str) -> None:
-        """Show (or update) the answer being generated; only it is re-rendered."""
+        """Show (or update) the answer being generated. Finished paragraphs are
+        rendered once; each flush re-renders only the paragraph being written,
+        so a flush costs the same in a long answer as in a short one."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         if self._stream_start is None:
             self._stream_start = cursor.position()
+            self._separate(cursor)
+            cursor.insertFragment(_fragment("**Assistant**"))
+            self._stable = 0  # text[:_stable] is rendered for good
+            self._tail_start = cursor.position()
         else:
-            cursor.setPosition(self._stream_start)
+            cursor.setPosition(self._tail_start)
             cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
             cursor.removeSelectedText()
-        self._separate(cursor)
-        cursor.insertFragment(_fragment(f"**Assistant**\n\n{text or '…'}"))
+        split = _paragraph_break(text, self._stable)
+        if split > self._stable:
+            cursor.insertBlock(_paragraph(), QTextCharFormat())
+            cursor.insertFragment(_fragment(text[self._stable:split]))
+            self._stable = split
+            self._tail_start = cursor.position()
+        tail = text[self._stable:] if text else "…"
+        if tail.strip():
+            cursor.insertBlock(_paragraph(), QTextCharFormat())
+            cursor.insertFragment(_fragment(tail))
         if at_bottom:
             bar.setValue(bar.maximum())
 

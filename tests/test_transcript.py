@@ -123,3 +123,37 @@ def test_streaming_re_renders_only_the_answer(qtbot):
     text = tab.transcript.toPlainText()
     assert text.count("the answer arrives word by word") == 1 and "…" not in text
     assert tab.transcript.action_href("regen", 201) in _anchors(tab)
+
+
+def test_a_long_answer_re_renders_only_its_last_paragraph(qtbot, monkeypatch):
+    import app.transcript as transcript
+
+    rendered = []
+    real = transcript._fragment
+    monkeypatch.setattr(transcript, "_fragment", lambda md: rendered.append(md) or real(md))
+    tab = _tab(qtbot, [{"role": "user", "content": "write a lot"}])
+    tab.show()
+    tab.streaming_text = ""
+    tab.append_text("First paragraph.\n\n")
+    rendered.clear()
+    for i in range(60):
+        tab.append_text(f"Paragraph {i} with words. " + ("\n\n" if i % 3 == 2 else ""))
+    tab.append_text("```python\nx = 1\n\ny = 2\n```\n\nlast words")
+    assert not any("First paragraph." in md for md in rendered)  # rendered once, kept
+    assert max(len(md) for md in rendered) < 200  # each flush: one paragraph
+    text = tab.transcript.toPlainText()
+    assert "First paragraph." in text and "Paragraph 59 with words." in text
+    assert text.rstrip().endswith("last words")
+    assert "```" not in text  # the fence split by a blank line still renders as one block
+
+
+def test_a_huge_paste_shows_its_start_and_keeps_all_of_it(qtbot):
+    from PySide6.QtGui import QGuiApplication
+
+    huge = "A pasted log line with words and numbers 12345.\n" * 20_000  # ~1 MB
+    tab = _tab(qtbot, [{"role": "user", "content": huge}])
+    text = tab.transcript.toPlainText()
+    assert len(text) < 60_000 and "more characters are not shown" in text
+    tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("copymsg", 0)))
+    assert QGuiApplication.clipboard().text() == huge
+    assert tab.conversation()[-1]["content"] == huge  # all of it goes to the model

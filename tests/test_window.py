@@ -86,6 +86,44 @@ def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_di
     quiet.close()
 
 
+def test_the_prompt_is_tokenised_off_the_gui_thread(qtbot, window):
+    import threading
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    engine, seen = window.engine, []
+    real = engine.render
+
+    def slow_render(messages):  # as a 1 MB paste would take
+        seen.append(threading.current_thread() is threading.main_thread())
+        time.sleep(0.5)
+        return real(messages)
+    engine.render = slow_render
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(10)
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world")
+    started = time.monotonic()
+    tab.send()
+    assert time.monotonic() - started < 0.25  # send returns at once
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    timer.stop()
+    assert seen == [False]
+    assert len([t for t in ticks if t < started + 0.5]) >= 10  # the window kept ticking
+    assert tab.messages[-1]["role"] == "assistant"
+    # Stop while it is still being tokenised: nothing starts, the text comes back.
+    tab.composer.setPlainText("stop me early")
+    tab.send()
+    window._stop(tab)
+    assert not tab.is_streaming and tab.composer.toPlainText() == "stop me early"
+    qtbot.wait(700)  # the tokeniser finishes: nothing is started for it
+    assert not tab.is_streaming and window.engine.lanes["cpu"].is_idle
+    assert [m["role"] for m in tab.messages] == ["user", "assistant"]
+
+
 def test_quit_closes_the_window(qtbot, window):
     from PySide6.QtGui import QKeySequence
 
@@ -352,6 +390,7 @@ def test_prompt_longer_than_the_context_keeps_the_text_and_the_tab(qtbot, window
     long_text = " ".join(["river"] * 2000)  # the tiny model's context is 512 tokens
     tab.composer.setPlainText(long_text)
     tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
     assert "context" in tab.footer.text() and tab.footer.text().startswith("⚠")
     assert tab.composer.toPlainText() == long_text  # nothing typed is lost
     assert not tab.is_streaming and tab.messages == []

@@ -1,0 +1,65 @@
+"""Rendering and tokenising a conversation off the GUI thread: a 1 MB paste
+takes about a second to tokenise, and the window must not freeze for it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.errors import EngineError
+
+
+@dataclass(eq=False)
+class PromptJob:
+    tab: Any
+    engine: Any
+    messages: list[dict[str, str]]
+    prefix: str | None  # an interrupted answer being continued: its text so far
+
+
+class PromptPreparer(QObject):
+    """`start` tokenises on a worker thread; `ready(job, ids or EngineError)`
+    arrives on the GUI thread unless the job was cancelled (Stop, a closed tab)
+    or replaced in the meantime."""
+
+    ready = Signal(object, object)
+    _finished = Signal(object, object)  # from the worker; queued to the GUI thread
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._jobs: dict[int, PromptJob] = {}  # id(tab) -> its pending job
+        self._finished.connect(self._on_finished)
+
+    def start(self, tab, engine, messages, prefix: str | None = None) -> PromptJob:
+        job = PromptJob(tab, engine, messages, prefix)
+        self._jobs[id(tab)] = job
+        threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
+        return job
+
+    def pending(self, tab) -> bool:
+        return id(tab) in self._jobs
+
+    def cancel(self, tab) -> bool:
+        """Forget `tab`'s job; True if there was one."""
+        return self._jobs.pop(id(tab), None) is not None
+
+    def _work(self, job: PromptJob) -> None:
+        try:
+            ids = job.engine.render(job.messages)
+            if job.prefix:
+                ids += list(job.engine.tokenizer.encode(job.prefix, add_special_tokens=False))
+            result: Any = ids
+        except EngineError as e:
+            result = e
+        except Exception as e:  # a tokenizer bug must not kill the thread silently
+            result = EngineError(f"Cannot prepare the prompt: {e}", "bad-argument")
+        self._finished.emit(job, result)
+
+    def _on_finished(self, job: PromptJob, result) -> None:
+        if self._jobs.get(id(job.tab)) is not job:
+            return  # stopped, closed or sent again since
+        del self._jobs[id(job.tab)]
+        self.ready.emit(job, result)
