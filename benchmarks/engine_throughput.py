@@ -142,6 +142,8 @@ def main():
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--prefill-tokens", type=int, default=512)
+    parser.add_argument("--engine-only", action="store_true",
+                        help="only engine vs mlx-lm (skip weight formats and the BLAS check)")
     args = parser.parse_args()
 
     eng = Engine.load("default", lanes=[LaneSpec("cpu", "cpu", "float32")])
@@ -179,9 +181,10 @@ def main():
                                                  "ratio": med(batch_e) / med(batch_m)},
         f"prefill_{args.prefill_tokens}_tps": {"engine": med(pre_e), "mlx_lm": med(pre_m),
                                                "ratio": med(pre_e) / med(pre_m)},
-        "weight_formats_mlx_lm": weight_formats(ids, args.tokens),
-        "blas": blas_effect(),
     }
+    if not args.engine_only:
+        result["weight_formats_mlx_lm"] = weight_formats(ids, args.tokens)
+        result["blas"] = blas_effect()
     print(json.dumps(result, indent=2))
 
 
