@@ -68,7 +68,7 @@ def main():
         print(json.dumps({"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
                           **overlap_result}, indent=2))
         return
-    engine.router_s, engine.router_calls = 0.0, 0
+    engine.director.router_s, engine.director.router_calls = 0.0, 0
     steps_before = sum(lane.stats.steps for lane in engine.lanes.values())
     decisions = {"routed": 0, "migrated": 0}
     engine.subscribe(lambda e: decisions.__setitem__(
