@@ -374,7 +374,10 @@ def format_footer(done) -> str:
         bits.append(f"{done.tokens_per_s:.1f} tok/s")
     if done.ttft_s is not None:
         bits.append(f"TTFT {done.ttft_s * 1000:.0f} ms")
-    bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
+    if getattr(done, "prefix_note", None):  # the model's caches cannot be reused as prefixes
+        bits.append(f"{done.prompt_tokens} prompt tokens (no prefix cache for this model)")
+    else:
+        bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
     if done.reason == "cancelled":
         bits.append("stopped")
     elif done.reason == "length":

@@ -1,4 +1,5 @@
-"""The decode batch of one lane: continuous batching over mlx-lm's BatchKVCache.
+"""The decode batch of one lane: continuous batching over mlx-lm's batch caches
+(BatchKVCache, BatchRotatingKVCache, ArraysCache, CacheList: see cachekinds.py).
 
 Requests join between steps once their prompt is prefilled and leave when they
 finish or are cancelled. Steps are pipelined as in mlx-lm: step n+1's graph is
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .request import Request
 from .sampling import TokenSampler, sample_rows
@@ -23,7 +23,7 @@ class DecodeBatch:
         self.model = model
         self.requests: list[Request] = []
         self.samplers: list[TokenSampler] = []
-        self.cache: list[BatchKVCache] | None = None
+        self.cache: list | None = None  # one batch cache per layer
         self._next_inputs: mx.array | None = None  # (B,) tokens to feed next
 
     def __len__(self) -> int:
@@ -35,10 +35,10 @@ class DecodeBatch:
             return 0
         return sum(c.nbytes for c in self.cache)
 
-    def add(self, request: Request, sampler: TokenSampler, caches: list[KVCache],
+    def add(self, request: Request, sampler: TokenSampler, caches: list,
             first_token: mx.array) -> None:
         """Join a prefilled request whose first token is `first_token` (shape (1,))."""
-        merged = [BatchKVCache.merge([c]) for c in caches]
+        merged = [type(c).merge([c]) for c in caches]  # each kind's own batch cache
         if self.cache is None or not self.requests:
             self.cache = merged
             self._next_inputs = first_token
@@ -66,7 +66,7 @@ class DecodeBatch:
         known = mx.array(self.requests[i].all_ids, mx.uint32)
         return mx.concatenate([known, inputs[i : i + 1].astype(mx.uint32)])
 
-    def extract(self, index: int) -> list[KVCache]:
+    def extract(self, index: int) -> list:
         """Request `index`'s KV as single-request caches (for the prefix cache)."""
         assert self.cache is not None
         return [c.extract(index) for c in self.cache]

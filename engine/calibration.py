@@ -79,6 +79,9 @@ def start_up(model: nn.Module, calibrated: threading.Event,
 
 def kv_dtype(model: nn.Module) -> mx.Dtype:
     """The dtype the model writes into its KV cache, found by a one-token probe."""
+    from .cachekinds import arrays_of, first_attention
+
     cache = make_prompt_cache(model)
     model(mx.array([[0]]), cache=cache)
-    return cache[0].keys.dtype
+    attention = first_attention(cache)
+    return attention.keys.dtype if attention is not None else arrays_of(cache)[0].dtype

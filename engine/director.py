@@ -167,4 +167,5 @@ class Director:
             output_tokens=request.num_output,
             ttft_s=first - request.submitted_at if first is not None else None,
             time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
-            lanes=tuple(request.lane_history), error=error, time=end))
+            lanes=tuple(request.lane_history), error=error, time=end,
+            prefix_note=request.prefix_note))

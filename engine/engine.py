@@ -17,6 +17,7 @@ from typing import Callable
 import mlx.core as mx
 
 from . import blas, priority
+from .cachekinds import cache_profile
 from .director import Director
 from .errors import EngineError
 from .events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
@@ -90,10 +91,14 @@ class Engine:
         self._handles: dict[str, RequestHandle] = {}
         self._lock = threading.Lock()
         self._closed = False
+        model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
+        # A cache kind mlx-lm cannot batch fails here, before any lane starts.
+        self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
         self.memory_plan, models = plan_lanes(loaded, specs, memory_budget_bytes)
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.memory_plan.prefix_cache_bytes
         self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
+        self.prefix_cache.off_reason = self.cache_profile.prefix_off_reason
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         self.disabled_lanes = {lp.name: lp.reason for lp in self.memory_plan.lanes
                                if not lp.enabled}
@@ -200,6 +205,7 @@ class Engine:
                 "prompt-too-long")
         request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
+        request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop)
         lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(self, request)

@@ -76,6 +76,7 @@ class Finished(Event):
     lanes: tuple[tuple[str, str], ...] = ()  # (phase, lane) in order
     error: str | None = None
     time: float = field(default_factory=now)
+    prefix_note: str | None = None  # set when the prefix cache cannot serve this model
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -38,6 +38,9 @@ class PrefixCache:
     def __init__(self, block_size: int = 32, budget_bytes: int = 1 << 30):
         self._trie = PrefixTrie(block_size, budget_bytes)
         self._lock = threading.Lock()
+        # Set for a model whose caches cannot be cut into blocks (cachekinds.py):
+        # then nothing is cached or matched, and this says why.
+        self.off_reason: str | None = None
 
     @property
     def block_size(self) -> int:
@@ -57,11 +60,15 @@ class PrefixCache:
 
     def cached_length(self, tokens: list[int], limit: int | None = None) -> int:
         """How many leading tokens are cached (no side effects; plain Python)."""
+        if self.off_reason:
+            return 0
         with self._lock:
             return len(self._trie.match(tokens, limit, touch=False)) * self.block_size
 
     def match(self, tokens: list[int], limit: int | None = None) -> PrefixMatch:
         """The longest cached prefix of `tokens[:limit]` (touches its blocks)."""
+        if self.off_reason:
+            return PrefixMatch(0, ())
         with self._lock:
             chain = self._trie.match(tokens, limit)
             return PrefixMatch(len(chain) * self.block_size,
@@ -93,7 +100,7 @@ class PrefixCache:
 
     def insert(self, tokens: list[int], caches: list[KVCache]) -> int:
         """Cache the full blocks of `tokens`, whose KV is in `caches` (batch 1)."""
-        if not caches or caches[0].keys is None:
+        if self.off_reason or not caches or caches[0].keys is None:
             return 0
         length = min(len(tokens), caches[0].offset)
         tokens = tokens[:length]

@@ -38,6 +38,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     output_ids: list[int] = field(default_factory=list)
     cached_tokens: int = 0
+    prefix_note: str | None = None  # why no prefix could be reused (cachekinds.py)
     num_computed: int = 0  # prompt tokens whose KV is in this request's cache
     lane_history: list[tuple[str, str]] = field(default_factory=list)
     cancel_event: threading.Event = field(default_factory=threading.Event)

@@ -18,6 +18,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from .batch import DecodeBatch
+from .cachekinds import arrays_of, cast
 from .calibration import kv_dtype
 from .handoff import Handoff
 from .prefill import Prefill, run_chunk
@@ -77,7 +78,7 @@ class ModelRunner:
         for chunk in plan.prefill:
             prefill = self.prefills[chunk.request.request_id]
             logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
-            pending.extend(c.state for c in prefill.caches)
+            pending.extend(arrays_of(prefill.caches))
             if chunk.is_last:
                 prompt = mx.array(chunk.request.prompt_ids, mx.uint32)
                 prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
@@ -101,7 +102,7 @@ class ModelRunner:
         handoffs = {}
         for request, _ in plan.moves:
             state = self._take(request, rows, gone)
-            mx.eval([c.state for c in state.caches], state.next_token)  # before another thread reads it
+            mx.eval(arrays_of(state.caches), state.next_token)  # before another thread reads it
             handoffs[request.request_id] = state
         if gone:
             self.batch.keep([i for i in range(len(self.batch)) if i not in gone])
@@ -127,10 +128,7 @@ class ModelRunner:
         return handoff
 
     def _cast(self, state: Handoff) -> None:
-        caches = state.caches
-        if caches and caches[0].keys is not None and caches[0].keys.dtype != self.kv_dtype:
-            for c in caches:  # lanes may hold the model in different precisions
-                c.keys, c.values = c.keys.astype(self.kv_dtype), c.values.astype(self.kv_dtype)
+        cast(state.caches, self.kv_dtype)  # lanes may hold the model in different precisions
 
     # ---- after commit -----------------------------------------------------------
     def release(self, requests: list[Request]) -> None:

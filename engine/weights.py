@@ -19,10 +19,13 @@ from .memory import ModelShape
 def model_shape(model: nn.Module, context_length: int) -> ModelShape:
     """Layers, KV heads and head size from a one-token probe; bytes and
     parameters from the model's arrays (quantized ones unpacked)."""
+    from .cachekinds import attention_layers, first_attention
+
     cache = make_prompt_cache(model)
     with mx.stream(mx.cpu):
         model(mx.array([[0]]), cache=cache)
-        keys = cache[0].keys
+        attention = first_attention(cache)
+        keys = attention.keys if attention is not None else mx.zeros((1, 0, 1, 0))
         mx.eval(keys)
     weight_bytes = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
     params, quantized = 0, False
@@ -35,7 +38,10 @@ def model_shape(model: nn.Module, context_length: int) -> ModelShape:
                 params += module.bias.size
         elif not module.children():
             params += sum(a.size for _, a in tree_flatten(module.parameters()))
-    return ModelShape(num_layers=len(cache), num_kv_heads=keys.shape[1], head_dim=keys.shape[3],
+    # Sliding-window layers are counted as full ones (an upper bound); a
+    # recurrent state is fixed per request and small next to attention KV.
+    return ModelShape(num_layers=attention_layers(cache), num_kv_heads=keys.shape[1],
+                      head_dim=keys.shape[3],
                       kv_dtype_bytes=keys.dtype.size, weight_bytes=weight_bytes,
                       dense_params=params, context_length=context_length,
                       is_quantized=quantized)
