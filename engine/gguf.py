@@ -38,13 +38,6 @@ _TOP_NAMES = {
 }
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 
-# Pre-tokenizer split patterns by `tokenizer.ggml.pre` (as in llama.cpp).
-_QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-
 @dataclass(slots=True)
 class GGUFContents:
     weights: dict[str, mx.array]
@@ -148,58 +141,3 @@ def quantize_model_like(model: nn.Module, weights: dict[str, mx.array]) -> None:
         return {"group_size": GGUF_GROUP_SIZE, "bits": quantization_bits(weights, path)}
 
     nn.quantize(model, class_predicate=predicate)
-
-
-def build_tokenizer(metadata: dict[str, Any]):
-    """A transformers PreTrainedTokenizerFast from the GGUF vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, Regex
-    from transformers import PreTrainedTokenizerFast
-
-    model_kind = _scalar(metadata, "tokenizer.ggml.model")
-    if model_kind != "gpt2":
-        raise EngineError(
-            f"Unsupported GGUF tokenizer '{model_kind}' (only byte-level BPE is supported).",
-            "unsupported-architecture",
-        )
-    tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    pre = _scalar(metadata, "tokenizer.ggml.pre", "default")
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    if pre == "qwen2":
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ]
-        )
-    elif pre == "smollm":
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
-    else:
-        tok.pre_tokenizer = byte_level
-    tok.decoder = decoders.ByteLevel()
-    token_types = metadata.get("tokenizer.ggml.token_type")
-    if token_types is not None:
-        special = [
-            AddedToken(tokens[i], special=True, normalized=False)
-            for i, kind in enumerate(token_types.tolist())
-            if kind in (3, 4)  # control, user-defined
-        ]
-        tok.add_special_tokens(special)
-
-    def token_at(key: str) -> str | None:
-        idx = _scalar(metadata, key)
-        return tokens[int(idx)] if idx is not None and 0 <= int(idx) < len(tokens) else None
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=token_at("tokenizer.ggml.bos_token_id"),
-        eos_token=token_at("tokenizer.ggml.eos_token_id"),
-        unk_token=token_at("tokenizer.ggml.unknown_token_id"),
-        pad_token=token_at("tokenizer.ggml.padding_token_id"),
-        chat_template=metadata.get("tokenizer.chat_template"),
-        clean_up_tokenization_spaces=False,
-    )

@@ -132,7 +132,9 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
                           "corrupt-model") from e
     mx.eval(model.parameters())
     model.eval()
-    hf_tokenizer = gguf.build_tokenizer(contents.metadata)
+    from .gguf_tokenizer import build_tokenizer
+
+    hf_tokenizer = build_tokenizer(contents.metadata)
     stop_ids = _stop_ids(hf_tokenizer, contents.metadata)
     tokenizer = TokenizerWrapper(hf_tokenizer, eos_token_ids=stop_ids)
     return LoadedModel(

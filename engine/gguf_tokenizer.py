@@ -1,0 +1,98 @@
+"""A fast tokenizer rebuilt from a GGUF's vocabulary and merges.
+
+Transformers' own GGUF reader needs torch, which Tandem does not ship, so the
+tokenizer is built here with the `tokenizers` library. The pre-tokenizer
+(how text is split before BPE) follows `tokenizer.ggml.pre`, as llama.cpp
+does; a rule Tandem does not know is an error, not a silent fallback to
+GPT-2's rule (which would give wrong tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+from .errors import EngineError
+
+# The split patterns llama.cpp uses (llama-vocab.cpp), by `tokenizer.ggml.pre`.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# rule name -> (split pattern, digits one by one before it)
+PRE_RULES = {
+    "default": (_GPT2, False), "gpt-2": (_GPT2, False), "gpt2": (_GPT2, False),
+    "llama-bpe": (_LLAMA3, False), "llama3": (_LLAMA3, False),
+    "qwen2": (_QWEN2, False), "qwen35": (_QWEN2, False),
+    "smollm": (_GPT2, True),
+    "tekken": (_TEKKEN, False), "mistral": (_TEKKEN, False),
+}
+
+
+def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
+    value = metadata.get(key, default)
+    if isinstance(value, mx.array):
+        return value.item()
+    return value
+
+
+def pre_tokenizer(rule: str):
+    """The `tokenizers` pre-tokenizer for a llama.cpp pre-split rule name."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if rule not in PRE_RULES:
+        raise EngineError(
+            f"The GGUF's tokenizer uses the pre-split rule '{rule}', which Tandem does not "
+            f"know (known: {', '.join(sorted(PRE_RULES))}); loading it would give wrong "
+            "tokens.", "unsupported-architecture")
+    pattern, digits = PRE_RULES[rule]
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
+    steps += [pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    return pre_tokenizers.Sequence(steps)
+
+
+def build_tokenizer(metadata: dict[str, Any]):
+    """A transformers PreTrainedTokenizerFast from the GGUF vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    model_kind = _scalar(metadata, "tokenizer.ggml.model")
+    if model_kind != "gpt2":
+        raise EngineError(
+            f"Unsupported GGUF tokenizer '{model_kind}' (only byte-level BPE is supported).",
+            "unsupported-architecture",
+        )
+    tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizer(str(_scalar(metadata, "tokenizer.ggml.pre", "default")))
+    tok.decoder = decoders.ByteLevel()
+    token_types = metadata.get("tokenizer.ggml.token_type")
+    if token_types is not None:
+        special = [
+            AddedToken(tokens[i], special=True, normalized=False)
+            for i, kind in enumerate(token_types.tolist())
+            if kind in (3, 4)  # control, user-defined
+        ]
+        tok.add_special_tokens(special)
+
+    def token_at(key: str) -> str | None:
+        idx = _scalar(metadata, key)
+        return tokens[int(idx)] if idx is not None and 0 <= int(idx) < len(tokens) else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=token_at("tokenizer.ggml.bos_token_id"),
+        eos_token=token_at("tokenizer.ggml.eos_token_id"),
+        unk_token=token_at("tokenizer.ggml.unknown_token_id"),
+        pad_token=token_at("tokenizer.ggml.padding_token_id"),
+        chat_template=metadata.get("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+    )
