@@ -7,8 +7,15 @@ import sys
 
 from PySide6.QtWidgets import QApplication
 
-from .main_window import MainWindow
+from .main_window import LAST_MODEL_KEY, MainWindow
 from .paths import default_db_path, prepare_application
+
+
+def startup_model(store, requested: str) -> str:
+    """The model to start with: the one asked for, else the last session's."""
+    if requested != "default":
+        return requested
+    return store.setting(LAST_MODEL_KEY, "default") or "default"
 
 
 def run_gui(model: str = "default") -> int:
@@ -21,7 +28,7 @@ def run_gui(model: str = "default") -> int:
     if opened is None:
         return 1
     store, lock = opened
-    window = MainWindow(model, store=store)
+    window = MainWindow(startup_model(store, model), store=store)
     window.show()
     status = app.exec()
     window.wait_for_engines()

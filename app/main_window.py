@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from engine import Engine
 
 FLUSH_EVERY_MS = 1000  # a streaming answer reaches the database at least this often
+LAST_MODEL_KEY, MODE_KEY = "model.last", "engine.mode"  # remembered across restarts
 MODE_TEXT = {"gpu-only": "GPU only", "hybrid": "Hybrid: GPU + CPU", "cpu-only": "CPU only"}
 
 
@@ -118,11 +119,19 @@ class MainWindow(QMainWindow):
 
     # ---- model ------------------------------------------------------------
     def load_model(self, source: str) -> None:
+        self._requested = source
         self.model_label.setText(f"Loading {source}…")
         self._loader.start(source)
 
     def _on_engine_loaded(self, engine: Engine) -> None:
         old, self.engine = self.engine, engine
+        self.store.set_setting(LAST_MODEL_KEY, engine.model_info.source)  # for the next start
+        mode = self.store.setting(MODE_KEY)
+        if mode and mode != engine.mode:
+            try:
+                engine.set_mode(mode)
+            except EngineError:  # this model or machine cannot run it: keep the default
+                pass
         if old is not None:
             # Closed off the GUI thread and still observed until it is done,
             # so answers it was streaming end as "stopped" in their tabs.
@@ -149,6 +158,14 @@ class MainWindow(QMainWindow):
 
     def _on_engine_failed(self, message: str) -> None:
         # The previous model (if any) stays loaded and usable.
+        if self.engine is None and self._requested != "default":
+            # The model remembered from last time (or asked for) is gone or broken:
+            # say so, and start with the bundled one rather than with nothing.
+            self.statusBar().showMessage(f"Could not load {self._requested}: {message}; "
+                                         "loading the bundled model instead.", 30_000)
+            self.model_failed.emit(message)
+            self.load_model("default")
+            return
         self.model_label.setText(self.engine.model_info.label if self.engine else "No model")
         self.statusBar().showMessage(f"Could not load the model: {message}")
         self.model_failed.emit(message)
@@ -209,21 +226,38 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         build_menus(self)
 
-    def pick_model(self) -> None:
-        from .model_picker import ModelPicker
+    def model_library(self, **kwargs):
+        """The model library, judged against this machine's memory now (the
+        current model's weights count as free: loading another replaces it)."""
+        import psutil
 
-        picker = ModelPicker(self)
-        if picker.exec() != ModelPicker.Accepted:
-            return
-        if picker.is_download():
-            self.download_model(picker.source())
-        else:
-            self.load_model(picker.source())
+        from engine.loader import default_model_path
+
+        from .model_library import ModelLibrary
+
+        budget = psutil.virtual_memory().available
+        has_gpu = False
+        if self.engine is not None:
+            budget += self.engine.memory_plan.weight_bytes
+            has_gpu = any(lp.device == "gpu" for lp in self.engine.memory_plan.lanes)
+        try:
+            default = default_model_path()
+        except Exception:  # no bundled model in this copy
+            default = None
+        library = ModelLibrary(self.store, budget, has_gpu, default, self, **kwargs)
+        library.load_requested.connect(self.load_model)
+        library.download_requested.connect(self.download_model)
+        if self.engine is not None:
+            library.select(self.engine.model_info.source)
+        return library
+
+    def pick_model(self) -> None:
+        self.model_library().exec()
 
     def download_model(self, repo_id: str, **hub) -> None:
         """Download a Hugging Face repo with a progress bar and Cancel, then load
         it. `hub`: endpoint / cache_dir, huggingface_hub's own by default."""
-        from .model_picker import start_download
+        from .download import start_download
 
         self._download = start_download(self, repo_id, on_done=self.load_model,
                                         on_failed=self._on_engine_failed, **hub)
@@ -343,6 +377,7 @@ class MainWindow(QMainWindow):
             return
         try:
             self.engine.set_mode(mode)
+            self.store.set_setting(MODE_KEY, mode)
         except EngineError as e:
             self.statusBar().showMessage(str(e), 10_000)
             mode = self.engine.mode

@@ -1,9 +1,15 @@
 """Build an mlx-lm model and a fast tokenizer from a GGUF file.
 
-`mx.load` reads GGUF Q4_0/Q4_1/Q8_0 tensors into MLX quantized arrays (weight,
-scales, biases; group size 32) and returns the file's metadata. Transformers'
-own GGUF reader needs torch, which Tandem does not ship, so the tokenizer is
-rebuilt here from the GGUF vocabulary and merges with the `tokenizers` library.
+A file whose tensors are all Q4_0/Q4_1/Q8_0/F32/F16 is read by `mx.load`, which
+turns the quantized ones into MLX quantized arrays (weight, scales, biases;
+group size 32) and returns the file's metadata. Any other supported type (the
+K-quants Q4_K/Q5_K/Q6_K, Q5_0, Q5_1, BF16) is read tensor by tensor by
+engine/gguf_tensors.py into the same kind of arrays (4, 5 or 8 bits, group size
+32), with the metadata from engine/gguf_meta.py: `mx.load` would dequantize
+K-quants to a float16 copy of the whole model. Transformers' own GGUF reader
+needs torch, which Tandem does not ship, so the tokenizer is rebuilt from the
+GGUF vocabulary and merges with the `tokenizers` library
+(engine/gguf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -46,18 +52,27 @@ class GGUFContents:
 
 def read_gguf(path: Path) -> GGUFContents:
     """Read a GGUF file, turning any reader failure into an EngineError."""
-    # mx.load segfaults on a damaged file, so its structure is checked first.
-    # Imported here: the gguf package takes ~0.15 s to import.
+    # mx.load segfaults on a damaged file, so its structure is checked first
+    # (unsupported tensor types are refused there, with the list of those that
+    # work). Imported here: the gguf package takes ~0.15 s to import.
     from .gguf_check import validate_gguf
+    from .gguf_tensors import MX_LOAD_TYPES
 
-    validate_gguf(path)
+    infos = validate_gguf(path)
     try:
-        weights, metadata = mx.load(str(path), return_metadata=True)
+        if all(info.type in MX_LOAD_TYPES for info in infos):
+            weights, metadata = mx.load(str(path), return_metadata=True)
+        else:  # tensor by tensor: never a dense copy of the whole model
+            from .gguf_meta import read_metadata
+            from .gguf_tensors import read_tensors
+
+            metadata = read_metadata(path)
+            weights = read_tensors(path, infos)
+    except MemoryError:
+        raise
     except Exception as e:  # MLX raises ValueError/RuntimeError with terse messages
         raise EngineError(
-            f"The model file {path.name} is corrupt, truncated, or uses a GGUF "
-            f"quantization MLX cannot read (Q4_0, Q4_1, Q8_0 and float types work). "
-            f"Detail: {e}",
+            f"The model file {path.name} is corrupt or truncated. Detail: {e}",
             "corrupt-model",
         ) from e
     return GGUFContents(weights, metadata)

@@ -5,7 +5,9 @@ a GGUF file, so a damaged file crashes the whole process with a segfault
 instead of raising. `validate_gguf` walks the header, the metadata and the
 tensor infos with a bounds check on every read, checks each tensor's type,
 shape and byte range against the file size, and raises EngineError for
-anything `mx.load` could not read safely. It reads no tensor data.
+anything `mx.load` could not read safely. It reads no tensor data, and returns
+the tensor infos it checked (name, GGUF shape, type, byte range) for the
+tensor-by-tensor reader (engine/gguf_tensors.py).
 
 The type tables come from llama.cpp's `gguf` package. Its GGUFReader is not
 used for the walk: it builds numpy views for every metadata element and takes
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from gguf.constants import (
@@ -28,10 +31,15 @@ from gguf.constants import (
 
 from .errors import EngineError
 
-# The tensor types Tandem loads: those `mx.load` turns into MLX quantized
-# arrays (Q4_0, Q4_1, Q8_0) or float arrays (BF16 arrives as float16).
-# mx.load also dequantizes some K-quants to float16; they are not enabled yet.
-SUPPORTED_TENSOR_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"})
+# The tensor types Tandem loads (the one list; engine/gguf_tensors.py says how
+# each becomes MLX arrays). Float types stay dense; the quantized ones become
+# MLX quantized arrays of 4, 5 or 8 bits. Other types (Q2_K, Q3_K, the IQ and
+# ternary types, ...) are refused here with a clear error.
+SUPPORTED_TENSOR_TYPES = frozenset({
+    "F32", "F16", "BF16",
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+    "Q4_K", "Q5_K", "Q6_K",
+})
 
 # Version 1 had 32-bit counts; gguflib only reads the layout of 2 and later.
 SUPPORTED_VERSIONS = (2, 3)
@@ -53,8 +61,19 @@ class _Damaged(Exception):
     """What is wrong with the file, in words."""
 
 
-def validate_gguf(path: str | Path) -> None:
-    """Raise EngineError unless `path` is a GGUF file `mx.load` can read safely."""
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor as the file describes it, once checked."""
+    name: str
+    dims: tuple[int, ...]  # GGUF order: dims[0] (ne0) is the fastest-varying axis
+    type: str  # a GGMLQuantizationType name, one of SUPPORTED_TENSOR_TYPES
+    start: int  # absolute byte offset of its data in the file
+    nbytes: int
+
+
+def validate_gguf(path: str | Path) -> list[TensorInfo]:
+    """Raise EngineError unless `path` is a GGUF file `mx.load` can read safely;
+    return its tensor infos, in file order."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -63,7 +82,7 @@ def validate_gguf(path: str | Path) -> None:
             if f.read(4) != b"GGUF":
                 raise EngineError(f"{path.name} is not a GGUF model file.", "not-a-model")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                _check(_Reader(buf, size))
+                return _check(_Reader(buf, size))
     except OSError as e:
         raise EngineError(f"Cannot read model file {path}: {e.strerror}.", "model-not-found") from e
     except EngineError:
@@ -120,7 +139,7 @@ class _Reader:
         self.off = off
 
 
-def _check(r: _Reader) -> None:
+def _check(r: _Reader) -> list[TensorInfo]:
     version = r.u32("version")
     if version not in SUPPORTED_VERSIONS:
         raise _Damaged(f"unsupported GGUF version {version} (Tandem reads versions 2 and 3)")
@@ -168,6 +187,7 @@ def _check(r: _Reader) -> None:
     data_start = -(-r.off // alignment) * alignment
 
     spans = []
+    checked = []
     for name, dims, ttype, offset in infos:
         nbytes = _tensor_nbytes(name, dims, ttype)
         if offset % alignment:
@@ -178,10 +198,12 @@ def _check(r: _Reader) -> None:
             raise _Damaged(f"the data of tensor '{name}' (bytes {start} to {start + nbytes}) "
                            f"lies past the end of the file ({r.size} bytes): truncated or damaged")
         spans.append((start, start + nbytes, name))
+        checked.append(TensorInfo(name, dims, GGMLQuantizationType(ttype).name, start, nbytes))
     spans.sort()
     for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
         if start < end:
             raise _Damaged(f"the data of tensors '{a}' and '{b}' overlap")
+    return checked
 
 
 def _skip_value(r: _Reader, key: str, vtype: int) -> None:

@@ -1,6 +1,7 @@
 """A local stand-in for the Hugging Face Hub's HTTP API, enough for
 `huggingface_hub.snapshot_download` of one repo: revision info, the file
-tree, HEAD (metadata) and GET (bytes, optionally paced) of each file.
+tree, HEAD (metadata) and GET (bytes, optionally paced) of each file, and a
+model search (`HfApi.list_models`) that finds that repo.
 It lets the download path run for real (huggingface_hub, threads, progress,
 cancel, the cache layout) without the network."""
 
@@ -12,14 +13,16 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 class FakeHub:
-    def __init__(self, repo_id: str, folder: Path, seconds_per_mib: float = 0.0):
+    def __init__(self, repo_id: str, folder: Path, seconds_per_mib: float = 0.0,
+                 tags: tuple[str, ...] = ("mlx", "safetensors")):
         self.repo_id = repo_id
+        self.tags = list(tags)
         self.files = {p.relative_to(folder).as_posix(): p.read_bytes()
                       for p in sorted(folder.rglob("*")) if p.is_file()}
         self.seconds_per_mib = seconds_per_mib
@@ -56,6 +59,13 @@ class FakeHub:
         path = unquote(urlparse(h.path).path)
         self.requests.append(f"{h.command} {path}")
         api = f"/api/models/{self.repo_id}/"
+        if path == "/api/models":  # search: this one repo, when the text matches
+            query = parse_qs(urlparse(h.path).query)
+            search = (query.get("search") or [""])[0].lower()
+            found = search in self.repo_id.lower()
+            return self._json(h, [{"id": self.repo_id, "modelId": self.repo_id,
+                                   "usedStorage": sum(len(d) for d in self.files.values()),
+                                   "downloads": 7, "tags": self.tags}] if found else [])
         resolve = f"/{self.repo_id}/resolve/"
         if path.startswith(api + "revision/"):
             siblings = [{"rfilename": name} for name in self.files]

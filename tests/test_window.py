@@ -135,11 +135,22 @@ def test_quit_closes_the_window(qtbot, window):
     assert not window.isVisible()
 
 
-def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path):
+def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatch):
+    # A model that cannot load at start (gone since the last session, say):
+    # the window says why and starts with the bundled model instead.
     w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"))
     qtbot.addWidget(w)
+    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
+        pass
+    assert w.engine.model_info.source == "default"
+    assert w.chat_tabs()[0].send_button.isEnabled()
+    w.close()
+    # If the bundled model cannot load either, the window stays, with no model.
+    monkeypatch.setenv("TANDEM_DEFAULT_MODEL", str(tmp_path / "also-missing.gguf"))
+    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "u.db"))
+    qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
-    assert "not found" in w.statusBar().currentMessage()
+    assert "also-missing.gguf" in w.statusBar().currentMessage()  # what failed, and where
     tab = w.chat_tabs()[0]
     assert not tab.send_button.isEnabled()
     w.close()

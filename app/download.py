@@ -1,77 +1,14 @@
-"""Choosing a model: the bundled default, a Hugging Face repo id (downloaded with
-progress and a cancel button), or a local folder / GGUF file."""
+"""Downloading a model from the Hugging Face Hub with byte progress and a
+cancel button (the model library, app/model_library.py, starts it)."""
 
 from __future__ import annotations
 
 import threading
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import (QButtonGroup, QDialog, QDialogButtonBox, QFileDialog,
-                               QHBoxLayout, QLineEdit, QPushButton, QRadioButton, QVBoxLayout,
-                               QWidget)
 
 MODEL_FILES = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt",
                "*.jinja"]
-
-
-class ModelPicker(QDialog):
-    """Returns a source for `Engine.load`: 'default', a repo id or a path."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle("Load model")
-        self.default = QRadioButton("Bundled SmolLM2-135M-Instruct (works offline)")
-        self.repo = QRadioButton("Hugging Face repo id")
-        self.local = QRadioButton("Local folder or .gguf file")
-        group = QButtonGroup(self)
-        for button in (self.default, self.repo, self.local):
-            group.addButton(button)
-        self.default.setChecked(True)
-        self.repo_id = QLineEdit()
-        self.repo_id.setPlaceholderText("mlx-community/Qwen2.5-0.5B-Instruct-4bit")
-        self.path = QLineEdit()
-        browse_file = QPushButton("File…")
-        browse_dir = QPushButton("Folder…")
-        browse_file.clicked.connect(self._browse_file)
-        browse_dir.clicked.connect(self._browse_dir)
-        local_row = QHBoxLayout()
-        local_row.addWidget(self.path, 1)
-        local_row.addWidget(browse_file)
-        local_row.addWidget(browse_dir)
-        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.default)
-        layout.addWidget(self.repo)
-        layout.addWidget(self.repo_id)
-        layout.addWidget(self.local)
-        layout.addLayout(local_row)
-        layout.addWidget(buttons)
-        self.repo_id.textEdited.connect(lambda _: self.repo.setChecked(True))
-        self.path.textEdited.connect(lambda _: self.local.setChecked(True))
-
-    def source(self) -> str:
-        if self.repo.isChecked() and self.repo_id.text().strip():
-            return self.repo_id.text().strip()
-        if self.local.isChecked() and self.path.text().strip():
-            return self.path.text().strip()
-        return "default"
-
-    def is_download(self) -> bool:
-        return self.repo.isChecked() and bool(self.repo_id.text().strip())
-
-    def _browse_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
-        if path:
-            self.path.setText(path)
-            self.local.setChecked(True)
-
-    def _browse_dir(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Model folder")
-        if path:
-            self.path.setText(path)
-            self.local.setChecked(True)
 
 
 class DownloadCancelled(Exception):
@@ -174,3 +111,43 @@ def start_download(parent, repo_id: str, on_done, on_failed, **hub) -> Download:
     dialog.show()  # at once: resolving the repo can take a while before bytes flow
     download.start()
     return download
+
+
+class HubSearch(QObject):
+    """Searches the Hub for models Tandem can load (MLX folders and GGUF files)
+    on a worker thread; `found(list of dicts)` or `failed(message)`."""
+
+    found = Signal(object)
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None, endpoint: str | None = None):
+        super().__init__(parent)
+        self.endpoint = endpoint
+
+    def start(self, text: str) -> None:
+        threading.Thread(target=self._run, args=(text,), name="hub-search", daemon=True).start()
+
+    def _run(self, text: str) -> None:
+        from huggingface_hub import HfApi
+
+        try:
+            models = HfApi(endpoint=self.endpoint).list_models(
+                search=text, limit=50, sort="downloads", expand=["usedStorage", "downloads", "tags"])
+            rows = []
+            for m in models:
+                tags = set(m.tags or [])
+                kind = "GGUF" if "gguf" in tags else "MLX" if ("mlx" in tags or m.id.startswith(
+                    "mlx-community/")) else None
+                if kind:  # what Tandem can load
+                    rows.append({"id": m.id, "kind": kind, "bytes": m.used_storage or 0,
+                                 "downloads": m.downloads or 0})
+        except Exception as e:  # offline, rate-limited, bad endpoint...
+            self._emit(self.failed, f"Cannot search the Hub: {e}")
+        else:
+            self._emit(self.found, rows)
+
+    def _emit(self, signal, *args) -> None:
+        try:
+            signal.emit(*args)
+        except RuntimeError:  # the dialog was closed meanwhile
+            pass

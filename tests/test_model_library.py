@@ -1,0 +1,142 @@
+"""The model library under offscreen Qt: what is on disk (bundled, Hugging Face
+cache, added), each model's verdict for this machine, load, delete with a
+confirmation, download, and a restart that remembers the model and the mode."""
+
+import json
+import shutil
+import struct
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+from app.model_library import ADDED_KEY, ModelLibrary
+from engine import Engine, LaneSpec
+from engine.loader import default_model_path, load_model
+from tests.windows import open_window
+
+GIB = 2**30
+
+
+def _hub_cache(tmp_path, model_dir, repo="tandem-tests/tiny"):
+    """A Hugging Face cache holding `model_dir` as `repo` (the cache's own layout)."""
+    cache = tmp_path / "hub"
+    snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("a" * 40)
+    shutil.copytree(model_dir, snapshot)
+    refs = snapshot.parents[1] / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("a" * 40)
+    return cache
+
+
+def _huge_model(path):
+    """A model folder claiming a 70B-sized shape: a real header, a sparse file."""
+    path.mkdir()
+    config = {"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672,
+              "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+    (path / "config.json").write_text(json.dumps(config))
+    header = json.dumps({"model.embed_tokens.weight": {
+        "dtype": "BF16", "shape": [128256, 8192], "data_offsets": [0, 128256 * 8192 * 2]}})
+    with open(path / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header.encode())
+        f.truncate(140 * GIB)  # sparse: no disk is used
+    return path
+
+
+@pytest.fixture
+def window(qtbot, tiny_model_dir, tmp_path):
+    w = open_window(qtbot, tiny_model_dir, tmp_path / "lib.db")
+    yield w
+    w.close()
+
+
+def _library(qtbot, window, tmp_path, tiny_model_dir, budget=16 * GIB):
+    cache = _hub_cache(tmp_path, tiny_model_dir)
+    window.store.set_setting(ADDED_KEY, [str(_huge_model(tmp_path / "huge"))])
+    library = ModelLibrary(window.store, budget, False, default_model_path(), window,
+                           hub_cache=str(cache))
+    qtbot.addWidget(library)
+    return library
+
+
+def test_the_library_lists_what_is_on_disk_with_verdicts(qtbot, window, tmp_path,
+                                                         tiny_model_dir):
+    library = _library(qtbot, window, tmp_path, tiny_model_dir)
+    rows = {e.name: e for e in library.entries}
+    bundled = rows["SmolLM2-135M-Instruct (bundled)"]
+    assert bundled.source == "default" and bundled.family == "llama"
+    assert 100e6 < bundled.parameters < 200e6 and bundled.context_length == 8192
+    assert bundled.verdict == "runs CPU-only"
+    tiny = rows["tandem-tests/tiny"]
+    assert tiny.origin == "hub-cache" and tiny.family == "llama" and tiny.verdict == "runs CPU-only"
+    huge = rows["huge"]
+    assert 1e9 < huge.parameters and huge.verdict == "does not fit"
+    assert "available" in huge.verdict_detail
+    texts = [library.table.item(r, 6).text() for r in range(library.table.rowCount())]
+    assert texts == [e.verdict for e in library.entries]
+    library.select(huge.source)
+    assert not library.buttons["load"].isEnabled()  # it would not fit
+    assert library.buttons["remove"].isEnabled()  # added by the user
+    library.select("default")
+    assert not library.buttons["delete"].isEnabled()  # the bundled model stays
+    library.resize(1000, 420)
+    library.show()
+    library.grab().save(str(tmp_path / "library.png"))
+
+
+def test_load_from_the_library(qtbot, window, tmp_path, tiny_model_dir):
+    library = _library(qtbot, window, tmp_path, tiny_model_dir)
+    library.load_requested.connect(window.load_model)
+    (tiny,) = [e for e in library.entries if e.origin == "hub-cache"]
+    library.select(tiny.source)
+    with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+        library.buttons["load"].click()
+    assert window.engine.model_info.source == tiny.source
+    assert window.store.setting("model.last") == tiny.source
+
+
+@pytest.mark.parametrize("answer", [QMessageBox.Cancel, QMessageBox.Yes])
+def test_delete_asks_first(qtbot, window, tmp_path, tiny_model_dir, monkeypatch, answer):
+    library = _library(qtbot, window, tmp_path, tiny_model_dir)
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda parent, title, text, *a: asked.append(text) or answer)
+    (tiny,) = [e for e in library.entries if e.origin == "hub-cache"]
+    repo_dir = tmp_path / "hub" / "models--tandem-tests--tiny"
+    library.select(tiny.source)
+    library.buttons["delete"].click()
+    assert len(asked) == 1 and str(repo_dir) in asked[0]
+    assert repo_dir.exists() == (answer != QMessageBox.Yes)
+    assert any(e.origin == "hub-cache" for e in library.entries) == (answer != QMessageBox.Yes)
+
+
+def test_added_models_can_be_removed_from_the_list_only(qtbot, window, tmp_path,
+                                                       tiny_model_dir):
+    library = _library(qtbot, window, tmp_path, tiny_model_dir)
+    library.add(str(tiny_model_dir))
+    assert library.selected().source == str(tiny_model_dir)
+    library.buttons["remove"].click()
+    assert str(tiny_model_dir) not in window.store.setting(ADDED_KEY)
+    assert tiny_model_dir.exists()  # removed from the list, not from the disk
+
+
+def test_a_restart_remembers_the_model_and_the_mode(qtbot, tiny_model_dir, tmp_path):
+    from app.gui import startup_model
+
+    def two_lanes(source):
+        return Engine(load_model(source), lanes=[
+            LaneSpec("gpu", "cpu", "float32", acts_as="gpu"), LaneSpec("cpu", "cpu", "float32")])
+
+    db = tmp_path / "restart.db"
+    first = open_window(qtbot, tiny_model_dir, db, two_lanes)
+    assert first.engine.mode == "hybrid"
+    first.set_mode("gpu-only")
+    first.close()
+    from app.store import ChatStore
+
+    store = ChatStore(db)
+    assert startup_model(store, "default") == str(tiny_model_dir)
+    assert startup_model(store, "/some/other") == "/some/other"  # asked for: that one
+    again = open_window(qtbot, startup_model(store, "default"), store, two_lanes)
+    assert again.engine.mode == "gpu-only"
+    again.close()
