@@ -4,11 +4,26 @@ cancel button (the model library, app/model_library.py, starts it)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 MODEL_FILES = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt",
                "*.jinja"]
+
+
+GGUF_PREFERENCE = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1")
+
+
+def pick_gguf(files: list[str]) -> str | None:
+    """The .gguf of a GGUF repo to download: the most common 4-bit K-quant
+    first (the best size/quality trade for 1-8B models), then larger ones."""
+    ggufs = [f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower()]
+    for quant in GGUF_PREFERENCE:
+        for name in ggufs:
+            if quant.lower() in name.lower():
+                return name
+    return ggufs[0] if ggufs else None
 
 
 class DownloadCancelled(Exception):
@@ -58,9 +73,15 @@ class Download(QObject):
                 return result
 
         try:
-            path = snapshot_download(self.repo_id, allow_patterns=MODEL_FILES,
+            from huggingface_hub import HfApi
+
+            files = HfApi(endpoint=self.endpoint).list_repo_files(self.repo_id)
+            gguf = None if "config.json" in files else pick_gguf(files)
+            path = snapshot_download(self.repo_id, allow_patterns=[gguf] if gguf else MODEL_FILES,
                                      tqdm_class=Progress, endpoint=self.endpoint,
                                      cache_dir=self.cache_dir)
+            if gguf:  # a GGUF repo: one file of it, the one a 16-32 GB machine wants
+                path = str(Path(path) / gguf)
         except DownloadCancelled:
             self._emit(self.failed, "Download cancelled.")
         except Exception as e:  # offline, no such repo, disk full...
@@ -128,13 +149,23 @@ class HubSearch(QObject):
         threading.Thread(target=self._run, args=(text,), name="hub-search", daemon=True).start()
 
     def _run(self, text: str) -> None:
-        from huggingface_hub import HfApi
+        from huggingface_hub import constants
+        from huggingface_hub.hf_api import ModelInfo
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
         try:
-            models = HfApi(endpoint=self.endpoint).list_models(
-                search=text, limit=50, sort="downloads", expand=["usedStorage", "downloads", "tags"])
+            if constants.HF_HUB_OFFLINE:
+                raise RuntimeError("offline mode is on (HF_HUB_OFFLINE)")
+            # One request with a timeout: HfApi.list_models retries for ~25 s
+            # when the Hub cannot be reached, too long for a search box.
+            response = get_session().get(
+                f"{self.endpoint or constants.ENDPOINT}/api/models", timeout=15,
+                headers=build_hf_headers(),
+                params={"search": text, "limit": 50, "sort": "downloads",
+                        "expand": ["usedStorage", "downloads", "tags"]})
+            hf_raise_for_status(response)
             rows = []
-            for m in models:
+            for m in (ModelInfo(**item) for item in response.json()):
                 tags = set(m.tags or [])
                 kind = "GGUF" if "gguf" in tags else "MLX" if ("mlx" in tags or m.id.startswith(
                     "mlx-community/")) else None

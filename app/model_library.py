@@ -41,7 +41,8 @@ class ModelLibrary(QDialog):
     download_requested = Signal(str)
 
     def __init__(self, store, budget_bytes: int, has_gpu: bool, default_path: Path | None,
-                 parent: QWidget | None = None, hub_cache: str | None = None):
+                 parent: QWidget | None = None, hub_cache: str | None = None,
+                 hub_endpoint: str | None = None):
         super().__init__(parent)
         self.setWindowTitle("Model library")
         self.resize(980, 460)
@@ -75,20 +76,42 @@ class ModelLibrary(QDialog):
             self.buttons[key] = button
             row.addWidget(button)
         row.addStretch(1)
+        # The Hub: search MLX and GGUF repos (with sizes), or type a repo id.
         self.repo_id = QLineEdit()
-        self.repo_id.setPlaceholderText("Download from Hugging Face: mlx-community/Qwen2.5-0.5B-"
-                                        "Instruct-4bit")
+        self.repo_id.setPlaceholderText("Search the Hugging Face Hub, or a repo id: "
+                                        "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+        self.repo_id.returnPressed.connect(self._search)
+        search = QPushButton("Search the Hub")
+        search.clicked.connect(self._search)
         download = QPushButton("Download")
         download.clicked.connect(self._download)
-        self.buttons["download"] = download
+        self.buttons["search"], self.buttons["download"] = search, download
         hub_row = QHBoxLayout()
         hub_row.addWidget(self.repo_id, 1)
+        hub_row.addWidget(search)
         hub_row.addWidget(download)
+        self.results = QTableWidget(0, 4)
+        self.results.setHorizontalHeaderLabels(["Hub repo", "Kind", "Size", "Downloads"])
+        self.results.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.results.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.results.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.results.verticalHeader().setVisible(False)
+        self.results.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self.results.itemDoubleClicked.connect(lambda _: self._download())
+        self.results.hide()
+        self.hub_status = QLabel("")
+        from .download import HubSearch
+
+        self._search_job = HubSearch(self, endpoint=hub_endpoint)
+        self._search_job.found.connect(self._show_results)
+        self._search_job.failed.connect(self.hub_status.setText)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.detail)
         layout.addLayout(row)
         layout.addLayout(hub_row)
+        layout.addWidget(self.results)
+        layout.addWidget(self.hub_status)
         self.refresh()
 
     # ---- listing ----------------------------------------------------------
@@ -197,11 +220,32 @@ class ModelLibrary(QDialog):
             self.store.set_setting(ADDED_KEY, added)
         self.refresh()
 
+    def _search(self) -> None:
+        text = self.repo_id.text().strip()
+        if text:
+            self.hub_status.setText(f"Searching the Hub for “{text}”…")
+            self._search_job.start(text)
+
+    def _show_results(self, rows: list[dict]) -> None:
+        self.hub_results = rows
+        self.results.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            cells = [row["id"], row["kind"], format_bytes(row["bytes"]) if row["bytes"] else "?",
+                     f"{row['downloads']:,}"]
+            for c, text in enumerate(cells):
+                self.results.setItem(r, c, QTableWidgetItem(text))
+        self.results.setVisible(bool(rows))
+        self.hub_status.setText(f"{len(rows)} MLX or GGUF models found; select one and "
+                                "Download." if rows else "No MLX or GGUF model matches.")
+
     def _download(self) -> None:
-        repo = self.repo_id.text().strip()
-        if repo:
+        rows = self.results.selectionModel().selectedRows() if not self.results.isHidden() else []
+        repo = self.hub_results[rows[0].row()]["id"] if rows else self.repo_id.text().strip()
+        if repo and "/" in repo:
             self.download_requested.emit(repo)
             self.accept()
+        elif repo:
+            self.hub_status.setText("Search first, or type a whole repo id (owner/name).")
 
 
 def _deletion_target(entry: ModelEntry) -> Path:

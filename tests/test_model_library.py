@@ -140,3 +140,69 @@ def test_a_restart_remembers_the_model_and_the_mode(qtbot, tiny_model_dir, tmp_p
     again = open_window(qtbot, startup_model(store, "default"), store, two_lanes)
     assert again.engine.mode == "gpu-only"
     again.close()
+
+
+def test_search_the_hub_and_download(qtbot, window, tmp_path, tiny_model_dir, monkeypatch):
+    from huggingface_hub import constants
+
+    from tests.fake_hub import FakeHub
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # `make test` sets it
+
+    cache = tmp_path / "downloads"
+    with FakeHub("tandem-tests/tiny-chat", tiny_model_dir) as hub:
+        library = ModelLibrary(window.store, 16 * GIB, False, default_model_path(), window,
+                               hub_cache=str(cache), hub_endpoint=hub.endpoint)
+        qtbot.addWidget(library)
+        library.download_requested.connect(lambda repo: window.download_model(
+            repo, endpoint=hub.endpoint, cache_dir=str(cache)))
+        library.repo_id.setText("tiny")
+        library.buttons["search"].click()
+        qtbot.waitUntil(lambda: library.results.rowCount() == 1, timeout=10_000)
+        assert library.results.item(0, 0).text() == "tandem-tests/tiny-chat"
+        assert library.results.item(0, 1).text() == "MLX" and "KiB" in library.results.item(0, 2).text()
+        library.results.selectRow(0)
+        with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+            library.buttons["download"].click()
+        assert "tiny-chat" in window.engine.model_info.source
+        # Nothing matches: said so; offline: said so, the dialog stays usable.
+        library.repo_id.setText("no-such-model")
+        library.buttons["search"].click()
+        qtbot.waitUntil(lambda: "No MLX or GGUF" in library.hub_status.text(), timeout=10_000)
+    library.refresh()  # the download is now in the library, from the cache
+    assert any(e.name == "tandem-tests/tiny-chat" for e in ModelLibrary(
+        window.store, 16 * GIB, False, None, window, hub_cache=str(cache)).entries)
+    offline = ModelLibrary(window.store, 16 * GIB, False, None, window,
+                           hub_endpoint="http://127.0.0.1:9")
+    qtbot.addWidget(offline)
+    offline.repo_id.setText("qwen")
+    offline.buttons["search"].click()
+    qtbot.waitUntil(lambda: "Cannot search the Hub" in offline.hub_status.text(), timeout=20_000)
+
+
+def test_a_gguf_repo_downloads_one_file_the_common_k_quant():
+    from app.download import pick_gguf
+
+    files = ["README.md", "m-Q8_0.gguf", "m-Q4_K_M.gguf", "m-Q2_K.gguf", "mmproj-Q4_K_M.gguf"]
+    assert pick_gguf(files) == "m-Q4_K_M.gguf"
+    assert pick_gguf(["x-IQ3_XS.gguf"]) == "x-IQ3_XS.gguf"
+    assert pick_gguf(["config.json"]) is None
+
+
+def test_a_gguf_repo_downloads_its_gguf_and_loads(qtbot, window, tmp_path, tiny_model_dir,
+                                                  monkeypatch):
+    from huggingface_hub import constants
+
+    from tests.fake_hub import FakeHub
+    from tests.test_gguf import write_gguf
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    write_gguf(tiny_model_dir, repo / "tiny-Q8_0.gguf")
+    (repo / "README.md").write_text("a GGUF repo")
+    with FakeHub("tandem-tests/tiny-GGUF", repo, tags=("gguf",)) as hub:
+        with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+            window.download_model("tandem-tests/tiny-GGUF", endpoint=hub.endpoint,
+                                  cache_dir=str(tmp_path / "cache"))
+    assert window.engine.model_info.source.endswith("tiny-Q8_0.gguf")
