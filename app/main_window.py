@@ -141,16 +141,7 @@ class MainWindow(QMainWindow):
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
         self.device_label.setText(devices)
         self.mode_label.setText(mode_text(engine.mode))
-        self.scheduler.system_plots.engine = engine
-        self.scheduler.set_engine_info(
-            [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode,
-            engine.describe_lanes(), off={
-                lp.name: (lp.device, lp.reason) for lp in engine.memory_plan.lanes
-                if not lp.enabled})
-        self.scheduler.show_memory_plan(engine.memory_plan)
-        for name, lane in engine.lanes.items():
-            if lane.failed:
-                self.scheduler.show_lane_failed(name, lane.failed)
+        self.scheduler.show_engine(engine)
         for tab in self.chat_tabs():
             tab.set_ready(True)
             tab.show_context(tab.context_used, engine.context_length)
@@ -227,29 +218,9 @@ class MainWindow(QMainWindow):
         build_menus(self)
 
     def model_library(self, **kwargs):
-        """The model library, judged against this machine's memory now (the
-        current model's weights count as free: loading another replaces it)."""
-        import psutil
+        from .model_library import library_for
 
-        from engine.loader import default_model_path
-
-        from .model_library import ModelLibrary
-
-        budget = psutil.virtual_memory().available
-        has_gpu = False
-        if self.engine is not None:
-            budget += self.engine.memory_plan.weight_bytes
-            has_gpu = any(lp.device == "gpu" for lp in self.engine.memory_plan.lanes)
-        try:
-            default = default_model_path()
-        except Exception:  # no bundled model in this copy
-            default = None
-        library = ModelLibrary(self.store, budget, has_gpu, default, self, **kwargs)
-        library.load_requested.connect(self.load_model)
-        library.download_requested.connect(self.download_model)
-        if self.engine is not None:
-            library.select(self.engine.model_info.source)
-        return library
+        return library_for(self, **kwargs)
 
     def pick_model(self) -> None:
         self.model_library().exec()

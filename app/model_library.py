@@ -248,6 +248,31 @@ class ModelLibrary(QDialog):
             self.hub_status.setText("Search first, or type a whole repo id (owner/name).")
 
 
+def library_for(window, **kwargs) -> ModelLibrary:
+    """The window's model library, judged against this machine's memory now:
+    available memory plus the current model's weights (loading another model
+    replaces it)."""
+    import psutil
+
+    from engine.loader import default_model_path
+
+    budget, has_gpu, engine = psutil.virtual_memory().available, False, window.engine
+    if engine is not None:
+        plan = engine.memory_plan
+        budget += plan.shared_weight_bytes + sum(lp.weight_bytes for lp in plan.lanes)
+        has_gpu = any(lp.device == "gpu" for lp in plan.lanes)
+    try:
+        default = default_model_path()
+    except Exception:  # this copy has no bundled model
+        default = None
+    library = ModelLibrary(window.store, budget, has_gpu, default, window, **kwargs)
+    library.load_requested.connect(window.load_model)
+    library.download_requested.connect(window.download_model)
+    if engine is not None:
+        library.select(engine.model_info.source)
+    return library
+
+
 def _deletion_target(entry: ModelEntry) -> Path:
     """What deleting removes: a hub-cache repo's whole cache folder, else the
     file or folder itself."""

@@ -206,3 +206,23 @@ def test_a_gguf_repo_downloads_its_gguf_and_loads(qtbot, window, tmp_path, tiny_
             window.download_model("tandem-tests/tiny-GGUF", endpoint=hub.endpoint,
                                   cache_dir=str(tmp_path / "cache"))
     assert window.engine.model_info.source.endswith("tiny-Q8_0.gguf")
+
+
+def test_the_window_opens_its_library_with_the_current_model_selected(qtbot, window):
+    import psutil
+
+    library = window.model_library()
+    qtbot.addWidget(library)
+    # The tiny test model is not on the library's list, so nothing is selected;
+    # once it is added, opening the library selects it.
+    assert library.selected() is None
+    library.add(window.engine.model_info.source)
+    again = window.model_library()
+    qtbot.addWidget(again)
+    assert again.selected().source == window.engine.model_info.source
+    plan = window.engine.memory_plan
+    loaded = plan.shared_weight_bytes + sum(lp.weight_bytes for lp in plan.lanes)
+    assert library.budget_bytes >= loaded
+    assert library.budget_bytes <= psutil.virtual_memory().total + loaded
+    assert library.has_gpu is False
+    assert any(e.source == "default" for e in library.entries)
