@@ -36,13 +36,16 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
+    "attn_q_norm": "self_attn.q_norm",  # qwen3
+    "attn_k_norm": "self_attn.k_norm",
 }
 _TOP_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+# (mistral's GGUFs use the llama architecture.)
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 @dataclass(slots=True)
 class GGUFContents:
@@ -119,6 +122,9 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
     # llama.cpp's converter permutes Q and K of llama models into the
     # interleaved RoPE layout; qwen2 is stored in the NeoX (split) layout.
     config["rope_traditional"] = arch == "llama"
+    key_length = _scalar(metadata, f"{arch}.attention.key_length")
+    config["head_dim"] = int(key_length) if key_length else config["hidden_size"] // n_heads
+    config["tie_word_embeddings"] = True  # the loader unties it when the file has an output
     return config
 
 

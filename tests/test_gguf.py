@@ -15,7 +15,8 @@ _NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
+    "post_attention_layernorm": "ffn_norm", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
 }
 
 
@@ -38,9 +39,9 @@ def write_gguf(folder, path, architecture="llama"):
         else:
             _, _, layer, *rest = name.split(".")
             module = ".".join(rest[:-1])
-            if module == "self_attn.q_proj":
+            if architecture == "llama" and module == "self_attn.q_proj":
                 w = _permute(w, config["num_attention_heads"])
-            elif module == "self_attn.k_proj":
+            elif architecture == "llama" and module == "self_attn.k_proj":
                 w = _permute(w, config["num_key_value_heads"])
             out[f"blk.{layer}.{_NAMES[module]}.{rest[-1]}"] = w
     vocab = tok["model"]["vocab"]
@@ -61,6 +62,8 @@ def write_gguf(folder, path, architecture="llama"):
         f"{architecture}.attention.layer_norm_rms_epsilon": mx.array(config["rms_norm_eps"]),
         f"{architecture}.rope.freq_base": mx.array(config["rope_theta"]),
         f"{architecture}.context_length": u32(config["max_position_embeddings"]),
+        **({f"{architecture}.attention.key_length": u32(config["head_dim"])}
+           if "head_dim" in config else {}),
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.merges": merges,
@@ -81,6 +84,20 @@ def test_gguf_matches_hf_folder(tiny_model_dir, tiny_loaded, tmp_path):
     assert ids == prompt_of(tiny_loaded, text)  # tokenizer rebuilt from metadata
     assert loaded.context_length == 512
     assert reference_greedy(loaded, ids, 20) == reference_greedy(tiny_loaded, ids, 20)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_gguf_of_other_families_matches_their_folders(family, tmp_path):
+    from tests.families import build_family
+
+    folder = build_family(family, tmp_path / family)
+    from_folder = load_model(str(folder))
+    path = write_gguf(folder, tmp_path / f"{family}.gguf", architecture=family)
+    loaded = load_model(str(path), weight_format="float32")
+    assert type(loaded.model).__module__ == type(from_folder.model).__module__
+    ids = prompt_of(loaded, "the quick brown fox jumps over the lazy dog")
+    assert ids == prompt_of(from_folder, "the quick brown fox jumps over the lazy dog")
+    assert reference_greedy(loaded, ids, 16) == reference_greedy(from_folder, ids, 16)
 
 
 def test_gguf_unsupported_architecture(tiny_model_dir, tmp_path):
