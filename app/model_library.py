@@ -156,7 +156,7 @@ class ModelLibrary(QDialog):
             return
         self.buttons["load"].setEnabled(entry.verdict not in ("cannot load", "does not fit"))
         self.buttons["remove"].setEnabled(entry.origin == "added")
-        self.buttons["delete"].setEnabled(entry.origin != "bundled")
+        self.buttons["delete"].setEnabled(entry.origin != "bundled" and not entry.problem)
         self.detail.setText(f"{entry.verdict}: {entry.verdict_detail}")
 
     # ---- actions ------------------------------------------------------------
@@ -202,6 +202,10 @@ class ModelLibrary(QDialog):
         if entry is None or entry.origin == "bundled":
             return
         target = _deletion_target(entry)
+        refusal = _why_not_delete(entry, target)
+        if refusal:
+            QMessageBox.information(self, "Delete model", refusal)
+            return
         answer = QMessageBox.question(
             self, "Delete model",
             f"Delete {entry.name} ({format_bytes(entry.file_bytes)}) from disk?\n\n{target}\n\n"
@@ -271,6 +275,25 @@ def library_for(window, **kwargs) -> ModelLibrary:
     if engine is not None:
         library.select(engine.model_info.source)
     return library
+
+
+MODEL_SUFFIXES = {".json", ".safetensors", ".gguf", ".model", ".tiktoken", ".txt", ".md",
+                  ".py", ".jinja", ".bin", ".gitattributes"}
+
+
+def _why_not_delete(entry: ModelEntry, target: Path) -> str | None:
+    """Deleting is for models only: a folder someone added that also holds
+    other things (their documents, a project) is never removed."""
+    if entry.problem:
+        return f"{target} is not a model Tandem can read, so it is not deleted from here."
+    if entry.origin == "added" and target.is_dir():
+        others = [p.name for p in target.rglob("*")
+                  if p.is_file() and p.suffix.lower() not in MODEL_SUFFIXES
+                  and not p.name.startswith(".")]
+        if others:
+            return (f"{target} holds other files too ({', '.join(sorted(others)[:3])}…); "
+                    "delete it yourself if you mean to. Remove from list keeps the files.")
+    return None
 
 
 def _deletion_target(entry: ModelEntry) -> Path:

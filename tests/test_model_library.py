@@ -226,3 +226,26 @@ def test_the_window_opens_its_library_with_the_current_model_selected(qtbot, win
     assert library.budget_bytes <= psutil.virtual_memory().total + loaded
     assert library.has_gpu is False
     assert any(e.source == "default" for e in library.entries)
+
+
+def test_delete_never_removes_a_folder_that_is_not_only_a_model(qtbot, window, tmp_path,
+                                                                 tiny_model_dir, monkeypatch):
+    asked, told = [], []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a) or QMessageBox.Yes)
+    monkeypatch.setattr(QMessageBox, "information", lambda p, t, text: told.append(text))
+    project = tmp_path / "my-project"
+    shutil.copytree(tiny_model_dir, project)
+    (project / "thesis.docx").write_bytes(b"years of work")
+    home_like = tmp_path / "home"
+    (home_like / "Documents").mkdir(parents=True)
+    (home_like / "Documents" / "notes.odt").write_bytes(b"notes")
+    library = ModelLibrary(window.store, 16 * GIB, False, None, window)
+    qtbot.addWidget(library)
+    library.add(str(project))  # a model folder that also holds the user's files
+    library.buttons["delete"].click()
+    assert (project / "thesis.docx").exists() and (project / "config.json").exists()
+    assert asked == [] and len(told) == 1 and "other files" in told[0]
+    library.add(str(home_like))  # not a model at all: delete is not even offered
+    assert not library.buttons["delete"].isEnabled()
+    library._delete()
+    assert (home_like / "Documents" / "notes.odt").exists() and asked == []
