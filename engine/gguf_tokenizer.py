@@ -57,28 +57,62 @@ def pre_tokenizer(rule: str):
     return pre_tokenizers.Sequence(steps)
 
 
+def sentencepiece_tokenizer(metadata: dict[str, Any], tokens: list[str], vocab: dict):
+    """SentencePiece BPE as llama.cpp runs it: spaces become '▁' (with one in
+    front unless `add_space_prefix` is false, as for gemma), the adjacent pair
+    whose merged piece scores highest merges first, and characters outside the
+    vocabulary fall back to <0xXX> byte pieces. As a `tokenizers` BPE: merges
+    ranked by the merged piece's score."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = list(metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens))
+    merges = []
+    for merged in sorted(range(len(tokens)), key=lambda i: -float(scores[i])):
+        piece = tokens[merged]
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                merges.append((left, right, float(scores[merged]), vocab[left], vocab[right]))
+    # Ties: the higher score first, then as SentencePiece orders pieces.
+    merges.sort(key=lambda m: (-m[2], m[3], m[4]))
+    unk = _scalar(metadata, "tokenizer.ggml.unknown_token_id")
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for a, b, *_ in merges],
+                               unk_token=tokens[int(unk)] if unk is not None else None,
+                               fuse_unk=True, byte_fallback=True))
+    prefix = bool(_scalar(metadata, "tokenizer.ggml.add_space_prefix", True))
+    steps = [normalizers.Prepend("▁")] if prefix else []
+    tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+    return tok
+
+
 def build_tokenizer(metadata: dict[str, Any]):
     """A transformers PreTrainedTokenizerFast from the GGUF vocabulary."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
     model_kind = _scalar(metadata, "tokenizer.ggml.model")
-    if model_kind != "gpt2":
-        raise EngineError(
-            f"Unsupported GGUF tokenizer '{model_kind}' (only byte-level BPE is supported).",
-            "unsupported-architecture",
-        )
     tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tok.pre_tokenizer = pre_tokenizer(str(_scalar(metadata, "tokenizer.ggml.pre", "default")))
-    tok.decoder = decoders.ByteLevel()
+    if model_kind == "gpt2":  # byte-level BPE: llama 3, qwen, smollm, mistral (tekken)
+        merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
+                                   byte_fallback=False))
+        tok.pre_tokenizer = pre_tokenizer(str(_scalar(metadata, "tokenizer.ggml.pre", "default")))
+        tok.decoder = decoders.ByteLevel()
+    elif model_kind == "llama":  # SentencePiece BPE: gemma, llama 2, mistral v0.1-0.3
+        tok = sentencepiece_tokenizer(metadata, tokens, vocab)
+    else:
+        raise EngineError(
+            f"Unsupported GGUF tokenizer '{model_kind}' (Tandem reads byte-level BPE, 'gpt2', "
+            "and SentencePiece BPE, 'llama').", "unsupported-architecture")
     token_types = metadata.get("tokenizer.ggml.token_type")
     if token_types is not None:
         special = [
             AddedToken(tokens[i], special=True, normalized=False)
-            for i, kind in enumerate(token_types.tolist())
+            for i, kind in enumerate(getattr(token_types, "tolist", lambda: token_types)())
             if kind in (3, 4)  # control, user-defined
         ]
         tok.add_special_tokens(special)

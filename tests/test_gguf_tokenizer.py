@@ -49,3 +49,75 @@ def test_an_unknown_rule_is_a_clear_error():
     with pytest.raises(EngineError, match="pre-split rule 'deepseek-coder'.*wrong tokens") as e:
         pre_tokenizer("deepseek-coder")
     assert e.value.kind == "unsupported-architecture"
+
+
+# ---- SentencePiece BPE (tokenizer.ggml.model "llama": gemma, llama 2, mistral v0.x) ----
+PIECES = ["▁", "h", "e", "l", "o", "w", "r", "d", "a", "b", "c", "▁h", "he", "ll", "lo",
+          "▁he", "llo", "▁hello", "▁w", "or", "▁wor", "ld", "▁world", "ab", "▁a", "abc",
+          "▁abc", "é", "▁é"]
+
+
+def _spm_metadata(prefix=True):
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + PIECES
+    scores = [0.0] * 259 + [-float(i) for i in range(len(PIECES))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(PIECES)
+    return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
+            "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.add_space_prefix": prefix}
+
+
+def _llama_cpp_spm(meta, text: str) -> list[int]:
+    """llama.cpp's SentencePiece BPE (llm_tokenizer_spm), written out plainly."""
+    tokens, scores = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"]
+    ids = {t: i for i, t in enumerate(tokens)}
+    text = ("▁" if meta["tokenizer.ggml.add_space_prefix"] else "") + text.replace(" ", "▁")
+    symbols = list(text)
+    while True:
+        best = None
+        for i in range(len(symbols) - 1):
+            merged = symbols[i] + symbols[i + 1]
+            if merged in ids and (best is None or scores[ids[merged]] > best[0]):
+                best = (scores[ids[merged]], i)
+        if best is None:
+            break
+        i = best[1]
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+    out = []
+    for s in symbols:
+        out += [ids[s]] if s in ids else [ids[f"<0x{b:02X}>"] for b in s.encode()]
+    return out
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_sentencepiece_gguf_tokenizes_as_llama_cpp(prefix):
+    from engine.gguf_tokenizer import build_tokenizer
+
+    meta = _spm_metadata(prefix)
+    tok = build_tokenizer(meta)
+    for text in ["hello world", "hello", "abc ab a", "héllo wörld 東", "world hello  ab",
+                 "ol leh", " hello"]:
+        expected = _llama_cpp_spm(meta, text)
+        assert tok.encode(text, add_special_tokens=False) == expected, text
+        assert tok.decode(expected) == text  # bytes and spaces come back
+
+
+def test_sentencepiece_agrees_with_llama_cpp_on_random_text():
+    import random
+
+    from engine.gguf_tokenizer import build_tokenizer
+
+    rng = random.Random(0)
+    for prefix in (True, False):
+        meta = _spm_metadata(prefix)
+        tok = build_tokenizer(meta)
+        for _ in range(400):
+            text = "".join(rng.choice("helowrdabc é東") for _ in range(rng.randint(1, 20)))
+            assert tok.encode(text, add_special_tokens=False) == _llama_cpp_spm(meta, text), text
+
+
+def test_an_unknown_tokenizer_model_is_a_clear_error():
+    from engine.gguf_tokenizer import build_tokenizer
+
+    with pytest.raises(EngineError, match="Unsupported GGUF tokenizer 'rwkv'"):
+        build_tokenizer({"tokenizer.ggml.model": "rwkv", "tokenizer.ggml.tokens": ["a"]})
