@@ -14,7 +14,7 @@ TEXTS = ["hello world, how are you today?", "numbers 0123456789 and emoji",
          "café, naïve, 東京"]
 
 
-def chat_trace(loaded, n: int = 16, gap_s: float = 0.015) -> list[PlannedRequest]:
+def chat_trace(loaded, n: int = 20, gap_s: float = 0.005) -> list[PlannedRequest]:
     """Requests arriving faster than they finish, so that routing depends on
     the lanes' queues and batches, not only on which lane is faster."""
     return [PlannedRequest(gap_s * i, tuple(prompt_of(loaded, TEXTS[i % len(TEXTS)]
