@@ -38,6 +38,8 @@ class EngineLoader(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.factory = factory
+        self.closing = False  # the window is gone: a model that loads now is closed
+        self._threads: list[threading.Thread] = []
 
     def start(self, source: str) -> None:
         def work():
@@ -48,9 +50,20 @@ class EngineLoader(QObject):
             except Exception as e:  # keep the window alive whatever happens
                 self.failed.emit(f"{type(e).__name__}: {e}")
             else:
-                self.loaded.emit(engine)
+                if self.closing:  # quit while it loaded: nobody will use it
+                    engine.close()
+                else:
+                    self.loaded.emit(engine)
 
-        threading.Thread(target=work, name="model-loader", daemon=True).start()
+        thread = threading.Thread(target=work, name="model-loader", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Join loads still running (at exit: MLX must not be mid-load then)."""
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = [t for t in self._threads if t.is_alive()]
 
 
 class EngineCloser(QObject):

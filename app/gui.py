@@ -28,7 +28,11 @@ def run_gui(model: str = "default") -> int:
     if opened is None:
         return 1
     store, lock = opened
-    window = MainWindow(startup_model(store, model), store=store)
+    start = startup_model(store, model)
+    # Only a remembered model falls back to the bundled one: a model asked for
+    # on the command line that cannot load is reported, not replaced.
+    window = MainWindow(start, store=store,
+                        fallback_model="default" if start != model else None)
     window.show()
     status = app.exec()
     window.wait_for_engines()

@@ -45,9 +45,12 @@ class MainWindow(QMainWindow):
     model_failed = Signal(str)
 
     def __init__(self, model: str = "default", engine_factory=None,
-                 store: ChatStore | None = None):
+                 store: ChatStore | None = None, fallback_model: str | None = None):
+        """`fallback_model`: loaded instead when `model` (remembered from the
+        last session, say) cannot load and nothing is loaded yet."""
         super().__init__()
         self.resize(1200, 760)
+        self._fallback = fallback_model
         self.store = store or ChatStore(default_db_path())
         self.setWindowTitle("Tandem (read-only)" if self.store.read_only else "Tandem")
         self.engine: Engine | None = None
@@ -124,6 +127,9 @@ class MainWindow(QMainWindow):
         self._loader.start(source)
 
     def _on_engine_loaded(self, engine: Engine) -> None:
+        if self._loader.closing:  # loaded as the window closed: close it too
+            self._closer.close(engine)
+            return
         old, self.engine = self.engine, engine
         self.store.set_setting(LAST_MODEL_KEY, engine.model_info.source)  # for the next start
         mode = self.store.setting(MODE_KEY)
@@ -149,13 +155,14 @@ class MainWindow(QMainWindow):
 
     def _on_engine_failed(self, message: str) -> None:
         # The previous model (if any) stays loaded and usable.
-        if self.engine is None and self._requested != "default":
-            # The model remembered from last time (or asked for) is gone or broken:
-            # say so, and start with the bundled one rather than with nothing.
+        fallback, self._fallback = self._fallback, None  # once
+        if self.engine is None and fallback and self._requested != fallback:
+            # The model remembered from last time is gone or broken: say so, and
+            # start with the fallback (the bundled model) rather than with nothing.
             self.statusBar().showMessage(f"Could not load {self._requested}: {message}; "
-                                         "loading the bundled model instead.", 30_000)
+                                         f"loading {fallback} instead.", 30_000)
             self.model_failed.emit(message)
-            self.load_model("default")
+            self.load_model(fallback)
             return
         self.model_label.setText(self.engine.model_info.label if self.engine else "No model")
         self.statusBar().showMessage(f"Could not load the model: {message}")
@@ -362,7 +369,12 @@ class MainWindow(QMainWindow):
             event.request_id, ""), event.phase, event.lane, event.reason, event.request_id)
 
     def wait_for_engines(self, timeout: float = 30.0) -> None:
-        """Wait for engines being closed in the background (at exit)."""
+        """Wait for models still loading and engines being closed in the
+        background (at exit), so no MLX work is left when the process ends."""
+        from PySide6.QtCore import QCoreApplication
+
+        self._loader.wait(timeout)
+        QCoreApplication.processEvents()  # a load that finished just before the close
         self._closer.wait(timeout)
 
     def _on_queued(self, event) -> None:
@@ -428,6 +440,7 @@ class MainWindow(QMainWindow):
         self.store.set_setting("window.state", bytes(self.saveState().toBase64()).decode())
 
     def closeEvent(self, event):  # noqa: N802
+        self._loader.closing = True
         self.flush_streaming()
         self._save_tabs()
         self._save_layout()

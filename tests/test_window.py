@@ -1,5 +1,7 @@
 """The first window under offscreen Qt, driven by qtbot, on the real engine."""
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -135,10 +137,19 @@ def test_quit_closes_the_window(qtbot, window):
     assert not window.isVisible()
 
 
+def test_a_model_asked_for_that_cannot_load_is_reported_not_replaced(qtbot, tmp_path):
+    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "v.db"))
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
+    assert "missing.gguf" in w.statusBar().currentMessage() and w.engine is None
+    w.close()
+
+
 def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatch):
     # A model that cannot load at start (gone since the last session, say):
     # the window says why and starts with the bundled model instead.
-    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"))
+    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"),
+                   fallback_model="default")
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.engine_ready, timeout=60_000):
         pass
@@ -147,7 +158,8 @@ def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatc
     w.close()
     # If the bundled model cannot load either, the window stays, with no model.
     monkeypatch.setenv("TANDEM_DEFAULT_MODEL", str(tmp_path / "also-missing.gguf"))
-    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "u.db"))
+    w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "u.db"),
+                   fallback_model="default")
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
     assert "also-missing.gguf" in w.statusBar().currentMessage()  # what failed, and where
@@ -450,3 +462,43 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
     assert [m["content"] for m in restored.messages][0] == "first question, edited"
     assert restored.conversation() == tab.conversation()
     again.close()
+
+
+def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
+    """Quit during a load: the process exits 0, not with MLX aborting (-6)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+        from app.main_window import MainWindow
+        from app.store import ChatStore
+        from engine import Engine, LaneSpec
+        from engine.loader import load_model
+
+        def slow(source):
+            import mlx.core as mx
+            engine = Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
+            end = time.time() + 1.5  # still busy in MLX when the window closes
+            while time.time() < end:
+                mx.eval(mx.random.normal((256, 256)) @ mx.random.normal((256, 256)))
+            return engine
+
+        app = QApplication([])
+        w = MainWindow({str(tiny_model_dir)!r}, engine_factory=slow,
+                       store=ChatStore({str(tmp_path / "q.db")!r}))
+        w.show()
+        QTimer.singleShot(200, w.close)
+        app.exec()
+        w.wait_for_engines()
+        print("CLEAN", w.engine is None, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CLEAN True" in done.stdout
