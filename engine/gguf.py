@@ -44,8 +44,17 @@ _TOP_NAMES = {
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-# (mistral's GGUFs use the llama architecture.)
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# Per architecture, names that differ from the table above.
+_ARCH_LAYER_NAMES = {
+    "phi3": {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},
+    "gemma3": {"post_attention_norm": "post_attention_layernorm",
+               "ffn_norm": "pre_feedforward_layernorm",
+               "post_ffw_norm": "post_feedforward_layernorm"},
+}
+# GGUF architecture -> mlx-lm model type (mistral's GGUFs use "llama").
+_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+                "gemma3": "gemma3_text"}
+SUPPORTED_ARCHITECTURES = tuple(_MODEL_TYPES)
 
 @dataclass(slots=True)
 class GGUFContents:
@@ -101,7 +110,7 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
         hidden = int(_scalar(metadata, f"{arch}.embedding_length"))
         n_heads = int(_scalar(metadata, f"{arch}.attention.head_count"))
         config = {
-            "model_type": arch,
+            "model_type": _MODEL_TYPES[arch],
             "hidden_size": hidden,
             "num_hidden_layers": int(_scalar(metadata, f"{arch}.block_count")),
             "intermediate_size": int(_scalar(metadata, f"{arch}.feed_forward_length")),
@@ -125,17 +134,36 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
     key_length = _scalar(metadata, f"{arch}.attention.key_length")
     config["head_dim"] = int(key_length) if key_length else config["hidden_size"] // n_heads
     config["tie_word_embeddings"] = True  # the loader unties it when the file has an output
+    if arch == "gemma3":
+        # llama.cpp keeps these fixed for Gemma 3 rather than in the metadata:
+        # every 6th layer global, local RoPE base 10k, and the query scale of
+        # the head size (of hidden / heads for the 62-layer 27B).
+        config["sliding_window"] = int(_scalar(metadata, "gemma3.attention.sliding_window", 512))
+        config["sliding_window_pattern"] = int(
+            _scalar(metadata, "gemma3.attention.sliding_window_pattern", 6))
+        config["rope_local_base_freq"] = 10000.0
+        config["query_pre_attn_scalar"] = (hidden // n_heads
+                                           if config["num_hidden_layers"] == 62
+                                           else config["head_dim"])
+    if arch == "phi3":
+        config["original_max_position_embeddings"] = int(_scalar(
+            metadata, "phi3.rope.scaling.original_context_length",
+            config["max_position_embeddings"]))
     return config
 
 
-def rename_weights(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+def rename_weights(weights: dict[str, mx.array], arch: str = "llama") -> dict[str, mx.array]:
     """GGUF tensor names to mlx-lm names; raises on tensors it does not know."""
+    layer_names = _LAYER_NAMES | _ARCH_LAYER_NAMES.get(arch, {})
     renamed: dict[str, mx.array] = {}
     for name, value in weights.items():
         stem, _, suffix = name.rpartition(".")
         parts = stem.split(".")
-        if parts[0] == "blk" and len(parts) == 3 and parts[2] in _LAYER_NAMES:
-            new = f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+        if arch == "gemma3" and stem.endswith("norm") and suffix == "weight":
+            # llama.cpp stores Gemma's RMSNorm weights as 1 + w; mlx-lm adds the 1.
+            value = value - 1
+        if parts[0] == "blk" and len(parts) == 3 and parts[2] in layer_names:
+            new = f"model.layers.{parts[1]}.{layer_names[parts[2]]}"
         elif stem in _TOP_NAMES:
             new = _TOP_NAMES[stem]
         elif stem == "rope_freqs":

@@ -119,11 +119,14 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
 
     contents = gguf.read_gguf(path)
     config = gguf.model_config(contents.metadata)
-    weights = gguf.rename_weights(contents.weights)
+    arch = str(contents.metadata.get("general.architecture"))
+    weights = gguf.rename_weights(contents.weights, arch)
     model_class, args_class = _get_classes(config)
     args = args_class.from_dict(config)
     args.tie_word_embeddings = "lm_head.weight" not in weights
     model = model_class(args)
+    if hasattr(model, "sanitize"):  # as mlx_lm.load does (e.g. gemma drops a tied lm_head)
+        weights = model.sanitize(weights)
     gguf.quantize_model_like(model, weights)
     try:
         model.load_weights(list(weights.items()), strict=True)

@@ -20,6 +20,15 @@ _NAMES = {
 }
 
 
+# llama.cpp's names where an architecture differs (llama-arch.cpp).
+_ARCH_NAMES = {
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+    "gemma3": {"post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"},
+}
+
+
 def _permute(w: mx.array, n_head: int) -> mx.array:
     """llama.cpp's convert_hf_to_gguf permutation of Q/K rows."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, w.shape[1]).swapaxes(1, 2).reshape(
@@ -30,12 +39,17 @@ def write_gguf(folder, path, architecture="llama"):
     config = json.loads((folder / "config.json").read_text())
     tok = json.loads((folder / "tokenizer.json").read_text())
     weights = mx.load(str(folder / "model.safetensors"))
+    names = _NAMES | _ARCH_NAMES.get(architecture, {})
     out = {}
     for name, w in weights.items():
+        if architecture == "gemma3" and name.endswith("norm.weight"):
+            w = w + 1  # llama.cpp's Gemma converter stores 1 + w
         if name == "model.embed_tokens.weight":
             out["token_embd.weight"] = w
         elif name == "model.norm.weight":
             out["output_norm.weight"] = w
+        elif name == "lm_head.weight":
+            out["output.weight"] = w
         else:
             _, _, layer, *rest = name.split(".")
             module = ".".join(rest[:-1])
@@ -43,7 +57,7 @@ def write_gguf(folder, path, architecture="llama"):
                 w = _permute(w, config["num_attention_heads"])
             elif architecture == "llama" and module == "self_attn.k_proj":
                 w = _permute(w, config["num_key_value_heads"])
-            out[f"blk.{layer}.{_NAMES[module]}.{rest[-1]}"] = w
+            out[f"blk.{layer}.{names[module]}.{rest[-1]}"] = w
     vocab = tok["model"]["vocab"]
     added = {t["content"]: t["id"] for t in tok["added_tokens"]}
     tokens = [None] * (max(list(vocab.values()) + list(added.values())) + 1)
@@ -64,6 +78,10 @@ def write_gguf(folder, path, architecture="llama"):
         f"{architecture}.context_length": u32(config["max_position_embeddings"]),
         **({f"{architecture}.attention.key_length": u32(config["head_dim"])}
            if "head_dim" in config else {}),
+        **({f"{architecture}.attention.sliding_window": u32(config["sliding_window"]),
+            f"{architecture}.attention.sliding_window_pattern":
+                u32(config["sliding_window_pattern"])}
+           if config.get("sliding_window") else {}),
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.merges": merges,
@@ -86,13 +104,14 @@ def test_gguf_matches_hf_folder(tiny_model_dir, tiny_loaded, tmp_path):
     assert reference_greedy(loaded, ids, 20) == reference_greedy(tiny_loaded, ids, 20)
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
-def test_gguf_of_other_families_matches_their_folders(family, tmp_path):
+@pytest.mark.parametrize("family, arch", [("qwen2", "qwen2"), ("qwen3", "qwen3"),
+                                          ("phi3", "phi3"), ("gemma3_text", "gemma3")])
+def test_gguf_of_other_families_matches_their_folders(family, arch, tmp_path):
     from tests.families import build_family
 
     folder = build_family(family, tmp_path / family)
     from_folder = load_model(str(folder))
-    path = write_gguf(folder, tmp_path / f"{family}.gguf", architecture=family)
+    path = write_gguf(folder, tmp_path / f"{family}.gguf", architecture=arch)
     loaded = load_model(str(path), weight_format="float32")
     assert type(loaded.model).__module__ == type(from_folder.model).__module__
     ids = prompt_of(loaded, "the quick brown fox jumps over the lazy dog")
