@@ -34,7 +34,35 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
+    serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine")
+    serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--api-key", default=None,
+                       help="required as a Bearer token (and to bind other than localhost)")
     return parser
+
+
+def serve(args) -> int:
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print("tandem: binding another address than localhost needs --api-key", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from engine import Engine, EngineError
+    from server.api import ServerConfig, make_app
+
+    try:
+        engine = Engine.load(args.model)
+    except EngineError as e:
+        print(f"tandem: {e}", file=sys.stderr)
+        return 2
+    app = make_app(engine, ServerConfig(model_id=args.model, api_key=args.api_key))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        engine.close()
+    return 0
 
 
 def _decode(data: bytes, what: str) -> str:
@@ -137,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.model, gui=args.gui)
     if args.command == "generate":
         return generate(args)
+    if args.command == "serve":
+        return serve(args)
     from app.gui import run_gui
 
     return run_gui(args.model)

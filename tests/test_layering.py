@@ -44,3 +44,16 @@ def test_scheduling_code_imports_no_mlx():
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_server_imports_neither_mlx_nor_qt():
+    """server/ talks to the engine's public API like the app: importing it
+    loads no MLX (the engine loads MLX with a model) and no Qt."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import server.api; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('mlx', 'mlx_lm', 'PySide6', 'pyqtgraph')); print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

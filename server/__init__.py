@@ -1,0 +1,1 @@
+"""Tandem's OpenAI-compatible local server (`tandem serve`): MLX-free, Qt-free."""

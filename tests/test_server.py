@@ -1,0 +1,226 @@
+"""The OpenAI-compatible server on the real engine (tiny model), driven by the
+real `openai` client against uvicorn on a free local port."""
+
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from engine import Finished
+from server.api import ServerConfig, make_app
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    def __init__(self, engine, **config):
+        self.port = _free_port()
+        self.server = uvicorn.Server(uvicorn.Config(
+            make_app(engine, ServerConfig(model_id="tiny", **config)), host="127.0.0.1",
+            port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, key="none", **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def served(make_engine):
+    engine = make_engine()
+    s = Served(engine)
+    s.engine = engine
+    yield s
+    s.stop()
+
+
+HELLO = [{"role": "user", "content": "hello world, how are you today?"}]
+
+
+def test_chat_completion_and_streaming_agree(served):
+    client = served.client()
+    done = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12,
+                                          temperature=0)
+    assert done.choices[0].message.role == "assistant"
+    text = done.choices[0].message.content
+    assert text and done.usage.completion_tokens <= 12
+    assert done.choices[0].finish_reason in ("stop", "length")
+    chunks = list(client.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text  # greedy: the same answer either way
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and
+                c.choices[0].finish_reason]
+    assert len(finishes) == 1
+    assert chunks[-1].usage.completion_tokens == done.usage.completion_tokens
+
+
+def test_completions_models_health_and_cached_tokens(served):
+    client = served.client()
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    assert httpx.get(served.url + "/health").json()["status"] == "ok"
+    text = client.completions.create(model="tiny", prompt="the quick brown fox", max_tokens=6,
+                                     temperature=0)
+    assert text.choices[0].text is not None and text.usage.prompt_tokens > 0
+    # A follow-up turn reuses the prefix cache, and usage says so.
+    first = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=16,
+                                           temperature=0)
+    follow = HELLO + [{"role": "assistant", "content": first.choices[0].message.content},
+                      {"role": "user", "content": "and again?"}]
+    second = client.chat.completions.create(model="tiny", messages=follow, max_tokens=4,
+                                            temperature=0)
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_stop_strings_and_seeds(served):
+    client = served.client()
+    free = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24,
+                                          temperature=0).choices[0].message.content
+    assert len(free) > 4
+    cut = free[2:4]
+    stopped = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24,
+                                             temperature=0, stop=[cut])
+    assert cut not in stopped.choices[0].message.content
+    assert stopped.choices[0].finish_reason == "stop"
+    runs = [client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=16,
+                                           temperature=1.0, seed=s).choices[0].message.content
+            for s in (3, 3, 4)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_errors_use_openai_bodies_and_codes(served, make_engine):
+    client = served.client()
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-9", messages=HELLO)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=HELLO, n=2)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=HELLO, temperature=-1)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=HELLO, presence_penalty=0.5)
+    with pytest.raises(openai.APIStatusError) as e:
+        client.chat.completions.create(model="tiny", messages=[
+            {"role": "user", "content": " ".join(["river"] * 2000)}])
+    assert e.value.status_code == 413
+    keyed = Served(make_engine(), api_key="sekret")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client("wrong").models.list()
+        assert [m.id for m in keyed.client("sekret").models.list()] == ["tiny"]
+    finally:
+        keyed.stop()
+
+
+def test_a_client_that_disconnects_frees_its_slot(served):
+    finished = []
+    served.engine.subscribe(lambda e: finished.append(e) if isinstance(e, Finished) else None)
+    with httpx.stream("POST", served.url + "/v1/chat/completions", json={
+            "model": "tiny", "messages": HELLO, "max_tokens": 400, "stream": True,
+            "temperature": 0}) as response:
+        for _ in response.iter_lines():
+            break  # read one event, then hang up
+    deadline = time.time() + 10
+    while not finished and time.time() < deadline:
+        time.sleep(0.02)
+    assert finished and finished[0].reason == "cancelled"
+    assert finished[0].output_tokens < 400
+    assert httpx.get(served.url + "/health").json()["in_flight"] == 0
+
+
+def test_32_concurrent_streams_each_finish_once(served):
+    finished = []
+    served.engine.subscribe(lambda e: finished.append(e.request_id)
+                            if isinstance(e, Finished) else None)
+    results = [None] * 32
+
+    def one(i):
+        chunks = list(served.client().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": f"count {i}"}],
+            max_tokens=8, temperature=0, stream=True))
+        results[i] = sum(1 for c in chunks if c.choices and c.choices[0].finish_reason)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [1] * 32
+    assert len(finished) == 32 and len(set(finished)) == 32
+
+
+def test_a_full_queue_answers_429_with_retry_after(make_engine):
+    from engine import Token
+
+    engine = make_engine()
+    gate = threading.Event()  # holds the first request at its first token
+    engine.subscribe(lambda e: gate.wait(30) if isinstance(e, Token) else None)
+    s = Served(engine, max_in_flight=1)
+    held = threading.Thread(target=lambda: httpx.post(
+        s.url + "/v1/chat/completions", timeout=60,
+        json={"model": "tiny", "messages": HELLO, "max_tokens": 5}))
+    try:
+        held.start()
+        deadline = time.time() + 10
+        while httpx.get(s.url + "/health").json()["in_flight"] < 1 and time.time() < deadline:
+            time.sleep(0.01)
+        r = httpx.post(s.url + "/v1/chat/completions",
+                       json={"model": "tiny", "messages": HELLO, "max_tokens": 2})
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        assert r.json()["error"]["type"] == "rate_limit_error"
+        gate.set()
+        held.join(30)
+        again = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                           json={"model": "tiny", "messages": HELLO, "max_tokens": 2})
+        assert again.status_code == 200  # the slot is free again
+    finally:
+        gate.set()
+        s.stop()
+
+
+def test_tandem_serve_from_the_command_line(tiny_model_dir):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    refused = subprocess.run([sys.executable, "-m", "app", "serve", "--host", "0.0.0.0"],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "--api-key" in refused.stderr
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
+                             str(tiny_model_dir), "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
+                               max_retries=0)
+        model = client.models.list().data[0].id
+        done = client.chat.completions.create(model=model, messages=HELLO, max_tokens=4)
+        assert done.usage.completion_tokens >= 1
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    assert "Traceback" not in stderr
