@@ -22,6 +22,7 @@ from .chat_tab import ChatTab, format_footer
 from .engine_loader import EngineCloser, EngineLoader, load_engine
 from .menus import build_menus
 from .paths import default_db_path
+from .local_server import LocalServer
 from .prompt_prep import PromptPreparer
 from .saving_status import SavingStatus
 from .scheduler_dock import SchedulerDock
@@ -111,6 +112,10 @@ class MainWindow(QMainWindow):
         self._flush_timer.timeout.connect(self.flush_streaming)
         self._flush_timer.start()
 
+        self.server = LocalServer(self)
+        self.server_label = QLabel("")
+        self.statusBar().addPermanentWidget(self.server_label)
+        self.server.state_changed.connect(self.server_label.setText)
         self._closer = EngineCloser(self)
         self._closer.closed.connect(self.bridge.detach)
         self.bridge.lane_failed.connect(self.scheduler.show_lane_failed)
@@ -143,6 +148,8 @@ class MainWindow(QMainWindow):
             # so answers it was streaming end as "stopped" in their tabs.
             self._closer.close(old)
         self.bridge.attach(engine)
+        if self.server.running:  # the API follows the window's model
+            self.server.start(engine)
         self.model_label.setText(engine.model_info.label)
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
         self.device_label.setText(devices)
@@ -362,11 +369,30 @@ class MainWindow(QMainWindow):
         self.mode_label.setText(mode_text(mode))
         self.scheduler.show_mode(mode)
 
+    def _label(self, event) -> str:
+        """Who a request is for: its tab's title, or the API client."""
+        title = self._tab_title_of_request.get(event.request_id)
+        if title is None and (event.tab_id or "").startswith("api:"):
+            return f"API {event.tab_id[4:]}"
+        return title or ""
+
     def _on_routed(self, event) -> None:
-        self.scheduler.timeline.routed(event.request_id, self._tab_title_of_request.get(
-            event.request_id, event.request_id), event.phase, event.lane, event.time)
-        self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
-            event.request_id, ""), event.phase, event.lane, event.reason, event.request_id)
+        self.scheduler.timeline.routed(event.request_id, self._label(event) or event.request_id,
+                                       event.phase, event.lane, event.time)
+        self.scheduler.add_decision(event.time, self._label(event), event.phase, event.lane,
+                                    event.reason, event.request_id)
+
+    def toggle_server(self, on: bool | None = None) -> None:
+        """The Local server: the OpenAI-compatible API on this window's engine."""
+        on = self.server_action.isChecked() if on is None else on
+        if on and self.engine is not None:
+            why = self.server.start(self.engine)
+            if why:
+                self.statusBar().showMessage(f"Local server not started: {why}", 10_000)
+                on = False
+        elif not on:
+            self.server.stop()
+        self.server_action.setChecked(on and self.server.running)
 
     def wait_for_engines(self, timeout: float = 30.0) -> None:
         """Wait for models still loading and engines being closed in the
@@ -379,14 +405,14 @@ class MainWindow(QMainWindow):
 
     def _on_queued(self, event) -> None:
         if event.reason:  # it waits for room (KV memory), not just its turn
-            self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
-                event.request_id, ""), "wait", "", event.reason, event.request_id)
+            self.scheduler.add_decision(event.time, self._label(event), "wait", "",
+                                        event.reason, event.request_id)
 
     def _on_migrated(self, event) -> None:
         self.scheduler.timeline.migrated(event.request_id, event.to_lane, event.time)
-        self.scheduler.add_decision(event.time, self._tab_title_of_request.get(
-            event.request_id, ""), "move", f"{event.from_lane} -> {event.to_lane}",
-            event.reason, event.request_id)
+        self.scheduler.add_decision(event.time, self._label(event), "move",
+                                    f"{event.from_lane} -> {event.to_lane}", event.reason,
+                                    event.request_id)
 
     def _bring_request_forward(self, request_id: str) -> None:
         chat_id = self._chat_of_request.get(request_id)
@@ -441,6 +467,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event):  # noqa: N802
         self._loader.closing = True
+        self.server.stop()
         self.flush_streaming()
         self._save_tabs()
         self._save_layout()

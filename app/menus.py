@@ -39,3 +39,7 @@ def build_menus(window) -> None:
                                       window.pick_model)
     window.toggle_mode_action = action(engine_menu, "Toggle GPU-only / Hybrid", "Ctrl+M",
                                        window.toggle_mode)
+    engine_menu.addSeparator()
+    window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
+                                  window.toggle_server)
+    window.server_action.setCheckable(True)
