@@ -119,6 +119,14 @@ def test_errors_use_openai_bodies_and_codes(served, make_engine):
         client.chat.completions.create(model="tiny", messages=[
             {"role": "user", "content": " ".join(["river"] * 2000)}])
     assert e.value.status_code == 413
+    url = served.url + "/v1/chat/completions"
+    assert httpx.post(url, content=b"{not json").status_code == 400
+    huge = httpx.post(url, json={"model": "tiny", "messages": [
+        {"role": "user", "content": "x" * (5 << 20)}]}, timeout=60)
+    assert huge.status_code == 413 and "MiB" in huge.json()["error"]["message"]
+    assert httpx.post(url, json={"model": "tiny", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+    ).status_code == 400
     keyed = Served(make_engine(), api_key="sekret")
     try:
         with pytest.raises(openai.AuthenticationError):
