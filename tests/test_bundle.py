@@ -96,3 +96,36 @@ def test_desktop_entry_installs_with_absolute_paths(tmp_path):
     assert f'Exec="{EXE}" %U' in entry
     icon = entry.split("Icon=", 1)[1].splitlines()[0]
     assert Path(icon).is_absolute() and Path(icon).exists()
+
+
+def test_bundled_server_answers_the_api(bundle_env):
+    """`Tandem serve` from the bundle (uvicorn and starlette frozen with it)."""
+    import socket
+    import time
+    import urllib.request
+
+    env, home = bundle_env
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(EXE), "serve", "--port", str(port)], env=env, cwd=home,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, body = time.time() + 120, None
+        while time.time() < deadline and body is None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+            except OSError:
+                time.sleep(0.5)
+        assert body and json.loads(body)["status"] == "ok"
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                             "max_tokens": 4}).encode())
+        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+        assert answer["usage"]["completion_tokens"] >= 1
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    assert "Traceback" not in stderr
