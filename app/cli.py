@@ -43,19 +43,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_engine(model: str):
+    """The engine for `model`, or None after saying why on stderr."""
+    from engine import Engine, EngineError
+
+    try:
+        return Engine.load(model)
+    except EngineError as e:
+        print(f"tandem: {e}", file=sys.stderr)
+        return None
+
+
 def serve(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print("tandem: binding another address than localhost needs --api-key", file=sys.stderr)
         return 2
     import uvicorn
 
-    from engine import Engine, EngineError
     from server.api import ServerConfig, make_app
 
-    try:
-        engine = Engine.load(args.model)
-    except EngineError as e:
-        print(f"tandem: {e}", file=sys.stderr)
+    engine = _load_engine(args.model)
+    if engine is None:
         return 2
     app = make_app(engine, ServerConfig(model_id=args.model, api_key=args.api_key))
     try:
@@ -107,12 +115,10 @@ def generate(args) -> int:
     except PromptError as e:
         print(f"tandem: {e}", file=sys.stderr)
         return 2
-    from engine import Engine, EngineError, Finished, SamplingParams, Token
+    from engine import EngineError, Finished, SamplingParams, Token
 
-    try:
-        engine = Engine.load(args.model)
-    except EngineError as e:
-        print(f"tandem: {e}", file=sys.stderr)
+    engine = _load_engine(args.model)
+    if engine is None:
         return 2
     messages = []
     if system:
