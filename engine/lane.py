@@ -56,6 +56,7 @@ class Lane:
         self.probed = threading.Event()
         self._stopped = threading.Event()
         self._wakeup = threading.Condition()
+        self._paced = threading.Event()  # set on close: a paced step ends at once
         self._closing = False
         self.kv_bytes = 0  # as of the last step (read by the sampler thread)
         # The thread's target holds the lane only while it runs (see _thread_main).
@@ -126,6 +127,7 @@ class Lane:
             self.scheduler.closed = True
         with self._wakeup:
             self._closing = True
+            self._paced.set()
             self._wakeup.notify()
         if self._thread.is_alive():
             self._stopped.wait(timeout)
@@ -167,11 +169,15 @@ class Lane:
             self.probed.set()
 
     def _loop(self) -> None:
+        gate = self.config.gate
         while self._wait_for_work():
+            if gate is not None:
+                gate.begin(self.name)
             started = time.perf_counter()
             try:
                 plan = self.scheduler.schedule()
                 result = self.runner.run(plan)
+                result.seconds = self._pace(plan, result.seconds)
                 outcome = self.scheduler.commit(plan, result)
                 self._emit(plan, result, outcome)
             except Exception as exc:  # a bug or a device failure: this lane stops
@@ -180,10 +186,22 @@ class Lane:
             self.kv_bytes = self.runner.kv_bytes
             self.stats.busy_s += time.perf_counter() - started
 
+    def _pace(self, plan: StepPlan, seconds: float) -> float:
+        """The step's seconds after the lane's pacing (LaneConfig.min_step_s / gate)."""
+        config = self.config
+        if config.gate is not None:
+            return config.gate.end(self.name, plan, seconds)
+        if seconds < config.min_step_s and plan.has_work:
+            self._paced.wait(config.min_step_s - seconds)  # cut short by close
+            return config.min_step_s
+        return seconds
+
     def _wait_for_work(self) -> bool:
         with self._wakeup:
             while not self._closing and self.scheduler.is_idle:
                 self.kv_bytes = self.runner.kv_bytes
+                if self.config.gate is not None:
+                    self.config.gate.idle(self.name)
                 self._wakeup.wait()
             return not self._closing
 

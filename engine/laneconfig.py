@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+if TYPE_CHECKING:
+    from .step import StepPlan
 
 # A prompt's final chunk longer than this is run as (all but last, last).
 SPLIT_LAST_TOKEN_ABOVE = 64
+
+
+class StepGate(Protocol):
+    """Lockstep: who says when a lane's steps start and end (engine/sim/lockstep.py
+    runs real lanes in virtual time with one). Called on the lane's thread."""
+
+    def begin(self, lane: str) -> None:
+        """Block until the lane may plan its next step."""
+
+    def end(self, lane: str, plan: "StepPlan", measured_s: float) -> float:
+        """Block until the step may end; the seconds the lane records for it."""
+
+    def idle(self, lane: str) -> None:
+        """The lane has nothing to do and waits for work."""
 
 
 @dataclass(slots=True)
@@ -18,12 +35,18 @@ class LaneConfig:
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
     clear_cache_every: int = 256  # steps between mx.clear_cache()
     kv_budget_bytes: int | None = None  # a cap below the memory plan's KV budget
+    # Pacing, for tests and demos: a step lasts at least `min_step_s` (a tiny
+    # model streams at human speed), or a gate decides when steps start and end.
+    min_step_s: float = 0.0
+    gate: StepGate | None = None
 
     def __post_init__(self):
         if self.max_batch < 1 or self.prefill_chunk < 1 or self.prefill_chunk_busy < 1:
             raise ValueError("max_batch and prefill chunk sizes must be >= 1")
         if self.kv_budget_bytes is not None and self.kv_budget_bytes < 0:
             raise ValueError("kv_budget_bytes must be >= 0")
+        if not self.min_step_s >= 0:
+            raise ValueError("min_step_s must be >= 0")
 
 
 class LaneStats:

@@ -9,27 +9,27 @@ import textwrap
 from pathlib import Path
 
 from app.store import ChatStore
-from tests.windows import open_window
+from tests.windows import open_window, paced_cpu_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent("""
-    import sys, time
+    import sys
     sys.path.insert(0, {root!r})
     from PySide6.QtWidgets import QApplication
     from app.main_window import MainWindow
     from app.store import ChatStore
-    from engine import Engine, LaneSpec, Token
+    from engine import Engine, LaneConfig, LaneSpec
     from engine.loader import load_model
 
     app = QApplication([])
-    factory = lambda s: Engine(load_model(s), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    # Steps of 50 ms pace the tiny model to human speed: the answer is mid-stream for seconds.
+    factory = lambda s: Engine(load_model(s), lanes=[
+        LaneSpec("cpu", "cpu", "float32", LaneConfig(min_step_s=0.05))])
     w = MainWindow({model!r}, engine_factory=factory, store=ChatStore({db!r}))
     w.show()
 
     def go():
-        # Pace the tiny model to human speed so the answer is mid-stream for seconds.
-        w.engine.subscribe(lambda e: time.sleep(0.05) if isinstance(e, Token) else None)
         tab = w.chat_tabs()[0]
         tab.composer.setPlainText("tell me a long story about the sea")
         tab.send()
@@ -102,12 +102,7 @@ def test_answer_streaming_when_killed_survives_to_its_last_flush(qtbot, tiny_mod
 
 def test_an_answer_whose_tab_closed_mid_stream_reopens_interrupted(qtbot, tiny_model_dir,
                                                                     tmp_path):
-    import time
-
-    from engine import Token
-
-    window = open_window(qtbot, tiny_model_dir, tmp_path / "closed.db")
-    window.engine.subscribe(lambda e: time.sleep(0.02) if isinstance(e, Token) else None)
+    window = open_window(qtbot, tiny_model_dir, tmp_path / "closed.db", paced_cpu_engine(0.02))
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()

@@ -188,3 +188,20 @@ def test_a_length_limited_answer_keeps_its_last_token(make_engine, tiny_loaded):
     assert done.reason == "length" and done.output_tokens == 5
     assert done.text == tiny_loaded.tokenizer.decode(expected)
     assert "".join(e.text for e in seen if isinstance(e, Token)) == done.text
+
+
+def test_a_paced_lane_steps_no_faster_than_its_floor_and_gives_the_same_answer(
+        make_engine, tiny_loaded):
+    """LaneConfig.min_step_s (how tests stream a tiny model at human speed)
+    slows the steps only: the answer is the unpaced one."""
+    from engine import LaneConfig, LaneSpec
+
+    with pytest.raises(ValueError):
+        LaneConfig(min_step_s=-0.1)
+    prompt = prompt_of(tiny_loaded, "hello world, how are you today?")
+    engine = make_engine([LaneSpec("cpu", "cpu", "float32", LaneConfig(min_step_s=0.03))])
+    handle = engine.submit(prompt_ids=prompt, params=SamplingParams(max_tokens=6))
+    handle.result(60)
+    stats = engine.lanes["cpu"].stats
+    assert stats.steps >= 6 and stats.busy_s >= 0.03 * stats.steps
+    assert handle.request.output_ids == reference_greedy(tiny_loaded, prompt, 6)

@@ -3,20 +3,16 @@ client joins the window's engine next to a chat tab, shows up in the routing
 timeline and the decision log labelled as an API request, and in no tab."""
 
 import threading
-import time
 
 import httpx
 import openai
 
 from tests.test_server import _free_port
-from tests.windows import open_window
+from tests.windows import open_window, paced_cpu_engine
 
 
 def test_api_requests_show_in_the_dock_not_in_tabs(qtbot, tiny_model_dir, tmp_path):
-    from engine import Token
-
-    window = open_window(qtbot, tiny_model_dir, tmp_path / "srv.db")
-    window.engine.subscribe(lambda e: time.sleep(0.01) if isinstance(e, Token) else None)
+    window = open_window(qtbot, tiny_model_dir, tmp_path / "srv.db", paced_cpu_engine(0.01))
     window.server.port = _free_port()
     window.server_action.setChecked(True)
     window.toggle_server()

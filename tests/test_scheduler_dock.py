@@ -5,16 +5,16 @@ from PySide6.QtCore import QPoint, Qt
 
 from app.main_window import MainWindow
 from app.store import ChatStore
-from engine import Engine, LaneSpec
+from engine import Engine, LaneConfig, LaneSpec
 from engine.loader import load_model
 from engine.router import LeastLoadedPolicy
 from tests.windows import open_window
 
 
-def _two_lane_factory(source):
+def _two_lane_factory(source, config: LaneConfig | None = None):
     return Engine(load_model(source), lanes=[
-        LaneSpec("gpu", "cpu", "float32", acts_as="gpu"), LaneSpec("cpu", "cpu", "float32")],
-        policy=LeastLoadedPolicy(), mode="hybrid")
+        LaneSpec("gpu", "cpu", "float32", config, acts_as="gpu"),
+        LaneSpec("cpu", "cpu", "float32", config)], policy=LeastLoadedPolicy(), mode="hybrid")
 
 
 @pytest.fixture
@@ -59,13 +59,10 @@ def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, wind
     qtbot.waitUntil(lambda: "tok/s" in dock.cards["gpu"].numbers.text(), timeout=5_000)
 
 
-def test_selecting_a_log_row_brings_its_tab_forward(qtbot, window):
-    import time
-
-    from engine import Token
-
-    # A slow observer paces the tiny model so the answer is still streaming.
-    window.engine.subscribe(lambda e: time.sleep(0.02) if isinstance(e, Token) else None)
+def test_selecting_a_log_row_brings_its_tab_forward(qtbot, tiny_model_dir, tmp_path):
+    # Steps of 20 ms pace the tiny model so the answer is still streaming.
+    window = open_window(qtbot, tiny_model_dir, tmp_path / "t.db",
+                         lambda source: _two_lane_factory(source, LaneConfig(min_step_s=0.02)))
     first, second = window.chat_tabs()[0], window.new_chat()
     first.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     first.send()
@@ -76,6 +73,7 @@ def test_selecting_a_log_row_brings_its_tab_forward(qtbot, window):
     assert window.tabs.currentWidget() is first
     window._stop(first)
     qtbot.waitUntil(lambda: not first.is_streaming, timeout=60_000)
+    window.close()
 
 
 def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):

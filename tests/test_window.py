@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from app.main_window import MainWindow
 from app.store import ChatStore
 from tests.windows import open_window as _open_window
+from tests.windows import paced_cpu_engine
 
 
 @pytest.fixture
@@ -18,6 +19,15 @@ def db(tmp_path):
 @pytest.fixture
 def window(qtbot, tiny_model_dir, db):
     w = _open_window(qtbot, tiny_model_dir, db)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def slow_window(qtbot, tiny_model_dir, db):
+    """A window whose engine streams at human speed (20 ms a step), so an
+    answer is still streaming when the test acts."""
+    w = _open_window(qtbot, tiny_model_dir, db, paced_cpu_engine(0.02))
     yield w
     w.close()
 
@@ -205,19 +215,8 @@ def test_new_window_restores_chats_and_tabs(qtbot, tiny_model_dir, db):
     again.close()
 
 
-def _slow_down(window, seconds_per_token=0.02):
-    """Observers run on the lane thread, so a slow one paces the tiny model's
-    decoding to human speed for tests that need an answer mid-stream."""
-    import time
-
-    from engine import Token
-
-    window.engine.subscribe(lambda e: time.sleep(seconds_per_token) if isinstance(e, Token)
-                            else None)
-
-
-def test_streaming_answer_is_flushed_while_it_streams(qtbot, window):
-    _slow_down(window)
+def test_streaming_answer_is_flushed_while_it_streams(qtbot, slow_window):
+    window = slow_window
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()
@@ -234,8 +233,8 @@ def test_streaming_answer_is_flushed_while_it_streams(qtbot, window):
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
 
 
-def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, window):
-    _slow_down(window, 0.005)
+def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, slow_window):
+    window = slow_window
     a, b = window.chat_tabs()[0], window.new_chat()
     a.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     b.composer.setPlainText("hello world, how are you today?")
@@ -365,12 +364,8 @@ def test_failed_model_load_keeps_the_previous_model(qtbot, window, tmp_path):
     assert tab.messages[-1]["role"] == "assistant"
 
 
-def test_loading_another_model_stops_streaming_answers(qtbot, window, tiny_model_dir):
-    import time
-
-    from engine import Token
-
-    window.engine.subscribe(lambda e: time.sleep(0.02) if isinstance(e, Token) else None)
+def test_loading_another_model_stops_streaming_answers(qtbot, slow_window, tiny_model_dir):
+    window = slow_window
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()

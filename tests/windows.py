@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from app.main_window import MainWindow
 from app.store import ChatStore
-from engine import Engine, LaneSpec
+from engine import Engine, LaneConfig, LaneSpec
 from engine.loader import load_model
 
 
 def cpu_engine(source):
     """One float32 CPU lane: the engine a GPU-less machine runs."""
     return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
+
+
+def paced_cpu_engine(seconds_per_step: float):
+    """`cpu_engine` whose steps last at least `seconds_per_step`: the tiny model
+    streams at human speed, so an answer is still streaming when a test acts."""
+    def factory(source):
+        return Engine(load_model(source), lanes=[LaneSpec(
+            "cpu", "cpu", "float32", LaneConfig(min_step_s=seconds_per_step))])
+    return factory
 
 
 def open_window(qtbot, model_dir, db, factory=cpu_engine) -> MainWindow:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..costmodel import CostModel
 from ..events import Migrated, Routed
@@ -38,9 +39,8 @@ def decision_of(event) -> tuple[str, Decision] | None:
     return None
 
 
-def record(engine, plan: list[PlannedRequest],
-           timeout_s: float = 120.0) -> tuple[list[TraceRequest], list[list[Decision]]]:
-    """Run `plan` on a real engine; the trace it ran and each request's decisions."""
+def decisions_of(engine) -> tuple[Callable[[str], list[Decision]], Callable[[], None]]:
+    """Collect `engine`'s decisions: (a request's decisions so far, unsubscribe)."""
     decisions: dict[str, list[Decision]] = {}
     lock = threading.Lock()
 
@@ -50,7 +50,16 @@ def record(engine, plan: list[PlannedRequest],
             with lock:
                 decisions.setdefault(found[0], []).append(found[1])
 
-    unsubscribe = engine.subscribe(on_event)
+    def of(request_id: str) -> list[Decision]:
+        with lock:
+            return list(decisions.get(request_id, []))
+    return of, engine.subscribe(on_event)
+
+
+def record(engine, plan: list[PlannedRequest],
+           timeout_s: float = 120.0) -> tuple[list[TraceRequest], list[list[Decision]]]:
+    """Run `plan` on a real engine; the trace it ran and each request's decisions."""
+    collected, unsubscribe = decisions_of(engine)
     pause = threading.Event()  # waits for the next planned arrival
     started = time.monotonic()
     submitted = []
@@ -66,9 +75,7 @@ def record(engine, plan: list[PlannedRequest],
         unsubscribe()
     trace = [TraceRequest(at, item.prompt_ids, done.output_tokens, item.max_tokens)
              for at, item, done in results]
-    with lock:
-        real = [list(decisions.get(handle.request_id, [])) for _, _, handle in submitted]
-    return trace, real
+    return trace, [collected(handle.request_id) for _, _, handle in submitted]
 
 
 def fit(engine, warm_up: list[PlannedRequest]) -> list[SimLaneSpec]:
