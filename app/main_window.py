@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         if self.server.running:  # the API follows the window's model
             self.server.start(engine)
         self.model_label.setText(engine.model_info.label)
-        devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lanes.values())
+        devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lane_info())
         self.device_label.setText(devices)
         self.mode_label.setText(mode_text(engine.mode))
         self.scheduler.show_engine(engine)
@@ -274,7 +274,7 @@ class MainWindow(QMainWindow):
             self.export_chat(tab, path)
 
     def toggle_mode(self) -> None:
-        if self.engine is not None and any(l.kind == "gpu" for l in self.engine.lanes.values()):
+        if self.engine is not None and any(lane.kind == "gpu" for lane in self.engine.lane_info()):
             self.set_mode("hybrid" if self.engine.mode == "gpu-only" else "gpu-only")
 
     def export_chat(self, tab: ChatTab, path: str | Path) -> Path:

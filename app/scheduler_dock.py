@@ -307,15 +307,16 @@ class SchedulerDock(QWidget):
     def show_engine(self, engine) -> None:
         """A newly loaded engine: its lanes, mode, memory plan and failures."""
         self.system_plots.engine = engine
+        lanes = engine.lane_info()
         self.set_engine_info(
-            [(lane.name, lane.kind) for lane in engine.lanes.values()], engine.mode,
+            [(lane.name, lane.kind) for lane in lanes], engine.mode,
             engine.describe_lanes(), off={
                 lp.name: (lp.device, lp.reason) for lp in engine.memory_plan.lanes
                 if not lp.enabled})
         self.show_memory_plan(engine.memory_plan)
-        for name, lane in engine.lanes.items():
+        for lane in lanes:
             if lane.failed:
-                self.show_lane_failed(name, lane.failed)
+                self.show_lane_failed(lane.name, lane.failed)
 
     def show_memory_plan(self, plan) -> None:
         """The engine's memory plan, one line each (engine/memory.py)."""

@@ -55,7 +55,7 @@ def engine_check(model: str = "default") -> int:
         return _fail(f"{type(e).__name__}: {e}")
     try:
         report["model"] = engine.model_info.label
-        report["lanes"] = {n: lane.device for n, lane in engine.lanes.items()}
+        report["lanes"] = {lane.name: lane.device for lane in engine.lane_info()}
         report["blas"] = loaded_blas or "bundled with mlx"
         handle = engine.submit([{"role": "user", "content": PROMPT}],
                                SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0))

@@ -19,8 +19,9 @@ _PUBLIC = {
     "Calibrated": "events", "EngineErrorEvent": "events", "Finished": "events",
     "LaneSample": "events", "Migrated": "events", "Queued": "events", "Routed": "events",
     "Token": "events", "MemoryPlanned": "events", "EngineError": "errors", "SamplingParams": "params",
-    "Engine": "engine", "LaneSpec": "engine", "RequestHandle": "handle",
-    "default_lanes": "engine", "gpu_available": "engine", "LaneConfig": "lane",
+    "Engine": "engine", "LaneSpec": "laneconfig", "LaneInfo": "laneconfig",
+    "RequestHandle": "handle", "default_lanes": "engine", "gpu_available": "engine",
+    "LaneConfig": "laneconfig",
     "LoadedModel": "loader", "load_model": "loader", "MemoryPlan": "memory",
 }
 

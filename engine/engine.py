@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
@@ -22,7 +21,8 @@ from .director import Director
 from .errors import EngineError
 from .events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
 from .handle import RequestHandle
-from .lane import Lane, LaneConfig
+from .lane import Lane
+from .laneconfig import LaneInfo, LaneSpec
 from .loader import LoadedModel, load_model
 from .params import SamplingParams
 from .placement import plan_lanes
@@ -32,25 +32,6 @@ from .request import Request
 from .router import LeastLoadedPolicy, Policy
 
 Observer = Callable[[object], None]
-
-
-@dataclass(slots=True, frozen=True)
-class LaneSpec:
-    """A lane to build: its name, device ('cpu'/'gpu') and weight format.
-
-    weight_format 'auto' lets the memory plan choose: the weights as loaded,
-    shared between lanes, or on the CPU a dense float32 copy where it fits and
-    a probe measures it faster (engine/placement.py)."""
-
-    name: str
-    device: str = "cpu"
-    weight_format: str = "auto"
-    config: LaneConfig | None = None
-    acts_as: str | None = None  # the role the router sees; tests run a CPU lane as "gpu"
-
-    @property
-    def kind(self) -> str:
-        return self.acts_as or self.device
 
 
 def gpu_available() -> bool:
@@ -208,7 +189,7 @@ class Engine:
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop)
         lane, routed = self.director.place(request)  # raises when it can never fit
-        handle = RequestHandle(self, request)
+        handle = RequestHandle(request, self.cancel)
         with self._lock:
             self._handles[request.request_id] = handle
         self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
@@ -295,7 +276,7 @@ class Engine:
             self._sampler.join()
         with self.director.lock:  # no lane takes a hand-over from now on
             for lane in self.lanes.values():
-                lane.scheduler.closed = True
+                lane.refuse_work()
         for lane in self.lanes.values():
             lane.close()
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
@@ -308,6 +289,11 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def lane_info(self) -> list[LaneInfo]:
+        """The running lanes, in order: name, device, role, and why one failed."""
+        return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed)
+                for lane in self.lanes.values()]
 
     def describe_lanes(self) -> dict[str, str]:
         """One line per lane on what its cost model believes now, for people."""
@@ -338,7 +324,7 @@ class Engine:
             if isinstance(event, Finished):
                 self._handles.pop(request_id, None)
         if handle is not None:
-            handle._deliver(event)
+            handle.deliver(event)
         for observer in observers:
             try:
                 observer(event)

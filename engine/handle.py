@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator
 
 from .events import Finished
 from .request import Request
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 
 class RequestHandle:
     """A submitted request: iterate its events, wait for the result, cancel it."""
 
-    def __init__(self, engine: "Engine", request: Request):
-        self._engine = engine
+    def __init__(self, request: Request, cancel: Callable[[str], None]):
+        self._cancel = cancel  # the engine's cancel, given the request id
         self.request = request
         self._events: queue.Queue = queue.Queue()
         self._finished = threading.Event()
@@ -27,7 +24,8 @@ class RequestHandle:
     def request_id(self) -> str:
         return self.request.request_id
 
-    def _deliver(self, event) -> None:
+    def deliver(self, event) -> None:
+        """The engine hands the handle each of its request's events, in order."""
         self._events.put(event)
         if isinstance(event, Finished):
             self.finished = event
@@ -41,7 +39,7 @@ class RequestHandle:
                 return
 
     def cancel(self) -> None:
-        self._engine.cancel(self.request_id)
+        self._cancel(self.request_id)
 
     def result(self, timeout: float | None = None) -> Finished:
         if not self._finished.wait(timeout):

@@ -121,10 +121,13 @@ class Lane:
         self.wake()
         return True
 
+    def refuse_work(self) -> None:
+        """Take no new requests or hand-overs from now on."""
+        self.scheduler.close()
+
     def close(self, timeout: float = 30.0) -> None:
         """Stop taking work, end what the lane holds (cancelled), stop the thread."""
-        with self.scheduler.lock:
-            self.scheduler.closed = True
+        self.refuse_work()
         with self._wakeup:
             self._closing = True
             self._paced.set()
@@ -240,8 +243,7 @@ class Lane:
     def _fail(self, exc: Exception, when: str) -> None:
         message = f"{self.name.upper()} lane failed {when}: {type(exc).__name__}: {exc}"
         traceback.print_exc()
-        with self.scheduler.lock:
-            self.scheduler.failed = message
+        self.scheduler.fail(message)
         self.director.emit(EngineErrorEvent("", None, message=message, lane=self.name))
 
     def _end_all(self, reason: str, error: str | None = None) -> None:

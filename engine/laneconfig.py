@@ -1,4 +1,5 @@
-"""A lane's tuning (validated) and the counters it publishes."""
+"""A lane to build (`LaneSpec`), its tuning (`LaneConfig`, validated), what
+the engine says of a running lane (`LaneInfo`) and the counters it publishes."""
 
 from __future__ import annotations
 
@@ -57,3 +58,32 @@ class LaneStats:
         self.tokens = 0  # prompt + output tokens processed
         self.output_tokens = 0
         self.steps = 0
+
+
+@dataclass(slots=True, frozen=True)
+class LaneSpec:
+    """A lane to build: its name, device ('cpu'/'gpu') and weight format.
+
+    weight_format 'auto' lets the memory plan choose: the weights as loaded,
+    shared between lanes, or on the CPU a dense float32 copy where it fits and
+    a probe measures it faster (engine/placement.py)."""
+
+    name: str
+    device: str = "cpu"
+    weight_format: str = "auto"
+    config: LaneConfig | None = None
+    acts_as: str | None = None  # the role the router sees; tests run a CPU lane as "gpu"
+
+    @property
+    def kind(self) -> str:
+        return self.acts_as or self.device
+
+
+@dataclass(slots=True, frozen=True)
+class LaneInfo:
+    """A running lane as an app shows it (`Engine.lane_info()`)."""
+
+    name: str
+    device: str  # 'cpu' / 'gpu'
+    kind: str  # the role the router sees
+    failed: str | None = None  # why it stopped, if it failed

@@ -188,8 +188,6 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
                 f"Cannot load {source} from Hugging Face (offline, not cached, or not a "
                 f"model repo): {e}", "download-failed") from e
         raise _folder_error(source, e) from e
-
-        raise EngineError(f"{source}: incomplete model ({e}).", "not-a-model") from e
     stop_ids = set(tokenizer.eos_token_ids or ())
     vocab = tokenizer.get_vocab()
     for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
@@ -201,21 +199,3 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, label=label, source=source,
                        context_length=context, stop_token_ids=stop_ids,
                        weight_format=weight_format)
-
-
-def models_by_format(loaded: LoadedModel, formats: list[str]) -> dict:
-    """One model object per weight format the lanes need; lanes share it
-    read-only. The loaded model is converted in place when no lane wants its
-    original format, and other formats are loaded afresh."""
-    wanted = list(dict.fromkeys(formats))
-    models = {}
-    if loaded.weight_format in wanted:
-        models[loaded.weight_format] = loaded.model
-    for fmt in wanted:
-        if fmt in models:
-            continue
-        if not models:
-            models[fmt] = with_weight_format(loaded, fmt).model
-        else:
-            models[fmt] = load_model(loaded.source, fmt).model
-    return models

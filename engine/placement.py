@@ -8,17 +8,13 @@ gives a lane its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .laneconfig import LaneSpec
 from .loader import LoadedModel, load_model, with_weight_format
 from .memory import LaneRequest, MemoryPlan, plan_memory
 from .weights import dense_faster_on_cpu, machine_budget, model_shape
 
-if TYPE_CHECKING:
-    from .engine import LaneSpec
 
-
-def _requests(loaded: LoadedModel, specs: list["LaneSpec"], quantized: bool,
+def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
               probe) -> list[LaneRequest]:
     out = []
     for spec in specs:
@@ -35,7 +31,7 @@ def _requests(loaded: LoadedModel, specs: list["LaneSpec"], quantized: bool,
     return out
 
 
-def plan_lanes(loaded: LoadedModel, specs: list["LaneSpec"],
+def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
                budget_bytes: int | None = None) -> tuple[MemoryPlan, dict[str, object]]:
     """The memory plan for `specs` and the model object each enabled lane runs."""
     shape = model_shape(loaded.model, loaded.context_length)

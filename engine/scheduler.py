@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from .costmodel import CostModel
 from .events import Queued, now
@@ -28,8 +28,22 @@ from .request import Request, RequestStatus
 from .router import LaneView
 from .step import Admission, PrefillChunk, StepOutcome, StepPlan, StepResult
 
-if TYPE_CHECKING:
-    from .director import Director
+class Routing(Protocol):
+    """What a lane's scheduler asks of the director (engine/director.py), which
+    knows every lane: the schedulers never see each other."""
+
+    lock: threading.RLock  # guards every scheduler's lists
+    stop_token_ids: set[int]
+    context_length: int
+
+    def others_busy(self, name: str) -> bool:
+        """Whether a lane other than `name` has work."""
+
+    def place_decode(self, request: Request, current: str) -> tuple[str, object]:
+        """(the lane where a request prefilled on `current` decodes, the event)."""
+
+    def reconsider(self, request: Request, current: str) -> tuple[str | None, object]:
+        """(a lane to move a decoding request to, or None; the event)."""
 
 
 class LaneScheduler:
@@ -37,7 +51,7 @@ class LaneScheduler:
     which every scheduler of an engine shares (planning is a few microseconds;
     the model runs outside the lock)."""
 
-    def __init__(self, name: str, kind: str, director: "Director", prefix: PrefixIndex,
+    def __init__(self, name: str, kind: str, director: Routing, prefix: PrefixIndex,
                  config: LaneConfig | None = None, device: str | None = None,
                  kv_bytes_per_token: int = 0, kv_budget_bytes: int | None = None,
                  clock: Callable[[], float] = now):
@@ -135,6 +149,16 @@ class LaneScheduler:
             request.lane = self.name
             self.waiting.append(request)
             return True
+
+    def close(self) -> None:
+        """Take no more work: new requests and hand-overs are refused."""
+        with self.lock:
+            self.closed = True
+
+    def fail(self, why: str) -> None:
+        """The lane failed: it takes no more work and the router passes it by."""
+        with self.lock:
+            self.failed = why
 
     def adopt(self, request: Request) -> bool:
         """A decoding request handed over by another lane joins at the next step."""

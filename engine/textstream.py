@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 
@@ -16,9 +14,8 @@ class TextStream:
     """
 
     def __init__(self, tokenizer: TokenizerWrapper, stop: tuple[str, ...] = ()):
-        # The wrapper builds its detokenizer's token map once; copies share it.
-        self._detok = copy.copy(tokenizer._detokenizer)
-        self._detok.reset()
+        # A fresh streaming detokenizer, sharing the wrapper's token map.
+        self._detok = tokenizer.detokenizer
         self._stop = stop
         self._hold = max((len(s) for s in stop), default=1) - 1
         self._text = ""  # everything decoded so far
