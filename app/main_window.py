@@ -13,9 +13,9 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow,
                                QTabWidget)
 
-from engine.blas import openblas_advice
-from engine.errors import EngineError
-from engine.params import SamplingParams
+from engine.runtime.blas import openblas_advice
+from engine.core.errors import EngineError
+from engine.core.params import SamplingParams
 
 from .bridge import EngineBridge
 from .chat_tab import ChatTab, format_footer

@@ -14,8 +14,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLay
                                QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from engine.catalog import ModelEntry, describe_folder, describe_gguf, hub_cache_models, judge
-from engine.memory import format_bytes
+from engine.models.catalog import (ModelEntry, describe_folder, describe_gguf, hub_cache_models,
+                                   judge)
+from engine.core.memory import format_bytes
 
 ADDED_KEY = "library.added"  # paths the user added, in the settings table
 COLUMNS = ["Model", "Family", "Parameters", "Quantization", "Size", "Context", "On this machine"]
@@ -258,7 +259,7 @@ def library_for(window, **kwargs) -> ModelLibrary:
     replaces it)."""
     import psutil
 
-    from engine.loader import default_model_path
+    from engine.models.loader import default_model_path
 
     budget, has_gpu, engine = psutil.virtual_memory().available, False, window.engine
     if engine is not None:

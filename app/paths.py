@@ -10,7 +10,7 @@ from PySide6.QtCore import QStandardPaths
 
 def resource_path(name: str) -> Path:
     """A file of resources/: inside a PyInstaller bundle or in the checkout."""
-    from engine.bundle import bundle_dir
+    from engine.models.bundle import bundle_dir
 
     return (bundle_dir() or Path(__file__).resolve().parents[1]) / "resources" / name
 

@@ -34,15 +34,15 @@ def _fail(message: str) -> int:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine.blas import loaded_blas
-    from engine.errors import EngineError
-    from engine.params import SamplingParams
+    from engine.runtime.blas import loaded_blas
+    from engine.core.errors import EngineError
+    from engine.core.params import SamplingParams
 
     report: dict = {"python": platform.python_version(), "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}
     try:
         from engine import Engine
-        from engine.diagnostics import gpu_check, mlx_version
+        from engine.models.diagnostics import gpu_check, mlx_version
 
         report["mlx"] = mlx_version()
         report["gpu"] = gpu_check()

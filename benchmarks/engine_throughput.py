@@ -27,7 +27,7 @@ from mlx_lm import stream_generate  # noqa: E402
 from mlx_lm.generate import BatchGenerator  # noqa: E402
 
 from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
-from engine.loader import load_model  # noqa: E402
+from engine.models.loader import load_model  # noqa: E402
 
 QUESTIONS = [
     "Write a long story about a lighthouse keeper.",
@@ -118,7 +118,7 @@ def blas_effect() -> dict:
         "mx.eval(a @ a); t = time.perf_counter()\n"
         "for _ in range(5): mx.eval(a @ a)\n"
         "mm = (time.perf_counter() - t) / 5\n"
-        "from engine.loader import load_model\n"
+        "from engine.models.loader import load_model\n"
         "from mlx_lm import stream_generate\n"
         "lm = load_model('default', weight_format='float32')\n"
         "ids = lm.tokenizer.encode('the quick brown fox jumps over the lazy dog ' * 30)[:256]\n"

@@ -56,7 +56,7 @@ def rss_now():
 
 if mode == "new":
     from engine import load_model
-    from engine.gguf_check import validate_gguf
+    from engine.models.gguf.check import validate_gguf
     validate_gguf(path)  # warm the imports (gguf, numpy) outside the measurement
 before = rss_now()
 mx.reset_peak_memory()

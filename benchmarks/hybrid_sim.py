@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.policies import CostAwarePolicy, WarmPrefixPolicy  # noqa: E402
-from engine.router import LeastLoadedPolicy  # noqa: E402
+from engine.core.policies import CostAwarePolicy, WarmPrefixPolicy  # noqa: E402
+from engine.core.router import LeastLoadedPolicy  # noqa: E402
 from engine.sim import Simulation, chat_workload, load_profile  # noqa: E402
 from engine.sim.profiles import CONTENTIONS, PROFILES  # noqa: E402
 

@@ -27,7 +27,7 @@ from engine.sim import chat_workload  # noqa: E402
 def overlap(engine) -> dict:
     """Do the two lanes really step at the same time? One 64-token decode alone,
     then one on each lane at once: 2.0 = fully overlapped, 1.0 = serialized."""
-    from engine.router import LeastLoadedPolicy
+    from engine.core.router import LeastLoadedPolicy
 
     policy, engine.policy = engine.policy, LeastLoadedPolicy()
     params = SamplingParams(max_tokens=64)
@@ -55,7 +55,7 @@ def main():
                              "OPENBLAS_NUM_THREADS=1 to see what the cores allow)")
     args = parser.parse_args()
 
-    from engine.policies import make_policy
+    from engine.core.policies import make_policy
 
     engine = Engine.load("default", lanes=[LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
                                            LaneSpec("cpu", "cpu", "float32")],

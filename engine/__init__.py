@@ -1,28 +1,35 @@
 """Tandem's inference engine: MLX lanes, continuous batching, a shared prefix
 cache and a router. Imports no Qt.
 
+Rooms (docs/ARCHITECTURE.md): `engine.core` decides (plain Python, never
+MLX), `engine.models` loads, `engine.runtime` runs (MLX), `engine.sim`
+simulates with the core's own code; `engine.engine` and `engine.handle`
+are the public API, named here.
+
 Importing the package is cheap: it loads the system OpenBLAS (which must come
 before MLX) and nothing else. The public names below import their modules,
 and with them MLX, mlx-lm and transformers (~1 s), on first use, so that an
-app can show its window first and load the engine on a worker thread.
-Light modules (`engine.events`, `engine.params`, `engine.errors`) can be
-imported directly without pulling in MLX.
+app can show its window first and load the engine on a worker thread. The
+vocabulary (events, `SamplingParams`, `EngineError`, `LaneSpec`,
+`LaneConfig`, `MemoryPlan`) lives in `engine.core` and pulls in no MLX.
 """
 
 from importlib import import_module
 
-from .blas import preload_openblas
+from .runtime.blas import preload_openblas
 
 preload_openblas()  # must run before anything imports mlx
 
 _PUBLIC = {
-    "Calibrated": "events", "EngineErrorEvent": "events", "Finished": "events",
-    "LaneSample": "events", "Migrated": "events", "Queued": "events", "Routed": "events",
-    "Token": "events", "MemoryPlanned": "events", "EngineError": "errors", "SamplingParams": "params",
-    "Engine": "engine", "LaneSpec": "laneconfig", "LaneInfo": "laneconfig",
-    "RequestHandle": "handle", "default_lanes": "engine", "gpu_available": "engine",
-    "LaneConfig": "laneconfig",
-    "LoadedModel": "loader", "load_model": "loader", "MemoryPlan": "memory",
+    "Calibrated": "core.events", "EngineErrorEvent": "core.events", "Finished": "core.events",
+    "LaneSample": "core.events", "Migrated": "core.events", "Queued": "core.events",
+    "Routed": "core.events", "Token": "core.events", "MemoryPlanned": "core.events",
+    "EngineError": "core.errors", "SamplingParams": "core.params",
+    "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
+    "MemoryPlan": "core.memory",
+    "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
+    "RequestHandle": "handle",
+    "LoadedModel": "models.loader", "load_model": "models.loader",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -15,21 +15,22 @@ from typing import Callable
 
 import mlx.core as mx
 
-from . import blas, priority
-from .cachekinds import cache_profile
-from .director import Director
-from .errors import EngineError
-from .events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
+from .runtime import blas
+from .core import priority
+from .runtime.cachekinds import cache_profile
+from .core.director import Director
+from .core.errors import EngineError
+from .core.events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
 from .handle import RequestHandle
-from .lane import Lane
-from .laneconfig import LaneInfo, LaneSpec
-from .loader import LoadedModel, load_model
-from .params import SamplingParams
-from .placement import plan_lanes
-from .policies import CostAwarePolicy
-from .prefix import PrefixCache
-from .request import Request
-from .router import LeastLoadedPolicy, Policy
+from .runtime.lane import Lane
+from .core.laneconfig import LaneInfo, LaneSpec
+from .models.loader import LoadedModel, load_model
+from .core.params import SamplingParams
+from .runtime.placement import plan_lanes
+from .core.policies import CostAwarePolicy
+from .runtime.prefix import PrefixCache
+from .core.request import Request
+from .core.router import LeastLoadedPolicy, Policy
 
 Observer = Callable[[object], None]
 
@@ -171,7 +172,7 @@ class Engine:
                params: SamplingParams | None = None, tab_id: str | None = None,
                prompt_ids: list[int] | None = None) -> RequestHandle:
         """Queue a generation for `messages` (or raw `prompt_ids`)."""
-        from .textstream import TextStream
+        from .runtime.textstream import TextStream
 
         if self._closed:
             raise EngineError("The engine is closed.", "closed")

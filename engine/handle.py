@@ -6,8 +6,8 @@ import queue
 import threading
 from typing import Callable, Iterator
 
-from .events import Finished
-from .request import Request
+from .core.events import Finished
+from .core.request import Request
 
 
 class RequestHandle:

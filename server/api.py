@@ -21,9 +21,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.errors import EngineError
-from engine.events import Finished, Token
-from engine.params import SamplingParams
+from engine.core.errors import EngineError
+from engine.core.events import Finished, Token
+from engine.core.params import SamplingParams
 
 MAX_BODY_BYTES = 4 << 20
 

@@ -20,7 +20,7 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_dir):
-    from engine.loader import load_model
+    from engine.models.loader import load_model
 
     return load_model(str(tiny_model_dir))
 
@@ -29,7 +29,7 @@ def tiny_loaded(tiny_model_dir):
 def make_engine(tiny_model_dir):
     """Build engines on the tiny model; closes them after the test."""
     from engine import Engine, LaneSpec
-    from engine.loader import load_model
+    from engine.models.loader import load_model
 
     engines = []
 

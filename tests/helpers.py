@@ -7,7 +7,7 @@ import threading
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 
-from engine.events import Finished, Token
+from engine.core.events import Finished, Token
 
 
 def reference_greedy(loaded, prompt_ids: list[int], max_tokens: int) -> list[int]:

@@ -3,7 +3,7 @@
 import sys
 
 from app.bridge import EngineBridge
-from engine.events import Finished, Queued, Token
+from engine.core.events import Finished, Queued, Token
 
 
 def _finished(rid):

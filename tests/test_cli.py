@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app import cli
-from engine import blas
+from engine.runtime import blas
 
 ROOT = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -152,7 +152,7 @@ def test_invalid_utf8_on_the_command_line():
 
 @linux_only
 def test_importing_mlx_before_engine_warns_once():
-    rc, out, err = _run(["-c", "import mlx.core, engine, engine.blas as b; b.preload_openblas()"])
+    rc, out, err = _run(["-c", "import mlx.core, engine, engine.runtime.blas as b; b.preload_openblas()"])
     assert rc == 0, err
     assert "RuntimeWarning" in err and err.count(blas.LATE_WARNING) == 1, err
     assert ("import engine before mlx (engine loads the system OpenBLAS, which must come before "
@@ -187,7 +187,7 @@ HIDE = textwrap.dedent("""
 
 
 def _advice_in_child(found, env=None):
-    code = HIDE.format(found=found) + "import engine.blas as b; print(repr(b.openblas_advice()))"
+    code = HIDE.format(found=found) + "import engine.runtime.blas as b; print(repr(b.openblas_advice()))"
     rc, out, err = _run(["-c", code], env=env)
     assert rc == 0, err
     return out.strip()

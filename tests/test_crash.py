@@ -20,7 +20,7 @@ CHILD = textwrap.dedent("""
     from app.main_window import MainWindow
     from app.store import ChatStore
     from engine import Engine, LaneConfig, LaneSpec
-    from engine.loader import load_model
+    from engine.models.loader import load_model
 
     app = QApplication([])
     # Steps of 50 ms pace the tiny model to human speed: the answer is mid-stream for seconds.

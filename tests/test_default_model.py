@@ -47,7 +47,7 @@ def test_two_cpu_lanes_share_one_float32_copy_of_the_default_model():
     faster on this CPU, so the first lane converts in place and the second
     reads the same arrays (no second copy); the plan says so."""
     from engine import Engine, LaneSpec
-    from engine.weights import dense_faster_on_cpu
+    from engine.runtime.weights import dense_faster_on_cpu
 
     engine = Engine.load("default", lanes=[LaneSpec("gpu", "cpu", acts_as="gpu"),
                                            LaneSpec("cpu", "cpu")])

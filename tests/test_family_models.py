@@ -102,7 +102,7 @@ def test_greedy_output_is_varied(family):
 
 
 def test_tandem_loader_loads_the_family(family):
-    from engine.loader import load_model
+    from engine.models.loader import load_model
 
     name, path, model, tokenizer = family
     loaded = load_model(str(path))

@@ -18,8 +18,8 @@ import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from engine import EngineError
-from engine.gguf_check import validate_gguf
-from engine.loader import default_model_path
+from engine.models.gguf.check import validate_gguf
+from engine.models.loader import default_model_path
 from tests.test_gguf import write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 from engine import EngineError, load_model
-from engine.gguf_check import SUPPORTED_TENSOR_TYPES, validate_gguf
-from engine.gguf_tensors import MX_LOAD_TYPES, read_tensors
+from engine.models.gguf.check import SUPPORTED_TENSOR_TYPES, validate_gguf
+from engine.models.gguf.tensors import MX_LOAD_TYPES, read_tensors
 from tests.helpers import prompt_of, reference_greedy
 from tests.tiny_model import CHAT_TEMPLATE
 
@@ -250,8 +250,8 @@ def test_q4_k_m_mix(tmp_path, tiny_model_dir):
 def test_reader_matches_mx_load_on_the_default_model():
     """The tensor-by-tensor reader and the metadata walk give exactly what mx.load
     gives on the real Q4_1/Q8_0/F32 default model."""
-    from engine.gguf_meta import read_metadata
-    from engine.loader import default_model_path
+    from engine.models.gguf.meta import read_metadata
+    from engine.models.loader import default_model_path
 
     path = default_model_path()
     native, native_meta = mx.load(str(path), return_metadata=True)

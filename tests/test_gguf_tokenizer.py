@@ -4,8 +4,8 @@ error instead of GPT-2's rule (wrong tokens)."""
 
 import pytest
 
-from engine.errors import EngineError
-from engine.gguf_tokenizer import PRE_RULES, pre_tokenizer
+from engine.core.errors import EngineError
+from engine.models.gguf.tokenizer import PRE_RULES, pre_tokenizer
 
 TEXT = "HelloWorld it's 12345 tokens!\n\nok"
 
@@ -91,7 +91,7 @@ def _llama_cpp_spm(meta, text: str) -> list[int]:
 
 @pytest.mark.parametrize("prefix", [True, False])
 def test_sentencepiece_gguf_tokenizes_as_llama_cpp(prefix):
-    from engine.gguf_tokenizer import build_tokenizer
+    from engine.models.gguf.tokenizer import build_tokenizer
 
     meta = _spm_metadata(prefix)
     tok = build_tokenizer(meta)
@@ -105,7 +105,7 @@ def test_sentencepiece_gguf_tokenizes_as_llama_cpp(prefix):
 def test_sentencepiece_agrees_with_llama_cpp_on_random_text():
     import random
 
-    from engine.gguf_tokenizer import build_tokenizer
+    from engine.models.gguf.tokenizer import build_tokenizer
 
     rng = random.Random(0)
     for prefix in (True, False):
@@ -117,7 +117,7 @@ def test_sentencepiece_agrees_with_llama_cpp_on_random_text():
 
 
 def test_an_unknown_tokenizer_model_is_a_clear_error():
-    from engine.gguf_tokenizer import build_tokenizer
+    from engine.models.gguf.tokenizer import build_tokenizer
 
     with pytest.raises(EngineError, match="Unsupported GGUF tokenizer 'rwkv'"):
         build_tokenizer({"tokenizer.ggml.model": "rwkv", "tokenizer.ggml.tokens": ["a"]})

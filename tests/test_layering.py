@@ -36,8 +36,9 @@ def test_scheduling_code_imports_no_mlx():
     import subprocess
     import sys
 
-    modules = ["engine.scheduler", "engine.director", "engine.router", "engine.policies",
-               "engine.costmodel", "engine.step", "engine.memory", "engine.prefix_trie",
+    modules = ["engine.core.scheduler", "engine.core.director", "engine.core.router",
+               "engine.core.policies", "engine.core.costmodel", "engine.core.step",
+               "engine.core.memory", "engine.core.prefix_trie",
                "engine.sim", "engine.sim.simulator", "engine.sim.runner"]
     code = (f"import sys; import {', '.join(modules)}; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')); "

@@ -11,8 +11,8 @@ import pytest
 
 from engine import (Engine, EngineError, EngineErrorEvent, Finished, LaneConfig, LaneSpec,
                     Queued, SamplingParams)
-from engine.router import Placement
-from engine.runner import ModelRunner
+from engine.core.router import Placement
+from engine.runtime.runner import ModelRunner
 from tests.helpers import TokenCounter, prompt_of, reference_greedy
 
 TEXTS = ["hello world, how are you today?", "numbers 0123456789 and emoji",

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from engine import EngineError, load_model
-from engine.loader import default_model_path
+from engine.models.loader import default_model_path
 
 
 def test_loads_hf_folder(tiny_model_dir):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.memory import (LaneRequest, ModelShape, format_bytes, plan_memory,
-                           shape_from_config)
+from engine.core.memory import (LaneRequest, ModelShape, format_bytes, plan_memory,
+                                shape_from_config)
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -34,7 +34,7 @@ def cpu(faster=True):
 
 
 def test_importing_the_planner_does_not_import_mlx():
-    code = ("import sys, engine.memory; "
+    code = ("import sys, engine.core.memory; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')); "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.model_library import ADDED_KEY, ModelLibrary
 from engine import Engine, LaneSpec
-from engine.loader import default_model_path, load_model
+from engine.models.loader import default_model_path, load_model
 from tests.windows import open_window
 
 GIB = 2**30

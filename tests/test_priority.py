@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
-from engine import SamplingParams, blas, priority
+from engine import SamplingParams
+from engine.runtime import blas
+from engine.core import priority
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="thread niceness is a Linux feature")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.router import LaneView, LeastLoadedPolicy, RequestView, eligible_lanes
+from engine.core.router import LaneView, LeastLoadedPolicy, RequestView, eligible_lanes
 
 GPU = LaneView("gpu", "gpu", queue_depth=0, batch_size=0, pending_prompt_tokens=0)
 CPU = LaneView("cpu", "cpu", queue_depth=0, batch_size=0, pending_prompt_tokens=0)

@@ -6,8 +6,8 @@ from PySide6.QtCore import QPoint, Qt
 from app.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
-from engine.loader import load_model
-from engine.router import LeastLoadedPolicy
+from engine.models.loader import load_model
+from engine.core.router import LeastLoadedPolicy
 from tests.windows import open_window
 
 
@@ -161,7 +161,7 @@ def test_plots_follow_the_palette(qtbot, window):
 
 def _second_lane_without_memory(source):
     """Two lanes on a budget with room for one lane's KV only."""
-    from engine.weights import model_shape
+    from engine.runtime.weights import model_shape
 
     loaded = load_model(source)
     weights = model_shape(loaded.model, loaded.context_length).weight_bytes

@@ -8,8 +8,8 @@ alone, not on how busy the machine is. benchmarks/sim_agreement.py measures
 the agreement with real, wall-clock step times (benchmarks/RESULTS.md)."""
 
 from engine import LaneConfig, LaneSpec
-from engine.costmodel import CostModel
-from engine.policies import CostAwarePolicy
+from engine.core.costmodel import CostModel
+from engine.core.policies import CostAwarePolicy
 from engine.sim import Simulation
 from engine.sim.lockstep import Lockstep, believe
 from engine.sim.profiles import SimLaneSpec

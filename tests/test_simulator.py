@@ -2,9 +2,9 @@
 
 import pytest
 
-from engine.costmodel import CostModel
-from engine.policies import CostAwarePolicy, WarmPrefixPolicy
-from engine.router import LaneView, LeastLoadedPolicy, RequestView
+from engine.core.costmodel import CostModel
+from engine.core.policies import CostAwarePolicy, WarmPrefixPolicy
+from engine.core.router import LaneView, LeastLoadedPolicy, RequestView
 from engine.sim import Simulation, Tab, Turn, chat_workload, load_profile
 
 

@@ -6,7 +6,7 @@ the long version is benchmarks/soak.py)."""
 import random
 
 from engine import Engine, LaneSpec
-from engine.loader import load_model
+from engine.models.loader import load_model
 from tests.soak import Ledger, SoakStats, check_and_measure, soak_round
 from tests.windows import open_window
 

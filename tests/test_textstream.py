@@ -1,6 +1,6 @@
 """Streaming text: whole characters only; stop strings never shown."""
 
-from engine.textstream import TextStream
+from engine.runtime.textstream import TextStream
 
 
 def _stream_all(loaded, text, stop=()):

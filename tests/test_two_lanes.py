@@ -7,7 +7,7 @@ and the lane-to-lane hand-off run for real on this GPU-less machine.
 import threading
 
 from engine import LaneSpec, Migrated, Routed, SamplingParams
-from engine.router import LeastLoadedPolicy, Placement
+from engine.core.router import LeastLoadedPolicy, Placement
 from tests.helpers import TokenCounter, prompt_of, reference_greedy
 
 TEXTS = ["hello world, how are you today?", "numbers 0123456789 and emoji",
@@ -136,7 +136,7 @@ def test_cancel_on_either_lane(make_engine, tiny_loaded):
 
 
 def test_cost_aware_engine_calibrates_and_explains(make_engine, tiny_loaded):
-    from engine.policies import CostAwarePolicy
+    from engine.core.policies import CostAwarePolicy
 
     engine = make_engine(_two_lanes())
     assert isinstance(engine.policy, CostAwarePolicy)

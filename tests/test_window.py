@@ -85,7 +85,7 @@ def test_a_new_chat_takes_the_keyboard_and_knows_its_context(qtbot, window):
 def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_dir, tmp_path,
                                                             monkeypatch):
     import app.main_window as main_window
-    from engine.blas import ADVICE
+    from engine.runtime.blas import ADVICE
 
     monkeypatch.setattr(main_window, "openblas_advice", lambda: ADVICE)
     w = _open_window(qtbot, tiny_model_dir, tmp_path / "b.db")
@@ -474,7 +474,7 @@ def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
         from app.main_window import MainWindow
         from app.store import ChatStore
         from engine import Engine, LaneSpec
-        from engine.loader import load_model
+        from engine.models.loader import load_model
 
         def slow(source):
             import mlx.core as mx

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
-from engine.loader import load_model
+from engine.models.loader import load_model
 
 
 def cpu_engine(source):

@@ -17,9 +17,9 @@ import threading
 import time
 from dataclasses import fields
 
-from ..costmodel import CostModel
-from ..params import SamplingParams
-from ..step import StepPlan
+from ..core.costmodel import CostModel
+from ..core.params import SamplingParams
+from ..core.step import StepPlan
 from .replay import Decision, PlannedRequest, decisions_of
 from .simulator import TraceRequest
 

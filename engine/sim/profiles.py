@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..costmodel import CostModel
+from ..core.costmodel import CostModel
 
 _DATA = json.loads((Path(__file__).with_name("profiles.json")).read_text())
 PROFILES = tuple(_DATA["profiles"])

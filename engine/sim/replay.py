@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..costmodel import CostModel
-from ..events import Migrated, Routed
-from ..params import SamplingParams
+from ..core.costmodel import CostModel
+from ..core.events import Migrated, Routed
+from ..core.params import SamplingParams
 from .profiles import SimLaneSpec
 from .simulator import SimResult, TraceRequest
 

@@ -14,10 +14,10 @@ import threading
 import zlib
 from typing import Callable
 
-from ..costmodel import CostModel
-from ..prefix_trie import PrefixMatch, PrefixTrie
-from ..request import Request
-from ..step import StepPlan, StepResult
+from ..core.costmodel import CostModel
+from ..core.prefix_trie import PrefixMatch, PrefixTrie
+from ..core.request import Request
+from ..core.step import StepPlan, StepResult
 
 STOP_TOKEN = 0  # the simulated model's end-of-answer token
 

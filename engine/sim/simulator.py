@@ -16,13 +16,13 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from ..director import Director
-from ..events import Finished, Migrated, Routed
-from ..laneconfig import LaneConfig
-from ..params import SamplingParams
-from ..request import Request
-from ..scheduler import LaneScheduler
-from ..step import StepPlan, StepResult
+from ..core.director import Director
+from ..core.events import Finished, Migrated, Routed
+from ..core.laneconfig import LaneConfig
+from ..core.params import SamplingParams
+from ..core.request import Request
+from ..core.scheduler import LaneScheduler
+from ..core.step import StepPlan, StepResult
 from .profiles import SimLaneSpec
 from .runner import STOP_TOKEN, SimPrefix, SimRunner
 from .workload import Tab

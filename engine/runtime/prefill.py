@@ -8,8 +8,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
-from .laneconfig import SPLIT_LAST_TOKEN_ABOVE
-from .request import Request
+from ..core.laneconfig import SPLIT_LAST_TOKEN_ABOVE
+from ..core.request import Request
 from .sampling import TokenSampler
 
 

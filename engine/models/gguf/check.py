@@ -29,7 +29,7 @@ from gguf.constants import (
     GGUFValueType,
 )
 
-from .errors import EngineError
+from ...core.errors import EngineError
 
 # The tensor types Tandem loads (the one list; engine/gguf_tensors.py says how
 # each becomes MLX arrays). Float types stay dense; the quantized ones become

@@ -23,9 +23,9 @@ from .calibration import kv_dtype
 from .handoff import Handoff
 from .prefill import Prefill, run_chunk
 from .prefix import PrefixCache
-from .request import Request
+from ..core.request import Request
 from .sampling import TokenSampler, sample_rows
-from .step import StepPlan, StepResult
+from ..core.step import StepPlan, StepResult
 
 
 class ModelRunner:

@@ -13,7 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from .errors import EngineError
+from ...core.errors import EngineError
 
 # The split patterns llama.cpp uses (llama-vocab.cpp), by `tokenizer.ggml.pre`.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"

@@ -39,7 +39,7 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from .gguf_check import SUPPORTED_TENSOR_TYPES, TensorInfo
+from .check import SUPPORTED_TENSOR_TYPES, TensorInfo
 
 GROUP_SIZE = 32
 # Rows dequantized at a time: about 2^18 values (1 MiB of float32), which keeps

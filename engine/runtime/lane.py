@@ -16,17 +16,17 @@ from typing import Callable
 import mlx.core as mx
 
 from .calibration import start_up
-from .costmodel import CostModel
-from .director import Director
-from .events import Calibrated, EngineErrorEvent, Token
+from ..core.costmodel import CostModel
+from ..core.director import Director
+from ..core.events import Calibrated, EngineErrorEvent, Token
 from .handoff import Handoff
-from .laneconfig import LaneConfig
+from ..core.laneconfig import LaneConfig
 from .prefix import PrefixCache
-from .priority import lower_thread
-from .request import Request
+from ..core.priority import lower_thread
+from ..core.request import Request
 from .runner import ModelRunner
-from .scheduler import LaneScheduler
-from .step import StepOutcome, StepPlan, StepResult
+from ..core.scheduler import LaneScheduler
+from ..core.step import StepOutcome, StepPlan, StepResult
 
 
 class Lane:

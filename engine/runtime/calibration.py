@@ -9,7 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from .costmodel import CostModel
+from ..core.costmodel import CostModel
 
 
 def calibrate(model: nn.Module, budget_s: float = 3.0) -> tuple[CostModel, float]:

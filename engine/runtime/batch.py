@@ -12,7 +12,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .request import Request
+from ..core.request import Request
 from .sampling import TokenSampler, sample_rows
 
 

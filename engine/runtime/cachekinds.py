@@ -24,7 +24,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import (ArraysCache, CacheList, KVCache, RotatingKVCache,
                                  make_prompt_cache)
 
-from .errors import EngineError
+from ..core.errors import EngineError
 
 KIND_NAMES = {"kv": "KVCache", "rotating": "RotatingKVCache (sliding window)",
               "arrays": "ArraysCache (recurrent state)", "list": "CacheList"}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from .prefix_trie import PrefixMatch, PrefixTrie
+from ..core.prefix_trie import PrefixMatch, PrefixTrie
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from .errors import EngineError
+from ...core.errors import EngineError
 
 GGUF_GROUP_SIZE = 32
 
@@ -67,16 +67,16 @@ def read_gguf(path: Path) -> GGUFContents:
     # mx.load segfaults on a damaged file, so its structure is checked first
     # (unsupported tensor types are refused there, with the list of those that
     # work). Imported here: the gguf package takes ~0.15 s to import.
-    from .gguf_check import validate_gguf
-    from .gguf_tensors import MX_LOAD_TYPES
+    from .check import validate_gguf
+    from .tensors import MX_LOAD_TYPES
 
     infos = validate_gguf(path)
     try:
         if all(info.type in MX_LOAD_TYPES for info in infos):
             weights, metadata = mx.load(str(path), return_metadata=True)
         else:  # tensor by tensor: never a dense copy of the whole model
-            from .gguf_meta import read_metadata
-            from .gguf_tensors import read_tensors
+            from .meta import read_metadata
+            from .tensors import read_tensors
 
             metadata = read_metadata(path)
             weights = read_tensors(path, infos)

@@ -12,7 +12,7 @@ import os
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_repetition_penalty
 
-from .params import SamplingParams
+from ..core.params import SamplingParams
 
 
 class TokenSampler:

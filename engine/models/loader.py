@@ -13,9 +13,9 @@ import mlx.nn as nn
 from mlx.utils import tree_map, tree_map_with_path
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from . import gguf
+from .gguf import convert as gguf
 from .bundle import bundle_dir
-from .errors import EngineError
+from ..core.errors import EngineError
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -135,7 +135,7 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
                           "corrupt-model") from e
     mx.eval(model.parameters())
     model.eval()
-    from .gguf_tokenizer import build_tokenizer
+    from .gguf.tokenizer import build_tokenizer
 
     hf_tokenizer = build_tokenizer(contents.metadata)
     stop_ids = _stop_ids(hf_tokenizer, contents.metadata)

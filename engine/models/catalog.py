@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .memory import LaneRequest, ModelShape, format_bytes, plan_memory, shape_from_config
+from ..core.memory import LaneRequest, ModelShape, format_bytes, plan_memory, shape_from_config
 
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1,
                 "F64": 8, "I64": 8, "U16": 2, "I16": 2, "BOOL": 1}
@@ -89,8 +89,8 @@ def _safetensors_params(path: Path, bits: int | None) -> int:
 
 def describe_gguf(path: Path, origin: str = "added", name: str | None = None) -> ModelEntry:
     """A GGUF file: its metadata and tensor types (no tensor data is read)."""
-    from .gguf_check import validate_gguf
-    from .gguf_meta import read_metadata
+    from .gguf.check import validate_gguf
+    from .gguf.meta import read_metadata
 
     entry = ModelEntry(str(path), name or path.name, origin=origin)
     try:

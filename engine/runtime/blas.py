@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from .bundle import bundle_dir
+from ..models.bundle import bundle_dir
 
 _CANDIDATES = (
     "libopenblas.so.0",  # Debian/Ubuntu libopenblas0-pthread
@@ -61,7 +61,7 @@ def preload_openblas() -> str | None:
     found = ctypes.util.find_library("openblas")
     if found:
         names.append(found)
-    from .priority import thread_ids
+    from ..core.priority import thread_ids
 
     for name in names:
         before = thread_ids()

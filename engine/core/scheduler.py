@@ -28,6 +28,7 @@ from .request import Request, RequestStatus
 from .router import LaneView
 from .step import Admission, PrefillChunk, StepOutcome, StepPlan, StepResult
 
+
 class Routing(Protocol):
     """What a lane's scheduler asks of the director (engine/director.py), which
     knows every lane: the schedulers never see each other."""
