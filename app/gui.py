@@ -19,7 +19,7 @@ def startup_model(store, requested: str) -> str:
 
 
 def run_gui(model: str = "default") -> int:
-    from . import db_dialog
+    from .store import db_dialog
 
     app = QApplication.instance() or QApplication(sys.argv)
     prepare_application(app)

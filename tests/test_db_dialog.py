@@ -10,9 +10,9 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app import db_dialog
-from app.db_dialog import DatabaseProblemDialog, ask, open_database
-from app.db_open import FRESH, QUIT, READ_ONLY, RETRY, _write_locked, diagnose
+from app.store import db_dialog
+from app.store.db_dialog import DatabaseProblemDialog, ask, open_database
+from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, _write_locked, diagnose
 from app.main_window import MainWindow
 from app.store import ChatStore
 from tests.test_db_open import CASES, make_history, stored

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db_open import FRESH, QUIT, READ_ONLY, RETRY, WAIT, diagnose, open_store
+from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, WAIT, diagnose, open_store
 from app.store import ChatStore
 from tests.test_db_holder import LockHolder
 

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from .store_schema import TABLES, create_schema
+from .schema import TABLES, create_schema
 
 OPEN_WAIT_S = 1.0
 

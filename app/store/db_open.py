@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .store import ChatStore
-from .store_journal import journal_path
-from .store_readonly import connect_read_only, writable
-from .store_schema import MIGRATIONS, NewerSchemaError
-from .store_writer import BUSY, describe
+from .chats import ChatStore
+from .journal import journal_path
+from .readonly import connect_read_only, writable
+from .schema import MIGRATIONS, NewerSchemaError
+from .writer import BUSY, describe
 
 RETRY, WAIT, READ_ONLY, FRESH, QUIT = "retry", "wait", "read-only", "fresh", "quit"
 SQLITE_HEADER = b"SQLite format 3\x00"

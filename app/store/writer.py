@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .store_journal import Op, PendingJournal
+from .journal import Op, PendingJournal
 
 READ_WAIT_MS = 250  # reads: WAL readers are almost never busy, and then only briefly
 RETRY = (0.05, 2.0)  # first and longest pause between tries of a waiting change

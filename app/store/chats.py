@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store_journal import MARKER_KEY, Op, PendingJournal, journal_path
-from .store_readonly import OPEN_WAIT_S, read_only_copy
-from .store_schema import MIGRATIONS, check_version, migrate, schema_version
-from .store_writer import READ_WAIT_MS, RETRY, StoreWriter
+from .journal import MARKER_KEY, Op, PendingJournal, journal_path
+from .readonly import OPEN_WAIT_S, read_only_copy
+from .schema import MIGRATIONS, check_version, migrate, schema_version
+from .writer import READ_WAIT_MS, RETRY, StoreWriter
 
 __all__ = ["MIGRATIONS", "Chat", "ChatStore", "Message"]
 
