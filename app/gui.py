@@ -7,7 +7,8 @@ import sys
 
 from PySide6.QtWidgets import QApplication
 
-from .main_window import LAST_MODEL_KEY, MainWindow
+from .engine_session import LAST_MODEL_KEY
+from .main_window import MainWindow
 from .paths import default_db_path, prepare_application
 
 

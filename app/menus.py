@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog
 
 
 def build_menus(window) -> None:
@@ -19,15 +20,16 @@ def build_menus(window) -> None:
 
     chat = window.menuBar().addMenu("&Chat")
     window.new_action = action(chat, "New chat", QKeySequence.New, window.new_chat)
-    window.close_action = action(chat, "Close chat", QKeySequence.Close, window._close_current)
+    window.close_action = action(chat, "Close chat", QKeySequence.Close,
+                                 lambda: close_current(window))
     window.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
-                                  window._export_current)
+                                  lambda: export_current(window))
     chat.addSeparator()
-    window.stop_action = action(chat, "Stop", "Esc", window._stop_current)
+    window.stop_action = action(chat, "Stop", "Esc", lambda: stop_current(window))
     window.next_action = action(chat, "Next tab", QKeySequence.NextChild,
-                                lambda: window._cycle_tab(1))
+                                lambda: cycle_tab(window, 1))
     window.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
-                                    lambda: window._cycle_tab(-1))
+                                    lambda: cycle_tab(window, -1))
     chat.addSeparator()
     # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
     quit_keys = QKeySequence(QKeySequence.Quit)
@@ -43,3 +45,32 @@ def build_menus(window) -> None:
     window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
                                   window.toggle_server)
     window.server_action.setCheckable(True)
+
+
+# ---- what the Chat menu's actions do to the current tab ----------------------------------
+def close_current(window) -> None:
+    if window.current_tab() is not None:
+        window.close_tab(window.current_tab())
+    if not window.chat_tabs():
+        window.new_chat()
+
+
+def stop_current(window) -> None:
+    if window.current_tab() is not None:
+        window.stop(window.current_tab())
+
+
+def cycle_tab(window, step: int) -> None:
+    tabs = window.tabs
+    if tabs.count():
+        tabs.setCurrentIndex((tabs.currentIndex() + step) % tabs.count())
+
+
+def export_current(window) -> None:
+    tab = window.current_tab()
+    if tab is None:
+        return
+    path, _ = QFileDialog.getSaveFileName(window, "Export chat", f"{tab.title}.md",
+                                          "Markdown (*.md)")
+    if path:
+        window.export_chat(tab, path)

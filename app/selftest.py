@@ -130,6 +130,9 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     times["window_visible_s"] = _since_start()
     app.exec()
     window.close()
+    # The engine closes on a worker thread: wait for it, or the interpreter can
+    # end while MLX still runs there (the process then aborts at exit).
+    window.wait_for_engines()
     if "error" in outcome:
         return _fail(f"GUI: {outcome['error']}")
     answer = outcome.get("answer", "")

@@ -85,7 +85,7 @@ def soak_round(window, rng: random.Random, stats: SoakStats, tabs: int = 4,
         for index, tab in enumerate(list(chats)):
             roll = rng.random()
             if roll < 0.2 and tab.is_streaming:
-                window._stop(tab)
+                window.stop(tab)
                 stats.stops += 1
             elif roll < 0.35:
                 chat_id = tab.chat_id

@@ -71,7 +71,7 @@ def test_selecting_a_log_row_brings_its_tab_forward(qtbot, tiny_model_dir, tmp_p
     assert first.is_streaming
     window.scheduler.log.selectRow(0)
     assert window.tabs.currentWidget() is first
-    window._stop(first)
+    window.stop(first)
     qtbot.waitUntil(lambda: not first.is_streaming, timeout=60_000)
     window.close()
 
@@ -203,7 +203,7 @@ def test_engines_are_closed_off_the_gui_thread(qtbot, window, tiny_model_dir, mo
         real_close(self)
     monkeypatch.setattr(Engine, "close", close)
     old = window.engine
-    with qtbot.waitSignal(window._closer.closed, timeout=60_000):
+    with qtbot.waitSignal(window.session.closed, timeout=60_000):
         with qtbot.waitSignal(window.engine_ready, timeout=60_000):
             window.load_model(str(tiny_model_dir))
     assert window.engine is not old and old.model_info is None  # closed and freed

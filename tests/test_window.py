@@ -84,15 +84,15 @@ def test_a_new_chat_takes_the_keyboard_and_knows_its_context(qtbot, window):
 
 def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_dir, tmp_path,
                                                             monkeypatch):
-    import app.main_window as main_window
+    import app.status_bar as status_bar
     from engine.runtime.blas import ADVICE
 
-    monkeypatch.setattr(main_window, "openblas_advice", lambda: ADVICE)
+    monkeypatch.setattr(status_bar, "openblas_advice", lambda: ADVICE)
     w = _open_window(qtbot, tiny_model_dir, tmp_path / "b.db")
     assert "libopenblas0-pthread" in w.blas_label.toolTip() and w.blas_label.text()
     assert w.statusBar().currentMessage() == ADVICE
     w.close()
-    monkeypatch.setattr(main_window, "openblas_advice", lambda: None)
+    monkeypatch.setattr(status_bar, "openblas_advice", lambda: None)
     quiet = _open_window(qtbot, tiny_model_dir, tmp_path / "c.db")
     assert quiet.blas_label.text() == "" and ADVICE not in quiet.statusBar().currentMessage()
     quiet.close()
@@ -129,7 +129,7 @@ def test_the_prompt_is_tokenised_off_the_gui_thread(qtbot, window):
     # Stop while it is still being tokenised: nothing starts, the text comes back.
     tab.composer.setPlainText("stop me early")
     tab.send()
-    window._stop(tab)
+    window.stop(tab)
     assert not tab.is_streaming and tab.composer.toPlainText() == "stop me early"
     qtbot.wait(700)  # the tokeniser finishes: nothing is started for it
     assert not tab.is_streaming and window.engine.lanes["cpu"].is_idle
@@ -229,7 +229,7 @@ def test_streaming_answer_is_flushed_while_it_streams(qtbot, slow_window):
     assert not partial.complete
     assert (tab.streaming_text or tab.messages[-1]["content"]).startswith(partial.content)
     reader.close()
-    window._stop(tab)
+    window.stop(tab)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
 
 

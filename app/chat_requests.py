@@ -1,0 +1,153 @@
+"""A chat tab's request, from Send to the saved answer: the prompt is
+tokenised off the GUI thread, submitted to the window's engine, streamed into
+its tab and saved; Stop and closed tabs cancel it. It also names each request
+for the Scheduler dock (its tab's title, or the API client) and feeds the
+dock's timeline and decision log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject
+
+from engine import EngineError, SamplingParams
+
+from .chat_tab import ChatTab, format_footer
+from .prompt_prep import PromptPreparer
+
+if TYPE_CHECKING:
+    from .main_window import MainWindow
+
+
+class ChatRequests(QObject):
+    """The window's requests: `submit`, `stop`, `forget` (a closed tab)."""
+
+    def __init__(self, window: MainWindow):
+        super().__init__(window)
+        self._window = window
+        self._tab_of: dict[str, ChatTab] = {}  # request id -> the tab it streams into
+        self._title_of: dict[str, str] = {}  # request id -> its tab's title (dock labels)
+        self._chat_of: dict[str, int] = {}  # request id -> its chat
+        self._preparer = PromptPreparer(self)
+        self._preparer.ready.connect(self._start)
+        bridge = window.bridge
+        bridge.tokens.connect(self._on_tokens)
+        bridge.finished.connect(self._on_finished)
+        bridge.routed.connect(self._on_routed)
+        bridge.migrated.connect(self._on_migrated)
+        bridge.queued.connect(self._on_queued)
+        window.scheduler.request_selected.connect(self._bring_forward)
+
+    def submit(self, tab: ChatTab, messages: list[dict[str, str]]) -> None:
+        engine = self._window.engine
+        if engine is None:
+            tab.fail("The model is still loading.")
+            return
+        # Tokenising runs off the GUI thread; the request starts in _start.
+        self._preparer.start(tab, engine, messages, tab.continue_from)
+
+    def stop(self, tab: ChatTab) -> None:
+        engine = self._window.engine
+        if self._preparer.cancel(tab):  # still being tokenised: it never started
+            tab.fail("Stopped before it started.")
+        elif engine is not None and tab.request_id:
+            engine.cancel(tab.request_id)
+
+    def forget(self, tab: ChatTab) -> None:
+        """The tab is closing: nothing more streams into it."""
+        self._preparer.cancel(tab)
+        self._tab_of = {r: t for r, t in self._tab_of.items() if t is not tab}
+
+    def label(self, event) -> str:
+        """Who a request is for: its tab's title, or the API client."""
+        title = self._title_of.get(event.request_id)
+        if title is None and (event.tab_id or "").startswith("api:"):
+            return f"API {event.tab_id[4:]}"
+        return title or ""
+
+    # ---- the request's life ------------------------------------------------------
+    def _start(self, job, prepared) -> None:
+        window, tab, messages = self._window, job.tab, job.messages
+        if job.engine is not window.engine:  # another model was loaded meanwhile
+            self.submit(tab, messages)
+            return
+        try:
+            if isinstance(prepared, EngineError):
+                raise prepared
+            settings = tab.settings()
+            params = SamplingParams(max_tokens=settings["max_tokens"],
+                                    temperature=settings["temperature"], top_p=settings["top_p"])
+            handle = window.engine.submit(prompt_ids=prepared, params=params,
+                                          tab_id=str(tab.chat_id))
+        except EngineError as e:
+            tab.fail(str(e))
+            return
+        store = window.store
+        tab.request_id = handle.request_id
+        self._tab_of[handle.request_id] = tab
+        if not tab.resend_without_user:
+            tab.messages[-1]["id"] = store.add_message(tab.chat_id, "user",
+                                                       messages[-1]["content"])
+        tab.resend_without_user = False
+        if tab.continue_from is None:
+            tab.answer_message_id = store.add_message(tab.chat_id, "assistant", "",
+                                                      complete=False)
+        tab.show_context(len(handle.request.prompt_ids), window.engine.context_length)
+        if sum(m["role"] == "user" for m in messages) == 1:
+            window.retitle(tab, " ".join(messages[-1]["content"].split())[:40])
+        self._title_of[handle.request_id] = tab.title
+        self._chat_of[handle.request_id] = tab.chat_id
+
+    def _on_tokens(self, request_id: str, text: str) -> None:
+        tab = self._tab_of.get(request_id)
+        if tab is not None:
+            tab.append_text(text)
+
+    def _on_finished(self, finished) -> None:
+        window = self._window
+        window.scheduler.timeline.finished(finished.request_id, finished.reason, finished.time)
+        window.scheduler.timeline_view.refresh()
+        tab = self._tab_of.pop(finished.request_id, None)
+        if tab is None:
+            return
+        answer_id = tab.answer_message_id
+        tab.finish(finished)
+        if window.engine is not None:
+            tab.show_context(finished.prompt_tokens + finished.output_tokens,
+                             window.engine.context_length)
+        tab.answer_message_id = None
+        if answer_id is not None:
+            text = tab.messages[-1]["content"] if tab.messages[-1]["role"] == "assistant" else ""
+            window.store.update_message(answer_id, text, complete=True, stats={
+                "footer": format_footer(finished), "reason": finished.reason,
+                "lanes": finished.lanes, "output_tokens": finished.output_tokens,
+                "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s,
+                "prompt_tokens": finished.prompt_tokens})
+
+    # ---- the Scheduler dock ---------------------------------------------------------
+    def _on_routed(self, event) -> None:
+        dock = self._window.scheduler
+        dock.timeline.routed(event.request_id, self.label(event) or event.request_id,
+                             event.phase, event.lane, event.time)
+        dock.add_decision(event.time, self.label(event), event.phase, event.lane,
+                          event.reason, event.request_id)
+
+    def _on_queued(self, event) -> None:
+        if event.reason:  # it waits for room (KV memory), not just its turn
+            self._window.scheduler.add_decision(event.time, self.label(event), "wait", "",
+                                                event.reason, event.request_id)
+
+    def _on_migrated(self, event) -> None:
+        dock = self._window.scheduler
+        dock.timeline.migrated(event.request_id, event.to_lane, event.time)
+        dock.add_decision(event.time, self.label(event), "move",
+                          f"{event.from_lane} -> {event.to_lane}", event.reason,
+                          event.request_id)
+
+    def _bring_forward(self, request_id: str) -> None:
+        chat_id = self._chat_of.get(request_id)
+        if chat_id is not None:
+            try:
+                self._window.open_chat(chat_id)
+            except KeyError:  # the chat was deleted since
+                pass
