@@ -14,8 +14,8 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.core.events import (EngineErrorEvent, Finished, LaneSample, MemoryPlanned, Migrated,
-                                Queued, Routed, Token)
+from engine import (EngineErrorEvent, Finished, LaneSample, MemoryPlanned, Migrated, Queued,
+                    Routed, Token)
 
 FLUSH_INTERVAL_MS = 33
 

@@ -6,23 +6,19 @@ dock's timeline and decision log."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QMainWindow
 
 from engine import EngineError, SamplingParams
 
 from .chat_tab import ChatTab, format_footer
 from .prompt_prep import PromptPreparer
 
-if TYPE_CHECKING:
-    from .main_window import MainWindow
-
 
 class ChatRequests(QObject):
     """The window's requests: `submit`, `stop`, `forget` (a closed tab)."""
 
-    def __init__(self, window: MainWindow):
+    def __init__(self, window: QMainWindow):
         super().__init__(window)
         self._window = window
         self._tab_of: dict[str, ChatTab] = {}  # request id -> the tab it streams into

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Finder on older macOS passes a process serial number to .app bundles.
     args = _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
-    from engine.runtime.blas import openblas_advice  # importing engine tries to load OpenBLAS
+    from engine import openblas_advice  # importing engine tries to load OpenBLAS
 
     advice = openblas_advice()
     if advice:  # otherwise the only symptom is a slow app

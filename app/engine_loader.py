@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.core.errors import EngineError
+from engine import EngineError
 
 if TYPE_CHECKING:
     from engine import Engine

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMainWindow
 
 from engine import EngineError
 
@@ -16,8 +17,6 @@ from .engine_loader import EngineCloser, EngineLoader, load_engine
 
 if TYPE_CHECKING:
     from engine import Engine
-
-    from .main_window import MainWindow
 
 LAST_MODEL_KEY, MODE_KEY = "model.last", "engine.mode"  # remembered across restarts
 
@@ -28,7 +27,7 @@ class EngineSession(QObject):
 
     closed = Signal(object)
 
-    def __init__(self, window: MainWindow, factory=None, fallback: str | None = None):
+    def __init__(self, window: QMainWindow, factory=None, fallback: str | None = None):
         super().__init__(window)
         self._window = window
         self._fallback = fallback

@@ -9,7 +9,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.core.errors import EngineError
+from engine import EngineError
 
 
 @dataclass(eq=False)

@@ -34,9 +34,7 @@ def _fail(message: str) -> int:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine.runtime.blas import loaded_blas
-    from engine.core.errors import EngineError
-    from engine.core.params import SamplingParams
+    from engine import EngineError, SamplingParams, loaded_blas
 
     report: dict = {"python": platform.python_version(), "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}

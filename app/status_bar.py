@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel
 
-from engine.runtime.blas import openblas_advice
+from engine import openblas_advice
 
 from .saving_status import SavingStatus
 

@@ -30,6 +30,7 @@ _PUBLIC = {
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",
+    "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -21,9 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.core.errors import EngineError
-from engine.core.events import Finished, Token
-from engine.core.params import SamplingParams
+from engine import EngineError, Finished, SamplingParams, Token
 
 MAX_BODY_BYTES = 4 << 20
 

@@ -1,45 +1,129 @@
-"""The dependency rule of DESIGN.md: app -> engine -> mlx; engine never imports
-Qt, app never imports mlx directly."""
+"""The architecture as an enforced contract (docs/ARCHITECTURE.md).
+
+Every import in engine/, app/ and server/ counts: at module level, inside
+functions, and under `if TYPE_CHECKING`. Rooms import only downwards:
+    engine.core  <-  engine.models  <-  engine.runtime  <-  engine (engine.py, handle.py)
+    engine.sim imports engine.core only; app and server use the engine from outside.
+MLX stays in models and runtime (and the top), Qt stays in app, and no module
+imports itself back through others (no cycles)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "app", "server")
+MLX, QT = {"mlx", "mlx_lm"}, {"PySide6", "pyqtgraph"}
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+def _module(path: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
 
 
-def test_engine_imports_no_qt():
-    offenders = {p.name for p in (ROOT / "engine").rglob("*.py")
-                 if _imports(p) & {"PySide6", "pyqtgraph", "app"}}
-    assert offenders == set()
+def _graph() -> dict[str, set[str]]:
+    """Module -> every module or package it imports (absolute names)."""
+    graph = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name, is_package = _module(path)
+            here = name if is_package else name.rpartition(".")[0]
+            imported = set()
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    imported.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    base = here
+                    for _ in range(node.level - 1):
+                        base = base.rpartition(".")[0]
+                    source = (node.module or "") if not node.level else \
+                        ".".join(p for p in (base, node.module) if p)
+                    imported.add(source)
+                    # `from pkg import module` imports the module itself
+                    imported.update(f"{source}.{alias.name}" for alias in node.names)
+            graph[name] = imported
+    return graph
 
 
-def test_app_imports_no_mlx():
-    offenders = {p.name for p in (ROOT / "app").rglob("*.py")
-                 if _imports(p) & {"mlx", "mlx_lm"}}
-    assert offenders == set()
+GRAPH = _graph()
 
 
-def test_scheduling_code_imports_no_mlx():
-    """The scheduler, the director, the router and the simulator are plain
-    Python (nano-vllm's rule): they never import MLX, so they never see a tensor."""
-    import subprocess
-    import sys
+def _internal(name: str) -> str | None:
+    """The project module `name` is, or None (a library, or a name in a module)."""
+    while name:
+        if name in GRAPH:
+            return name
+        name = name.rpartition(".")[0]
+    return None
 
-    modules = ["engine.core.scheduler", "engine.core.director", "engine.core.router",
-               "engine.core.policies", "engine.core.costmodel", "engine.core.step",
-               "engine.core.memory", "engine.core.prefix_trie",
-               "engine.sim", "engine.sim.simulator", "engine.sim.runner"]
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "engine":
+        return parts[0]
+    if len(parts) > 1 and parts[1] in ("core", "models", "runtime", "sim"):
+        return f"engine.{parts[1]}"
+    return "engine"  # the public API: engine/__init__, engine.engine, engine.handle
+
+
+# What each room may import from the project's other rooms.
+ALLOWED = {
+    "engine.core": set(),
+    "engine.models": {"engine.core"},
+    "engine.runtime": {"engine.core", "engine.models"},
+    "engine.sim": {"engine.core"},
+    "engine": {"engine.core", "engine.models", "engine.runtime"},
+    "server": {"engine"},  # the public names only
+    "app": {"engine", "engine.core", "engine.models", "server"},
+}
+FORBIDDEN_LIBRARIES = {
+    "engine.core": MLX | QT, "engine.sim": MLX | QT, "engine.models": QT,
+    "engine.runtime": QT, "engine": QT, "server": MLX | QT, "app": MLX,
+}
+
+
+def test_every_room_imports_only_what_it_may():
+    offences = []
+    for module, imported in sorted(GRAPH.items()):
+        room = _room(module)
+        for name in sorted(imported):
+            target = _internal(name)
+            if target is not None:
+                other = _room(target)
+                if other != room and other not in ALLOWED[room]:
+                    offences.append(f"{module} imports {target} ({room} -> {other})")
+            elif name.split(".")[0] in FORBIDDEN_LIBRARIES[room]:
+                offences.append(f"{module} imports {name}")
+    assert offences == []
+
+
+def test_no_import_cycles():
+    edges = {m: {t for n in imported if (t := _internal(n)) and t != m}
+             for m, imported in GRAPH.items()}
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_scheduling_code_imports_no_mlx_when_run():
+    """The same rule at run time: importing the core and the simulator loads
+    no MLX (nano-vllm's rule: the scheduler never sees a tensor)."""
+    modules = sorted(m for m in GRAPH if _room(m) in ("engine.core", "engine.sim"))
     code = (f"import sys; import {', '.join(modules)}; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')); "
             "print(bad); sys.exit(1 if bad else 0)")
@@ -47,14 +131,34 @@ def test_scheduling_code_imports_no_mlx():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_server_imports_neither_mlx_nor_qt():
+def test_the_server_imports_neither_mlx_nor_qt_when_run():
     """server/ talks to the engine's public API like the app: importing it
     loads no MLX (the engine loads MLX with a model) and no Qt."""
-    import subprocess
-    import sys
-
     code = ("import sys; import server.api; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('mlx', 'mlx_lm', 'PySide6', 'pyqtgraph')); print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_contract_sees_a_broken_rule(tmp_path):
+    """The walker finds relative, lazy and TYPE_CHECKING imports (so the
+    tests above can fail)."""
+    global GRAPH
+    saved = GRAPH
+    try:
+        GRAPH = dict(saved)
+        GRAPH["engine.core.fake"] = {"engine.runtime.lane", "mlx.core"}
+        GRAPH["engine.runtime.lane"] = saved["engine.runtime.lane"] | {"engine.core.fake"}
+        GRAPH["engine.core.fake"] |= {"engine.core.fake2"}
+        GRAPH["engine.core.fake2"] = {"engine.core.fake"}
+        for test in (test_every_room_imports_only_what_it_may, test_no_import_cycles):
+            try:
+                test()
+            except AssertionError:
+                continue
+            raise AssertionError(f"{test.__name__} missed a broken rule")
+    finally:
+        GRAPH = saved
+    lazy = ast.parse("def f():\n    from ..runtime import lane\n")
+    assert any(isinstance(n, ast.ImportFrom) and n.level == 2 for n in ast.walk(lazy))
