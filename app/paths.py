@@ -39,7 +39,7 @@ def default_db_path() -> Path:
 
 def instance_lock(db_path: Path):
     """Hold `<db>.lock` while this Tandem uses the database: the store allocates
-    row ids in memory and assumes it is the only writer (app/store.py).
+    row ids in memory and assumes it is the only writer (app/store/chats.py).
     Returns (lock, held_by_other): a lock that cannot be taken because the
     folder is not writable is not a second Tandem; db_open reports the folder."""
     from PySide6.QtCore import QLockFile

@@ -319,7 +319,7 @@ class SchedulerDock(QWidget):
                 self.show_lane_failed(lane.name, lane.failed)
 
     def show_memory_plan(self, plan) -> None:
-        """The engine's memory plan, one line each (engine/memory.py)."""
+        """The engine's memory plan, one line each (engine/core/memory.py)."""
         self.memory.setText("\n".join(plan.describe()))
         self.memory.setToolTip("\n".join(f"{lp.name.upper()}: {lp.reason}" for lp in plan.lanes))
 

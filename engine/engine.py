@@ -59,7 +59,7 @@ class Engine:
                  memory_budget_bytes: int | None = None):
         """`worker_nice` > 0 runs the engine's threads (lanes, their MLX
         streams, OpenBLAS's workers) at that niceness on Linux, so that an app's
-        GUI thread gets the cores first; see engine/priority.py.
+        GUI thread gets the cores first; see engine/core/priority.py.
         `memory_budget_bytes` overrides the machine's budget for the plan."""
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):

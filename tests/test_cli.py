@@ -1,6 +1,6 @@
 """`tandem generate`: --model on either side of `generate`, the prompt from
 stdin or a file, clear errors for unreadable or non-UTF-8 prompts; and the
-OpenBLAS warnings (engine/blas.py) the CLI relies on."""
+OpenBLAS warnings (engine/runtime/blas.py) the CLI relies on."""
 
 import io
 import os

@@ -27,7 +27,7 @@ from engine.models.gguf.tensors import MX_LOAD_TYPES, read_tensors
 from tests.helpers import prompt_of, reference_greedy
 from tests.tiny_model import CHAT_TEMPLATE
 
-# What each type must become (independent of engine/gguf_tensors.py's table).
+# What each type must become (independent of engine/models/gguf/tensors.py's table).
 BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 8, "Q8_0": 8}
 DTYPES = {"F32": mx.float32, "F16": mx.float16, "BF16": mx.bfloat16}
 LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",

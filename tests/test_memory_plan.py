@@ -1,4 +1,4 @@
-"""The memory planner (engine/memory.py): plain Python, no MLX, fast."""
+"""The memory planner (engine/core/memory.py): plain Python, no MLX, fast."""
 
 import subprocess
 import sys

@@ -61,7 +61,7 @@ class ChatStore:
     def __init__(self, path: str | Path, *, retry: tuple[float, float] = RETRY):
         """Open (creating and migrating if needed) the database at `path`.
         Raises sqlite3.Error / OSError / NewerSchemaError if it cannot be used;
-        app/db_open.py turns those into something the user can act on."""
+        app/store/db_open.py turns those into something the user can act on."""
         self.path = Path(path)
         self.notices: list[str] = []  # for the user: what happened at open
         self.path.parent.mkdir(parents=True, exist_ok=True)

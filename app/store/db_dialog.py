@@ -1,6 +1,6 @@
 """The dialog shown, before the main window, when the chat database cannot be
 used: what is wrong, where the file is, and the ways on that fit the problem
-(app/db_open.py decides which and carries them out)."""
+(app/store/db_open.py decides which and carries them out)."""
 
 from __future__ import annotations
 

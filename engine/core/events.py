@@ -126,7 +126,7 @@ class EngineErrorEvent(Event):
 
 @dataclass(slots=True, frozen=True)
 class MemoryPlanned(Event):
-    """The engine's memory plan at load (engine/memory.py `MemoryPlan`):
+    """The engine's memory plan at load (engine/core/memory.py `MemoryPlan`):
     weights per lane, KV per token, KV budgets, prefix cache, lanes left off."""
 
     plan: object

@@ -31,7 +31,7 @@ class StepGate(Protocol):
 class LaneConfig:
     """Tuning of one lane. Validated on construction."""
 
-    max_batch: int = 64  # slots; KV bytes bound admission too (engine/scheduler.py)
+    max_batch: int = 64  # slots; KV bytes bound admission too (engine/core/scheduler.py)
     prefill_chunk: int = 1024  # tokens per step while nothing decodes
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
     clear_cache_every: int = 256  # steps between mx.clear_cache()
@@ -66,7 +66,7 @@ class LaneSpec:
 
     weight_format 'auto' lets the memory plan choose: the weights as loaded,
     shared between lanes, or on the CPU a dense float32 copy where it fits and
-    a probe measures it faster (engine/placement.py)."""
+    a probe measures it faster (engine/runtime/placement.py)."""
 
     name: str
     device: str = "cpu"

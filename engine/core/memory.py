@@ -1,6 +1,6 @@
 """The memory plan: how a machine's memory is split between weights, KV caches
-and the prefix cache, lane by lane. Plain Python (no MLX): engine/weights.py
-measures a loaded model, engine/placement.py applies the plan.
+and the prefix cache, lane by lane. Plain Python (no MLX): engine/runtime/weights.py
+measures a loaded model, engine/runtime/placement.py applies the plan.
 
 Rules of `plan_memory`:
 - The first lane is the primary: it holds the weights as loaded

@@ -6,7 +6,7 @@ a match compares tokens exactly and can never return a wrong prefix. Only full
 blocks are cached. Nodes are evicted leaf-first in least-recently-used order to
 keep the total under a byte budget. `PrefixMatch` is what a lane's scheduler
 gets from a lookup: how many tokens are cached and the blocks' payloads, which
-it hands unopened to its runner (engine/prefix.py builds KV caches from them;
+it hands unopened to its runner (engine/runtime/prefix.py builds KV caches from them;
 the simulator's payloads are None).
 """
 
@@ -26,7 +26,7 @@ class PrefixMatch:
 
 
 class PrefixIndex(Protocol):
-    """What a lane's scheduler asks of a prefix cache (engine/scheduler.py)."""
+    """What a lane's scheduler asks of a prefix cache (engine/core/scheduler.py)."""
 
     block_size: int
 

@@ -45,7 +45,7 @@ class Request:
     submitted_at: float = field(default_factory=now)
     first_token_at: float | None = None
     finish_reason: str | None = None
-    text: Any = None  # the TextStream (engine/textstream.py); None in the simulator
+    text: Any = None  # the TextStream (engine/runtime/textstream.py); None in the simulator
     output_at_last_move: int = 0
     lane: str | None = None  # the lane holding it now
     kv_tokens: int = 0  # KV positions reserved for it: prompt + max_tokens, capped at the context

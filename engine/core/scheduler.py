@@ -3,14 +3,14 @@
 Per lane: which requests wait, prefill, decode, arrive from or leave for other
 lanes, and what the next step runs. `schedule()` returns a `StepPlan`; a
 runner executes it; `commit()` takes the `StepResult` back. The same class
-schedules a real lane (engine/lane.py) and a simulated one (engine/sim/), so
+schedules a real lane (engine/runtime/lane.py) and a simulated one (engine/sim/), so
 simulated results speak for the production scheduler.
 
 Admission is by KV bytes as well as batch slots: mlx-lm's batch cache pads
 every row to the longest, so a lane whose active requests reserve at most T
 positions each (prompt + max_tokens, capped at the context) holds at most
 `n * T * kv_bytes_per_token` bytes of KV; a request is admitted only while
-that stays within the lane's KV budget (engine/memory.py plans it).
+that stays within the lane's KV budget (engine/core/memory.py plans it).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .step import Admission, PrefillChunk, StepOutcome, StepPlan, StepResult
 
 
 class Routing(Protocol):
-    """What a lane's scheduler asks of the director (engine/director.py), which
+    """What a lane's scheduler asks of the director (engine/core/director.py), which
     knows every lane: the schedulers never see each other."""
 
     lock: threading.RLock  # guards every scheduler's lists

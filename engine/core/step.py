@@ -1,7 +1,7 @@
 """What a lane's scheduler plans for one step and what running it gave back.
 
-Plain data: the scheduler (engine/scheduler.py) fills a `StepPlan`, a runner
-(engine/runner.py on a device, engine/sim/runner.py in virtual time) executes
+Plain data: the scheduler (engine/core/scheduler.py) fills a `StepPlan`, a runner
+(engine/runtime/runner.py on a device, engine/sim/runner.py in virtual time) executes
 it and returns a `StepResult`, and the scheduler commits that into a
 `StepOutcome` the lane turns into events.
 """

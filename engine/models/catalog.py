@@ -3,7 +3,7 @@ verdict for this machine.
 
 Plain Python (no MLX): a model folder is read from its config.json and its
 safetensors headers (shapes and dtypes, never the weights); a GGUF file from
-its header and metadata (engine/gguf_check.py walks it). The verdict runs the
+its header and metadata (engine/models/gguf/check.py walks it). The verdict runs the
 same `plan_memory` the engine runs at load, with the lanes this machine would
 give the model.
 """

@@ -1,7 +1,7 @@
 """Where each lane's weights come from: the memory plan applied to a model.
 
-Measures what the plan needs (engine/weights.py), asks the pure planner
-(engine/memory.py) and builds the model objects: one shared set of arrays
+Measures what the plan needs (engine/runtime/weights.py), asks the pure planner
+(engine/core/memory.py) and builds the model objects: one shared set of arrays
 for every lane that can read it, a converted or fresh copy only where the plan
 gives a lane its own.
 """

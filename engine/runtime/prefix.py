@@ -1,6 +1,6 @@
 """The prefix cache: KV of token prefixes already computed, shared by all lanes.
 
-A block trie (engine/prefix_trie.py, plain Python) whose payloads are each
+A block trie (engine/core/prefix_trie.py, plain Python) whose payloads are each
 block's keys and values for every layer. `PrefixCache` adds the MLX side:
 cutting a request's KV into blocks and stitching blocks back into mlx-lm
 `KVCache`s. A lane's scheduler calls `match` (plain Python: the payloads it

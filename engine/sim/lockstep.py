@@ -1,6 +1,6 @@
 """SIMULATED TIME, REAL LANES: run an engine's real lanes in virtual time.
 
-A `Lockstep` is the `StepGate` (engine/laneconfig.py) of every lane of an
+A `Lockstep` is the `StepGate` (engine/core/laneconfig.py) of every lane of an
 engine. It lets one lane move at a time, in the order the simulator's event
 loop (engine/sim/simulator.py) would: requests arrive at their virtual times,
 steps end at their virtual end times (each step lasts what the lane's true

@@ -1,6 +1,6 @@
 """SIMULATION: a lane runner whose steps take the time a cost profile says.
 
-It stands where engine/runner.py runs the model: the production scheduler
+It stands where engine/runtime/runner.py runs the model: the production scheduler
 plans the step, this runner "runs" it in virtual time and hands back tokens,
 and the production scheduler commits them. Tokens are synthetic ids; a
 request's answer ends with the stop token after the length its workload turn

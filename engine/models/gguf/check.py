@@ -7,7 +7,7 @@ tensor infos with a bounds check on every read, checks each tensor's type,
 shape and byte range against the file size, and raises EngineError for
 anything `mx.load` could not read safely. It reads no tensor data, and returns
 the tensor infos it checked (name, GGUF shape, type, byte range) for the
-tensor-by-tensor reader (engine/gguf_tensors.py).
+tensor-by-tensor reader (engine/models/gguf/tensors.py).
 
 The type tables come from llama.cpp's `gguf` package. Its GGUFReader is not
 used for the walk: it builds numpy views for every metadata element and takes
@@ -31,7 +31,7 @@ from gguf.constants import (
 
 from ...core.errors import EngineError
 
-# The tensor types Tandem loads (the one list; engine/gguf_tensors.py says how
+# The tensor types Tandem loads (the one list; engine/models/gguf/tensors.py says how
 # each becomes MLX arrays). Float types stay dense; the quantized ones become
 # MLX quantized arrays of 4, 5 or 8 bits. Other types (Q2_K, Q3_K, the IQ and
 # ternary types, ...) are refused here with a clear error.

@@ -4,12 +4,12 @@ A file whose tensors are all Q4_0/Q4_1/Q8_0/F32/F16 is read by `mx.load`, which
 turns the quantized ones into MLX quantized arrays (weight, scales, biases;
 group size 32) and returns the file's metadata. Any other supported type (the
 K-quants Q4_K/Q5_K/Q6_K, Q5_0, Q5_1, BF16) is read tensor by tensor by
-engine/gguf_tensors.py into the same kind of arrays (4, 5 or 8 bits, group size
-32), with the metadata from engine/gguf_meta.py: `mx.load` would dequantize
+engine/models/gguf/tensors.py into the same kind of arrays (4, 5 or 8 bits, group size
+32), with the metadata from engine/models/gguf/meta.py: `mx.load` would dequantize
 K-quants to a float16 copy of the whole model. Transformers' own GGUF reader
 needs torch, which Tandem does not ship, so the tokenizer is rebuilt from the
 GGUF vocabulary and merges with the `tokenizers` library
-(engine/gguf_tokenizer.py).
+(engine/models/gguf/tokenizer.py).
 """
 
 from __future__ import annotations

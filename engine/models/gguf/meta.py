@@ -6,8 +6,8 @@ so this walk reads the header and the key/values with `struct` from a mapped
 file: about 50 ms for the default model's vocabulary.
 
 Call it on a file `validate_gguf` has passed (the walk trusts the counts and
-lengths that check bounded). Values come back the way engine/gguf.py and
-engine/gguf_tokenizer.py read them: strings as str, numbers as int, float or
+lengths that check bounded). Values come back the way engine/models/gguf/convert.py and
+engine/models/gguf/tokenizer.py read them: strings as str, numbers as int, float or
 bool, arrays of strings as lists of str, arrays of numbers as numpy arrays
 (`.tolist()` works as on what `mx.load` returns).
 """
