@@ -17,12 +17,20 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu))" \
     | tee -a "$out/gpu.txt" || exit 1
 # The engine's self-test on the GPU lane, then the measurement (JSON on stdout).
-model=$(python3 -c "
+# Each step has its own limit; one that runs out is sent SIGABRT, so Python's
+# faulthandler (-X faulthandler) prints every thread's stack before it dies.
+model=$(timeout 120 python3 -X faulthandler -c "
 from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('/tmp/bench-models'), QWEN_0_5B))") || exit 1
-python3 -m app --self-test --model "$model" 2>&1 | tee "$out/self-test.txt"
-timeout 420 python3 benchmarks/hybrid_real.py --model "$model" --tabs 16 --repeats 2 \
-    --ablate-contention > "$out/hybrid_real.json" 2> "$out/hybrid_real.log"
-echo "hybrid_real exit $?"
-tail -5 "$out/hybrid_real.log"
+started=$SECONDS
+timeout -s ABRT ${SELF_TEST_S:-180} python3 -X faulthandler -m app --self-test --model "$model" \
+    > "$out/self-test.txt" 2>&1
+echo "self-test exit $? after $((SECONDS - started)) s" | tee -a "$out/self-test.txt"
+tail -25 "$out/self-test.txt"
+started=$SECONDS
+timeout -s ABRT ${HYBRID_S:-240} python3 -X faulthandler benchmarks/hybrid_real.py \
+    --model "$model" --tabs 16 --repeats ${REPEATS:-2} --ablate-contention \
+    > "$out/hybrid_real.json" 2> "$out/hybrid_real.log"
+echo "hybrid_real exit $? after $((SECONDS - started)) s"
+tail -25 "$out/hybrid_real.log"
