@@ -16,8 +16,8 @@ from .bridge import EngineBridge
 from .chat_requests import ChatRequests
 from .chat_tab import ChatTab
 from .engine_session import EngineSession
-from .menus import build_menus
 from .local_server import LocalServer
+from .menus import build_menus
 from .paths import default_db_path
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout,
-                               QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout, QHeaderView,
+                               QLabel, QLineEdit, QMessageBox, QPushButton, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
 
+from engine.core.memory import format_bytes
 from engine.models.catalog import (ModelEntry, describe_folder, describe_gguf, hub_cache_models,
                                    judge)
-from engine.core.memory import format_bytes
 
 ADDED_KEY = "library.added"  # paths the user added, in the settings table
 COLUMNS = ["Model", "Family", "Parameters", "Quantization", "Size", "Context", "On this machine"]

@@ -80,9 +80,8 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     from PySide6.QtWidgets import QApplication
 
     from .main_window import MainWindow
-    from .store import ChatStore
-
     from .paths import prepare_application
+    from .store import ChatStore
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     prepare_application(app)

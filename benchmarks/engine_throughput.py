@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine  # noqa: E402  (OpenBLAS preload first)
 import mlx.core as mx  # noqa: E402
 from mlx_lm import stream_generate  # noqa: E402
 from mlx_lm.generate import BatchGenerator  # noqa: E402
 
+import engine  # noqa: E402  (OpenBLAS preload first)
 from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
 from engine.models.loader import load_model  # noqa: E402
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.chat_tabs import WORDS, play  # noqa: E402
 from engine import Engine, LaneSpec, Migrated, SamplingParams  # noqa: E402
-from engine.models.loader import load_model  # noqa: E402
 from engine.core.router import Placement  # noqa: E402
+from engine.models.loader import load_model  # noqa: E402
 from engine.sim import chat_workload  # noqa: E402
 
 QWEN_0_5B = {  # Qwen2.5-0.5B-Instruct's config.json, weights aside

@@ -24,13 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine  # noqa: E402,F401  (OpenBLAS before MLX)
 from engine import Engine  # noqa: E402
-from engine.models.loader import load_model  # noqa: E402
 from engine.core.policies import CostAwarePolicy  # noqa: E402
+from engine.models.loader import load_model  # noqa: E402
 from engine.sim import Simulation  # noqa: E402
 from engine.sim.replay import agreement, fit, record, simulated_decisions  # noqa: E402
 from tests.test_sim_agreement import chat_trace, two_unequal_lanes  # noqa: E402
 from tests.tiny_model import build_tiny_llama  # noqa: E402
-
 
 # The workload RESULTS.md's figures were measured on (tests use a denser one).
 TRACE = {"n": 16, "gap_s": 0.015}

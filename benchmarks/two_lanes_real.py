@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import Engine, LaneSpec, Migrated, Routed, SamplingParams  # noqa: E402
 from benchmarks.chat_tabs import play  # noqa: E402
+from engine import Engine, LaneSpec, Migrated, Routed, SamplingParams  # noqa: E402
 from engine.sim import chat_workload  # noqa: E402
+
 
 def overlap(engine) -> dict:
     """Do the two lanes really step at the same time? One 64-token decode alone,

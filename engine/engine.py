@@ -15,22 +15,22 @@ from typing import Callable
 
 import mlx.core as mx
 
-from .runtime import blas
 from .core import priority
-from .runtime.cachekinds import cache_profile
 from .core.director import Director
 from .core.errors import EngineError
 from .core.events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
-from .handle import RequestHandle
-from .runtime.lane import Lane
 from .core.laneconfig import LaneInfo, LaneSpec
-from .models.loader import LoadedModel, load_model
 from .core.params import SamplingParams
-from .runtime.placement import plan_lanes
 from .core.policies import CostAwarePolicy
-from .runtime.prefix import PrefixCache
 from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
+from .handle import RequestHandle
+from .models.loader import LoadedModel, load_model
+from .runtime import blas
+from .runtime.cachekinds import cache_profile
+from .runtime.lane import Lane
+from .runtime.placement import plan_lanes
+from .runtime.prefix import PrefixCache
 
 Observer = Callable[[object], None]
 

@@ -6,10 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["TANDEM_DB"] = os.path.join(__import__("tempfile").mkdtemp(prefix="tandem-test-"),
                                        "tandem.db")
 
-import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
-
 import pytest  # noqa: E402
 
+import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
 from tests.tiny_model import build_tiny_llama  # noqa: E402
 
 

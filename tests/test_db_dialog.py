@@ -10,11 +10,10 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.store import db_dialog
+from app.main_window import MainWindow
+from app.store import ChatStore, db_dialog
 from app.store.db_dialog import DatabaseProblemDialog, ask, open_database
 from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, _write_locked, diagnose
-from app.main_window import MainWindow
-from app.store import ChatStore
 from tests.test_db_open import CASES, make_history, stored
 
 SHOTS = os.environ.get("TANDEM_SHOTS")  # a folder: keep the screenshots to look at

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, WAIT, diagnose, open_store
 from app.store import ChatStore
+from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, WAIT, diagnose, open_store
 from tests.test_db_holder import LockHolder
 
 

@@ -9,8 +9,8 @@ one; a request moved between lanes mid-answer equals an unmoved one."""
 import pytest
 
 from engine import Engine, LaneSpec, Migrated, SamplingParams
-from engine.models.loader import load_model
 from engine.core.router import Placement
+from engine.models.loader import load_model
 from tests.families import FAMILIES, build_family
 from tests.helpers import TokenCounter, prompt_of, reference_greedy
 

@@ -9,8 +9,8 @@ import weakref
 import mlx.core as mx
 import pytest
 
-from engine import (Engine, EngineError, EngineErrorEvent, Finished, LaneConfig, LaneSpec,
-                    Queued, SamplingParams)
+from engine import (Engine, EngineError, EngineErrorEvent, Finished, LaneConfig, LaneSpec, Queued,
+                    SamplingParams)
 from engine.core.router import Placement
 from engine.runtime.runner import ModelRunner
 from tests.helpers import TokenCounter, prompt_of, reference_greedy

@@ -4,8 +4,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from engine.runtime.prefix import PrefixCache
 from engine.core.prefix_trie import PrefixTrie
+from engine.runtime.prefix import PrefixCache
 
 
 def _payload(nbytes):

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from engine import SamplingParams
-from engine.runtime import blas
 from engine.core import priority
+from engine.runtime import blas
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="thread niceness is a Linux feature")

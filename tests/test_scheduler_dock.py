@@ -6,8 +6,8 @@ from PySide6.QtCore import QPoint, Qt
 from app.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
-from engine.models.loader import load_model
 from engine.core.router import LeastLoadedPolicy
+from engine.models.loader import load_model
 from tests.windows import open_window
 
 

@@ -13,9 +13,9 @@ import mlx.nn as nn
 from mlx.utils import tree_map, tree_map_with_path
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from .gguf import convert as gguf
-from .bundle import bundle_dir
 from ..core.errors import EngineError
+from .bundle import bundle_dir
+from .gguf import convert as gguf
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import (ArraysCache, CacheList, KVCache, RotatingKVCache,
-                                 make_prompt_cache)
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
 from ..core.errors import EngineError
 

@@ -15,18 +15,18 @@ from typing import Callable
 
 import mlx.core as mx
 
-from .calibration import start_up
 from ..core.costmodel import CostModel
 from ..core.director import Director
 from ..core.events import Calibrated, EngineErrorEvent, Token
-from .handoff import Handoff
 from ..core.laneconfig import LaneConfig
-from .prefix import PrefixCache
 from ..core.priority import lower_thread
 from ..core.request import Request
-from .runner import ModelRunner
 from ..core.scheduler import LaneScheduler
 from ..core.step import StepOutcome, StepPlan, StepResult
+from .calibration import start_up
+from .handoff import Handoff
+from .prefix import PrefixCache
+from .runner import ModelRunner
 
 
 class Lane:

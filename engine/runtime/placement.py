@@ -9,8 +9,8 @@ gives a lane its own.
 from __future__ import annotations
 
 from ..core.laneconfig import LaneSpec
-from ..models.loader import LoadedModel, load_model, with_weight_format
 from ..core.memory import LaneRequest, MemoryPlan, plan_memory
+from ..models.loader import LoadedModel, load_model, with_weight_format
 from .weights import dense_faster_on_cpu, machine_budget, model_shape
 
 

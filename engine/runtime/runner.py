@@ -17,15 +17,15 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from ..core.request import Request
+from ..core.step import StepPlan, StepResult
 from .batch import DecodeBatch
 from .cachekinds import arrays_of, cast
 from .calibration import kv_dtype
 from .handoff import Handoff
 from .prefill import Prefill, run_chunk
 from .prefix import PrefixCache
-from ..core.request import Request
 from .sampling import TokenSampler, sample_rows
-from ..core.step import StepPlan, StepResult
 
 
 class ModelRunner:

@@ -22,12 +22,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf.constants import (
-    GGML_QUANT_SIZES,
-    GGUF_DEFAULT_ALIGNMENT,
-    GGMLQuantizationType,
-    GGUFValueType,
-)
+from gguf.constants import (GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType,
+                            GGUFValueType)
 
 from ...core.errors import EngineError
 
