@@ -162,3 +162,10 @@ def test_the_contract_sees_a_broken_rule(tmp_path):
         GRAPH = saved
     lazy = ast.parse("def f():\n    from ..runtime import lane\n")
     assert any(isinstance(n, ast.ImportFrom) and n.level == 2 for n in ast.walk(lazy))
+
+
+def test_the_main_window_stays_a_wiring_of_parts():
+    """New window features get modules of their own (docs/ARCHITECTURE.md):
+    app/main_window.py only wires tabs, docks, menus and the status bar."""
+    lines = len((ROOT / "app" / "main_window.py").read_text().splitlines())
+    assert lines < 300, f"app/main_window.py has {lines} lines"
