@@ -40,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--api-key", default=None,
                        help="required as a Bearer token (and to bind other than localhost)")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="also answer requests whose Host header names NAME (repeatable)")
+    serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="let web pages from ORIGIN call the API, with CORS (repeatable)")
     return parser
 
 
@@ -65,7 +69,9 @@ def serve(args) -> int:
     engine = _load_engine(args.model)
     if engine is None:
         return 2
-    app = make_app(engine, ServerConfig(model_id=args.model, api_key=args.api_key))
+    app = make_app(engine, ServerConfig(
+        api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
+        allow_origins=tuple(args.allow_origin)))
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:

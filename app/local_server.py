@@ -40,9 +40,9 @@ class LocalServer(QObject):
                 probe.bind(("127.0.0.1", self.port))
             except OSError as e:
                 return f"Port {self.port} is in use ({e.strerror})."
-        model_id = engine.model_info.source
-        config = uvicorn.Config(make_app(engine, ServerConfig(model_id=model_id)),
-                                host="127.0.0.1", port=self.port, log_level="warning")
+        app = make_app(engine, ServerConfig())
+        model_id = app.state.ids[0]
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self._server, self.engine = uvicorn.Server(config), engine
         self._thread = threading.Thread(target=self._server.run, name="local-server",
                                         daemon=True)

@@ -3,123 +3,113 @@
 It talks to the engine's public API only (`submit`, events, `cancel`): no MLX,
 no Qt. API requests join the same engine as the app's chat tabs, batched and
 routed with them; their `tab_id` is "api:<user or client address>" so the
-Scheduler dock can label them. A bounded number of requests may be in flight
-(429 with Retry-After beyond it); a client that disconnects cancels its request.
+Scheduler dock can label them.
+
+A request's way through: the gate (trust.py: Host, Origin, content type);
+the key (constant time); the body, read up to its limit, parsed and validated
+whole on a worker thread (bodies.py); a slot (slots.py: 429 when all are
+taken); the chat template and the tokenizer on a worker thread (a 4 MB
+message never stalls the event loop); then events stream back. The slot is
+given back on every path, and a client that disconnects, or stops reading a
+stream, cancels its request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine import EngineError, Finished, SamplingParams, Token
+from engine import EngineError, Finished, Token
 
-MAX_BODY_BYTES = 4 << 20
+from .bodies import MAX_BODY_BYTES, Completion, completion, parse_json
+from .errors import APIError, http_error, server_fault
+from .slots import Slot, Slots
+from .trust import RequestGate, key_matches
+
+log = logging.getLogger("tandem.server")
 
 
 @dataclass
 class ServerConfig:
-    model_id: str = "tandem"
+    model_id: str | None = None  # None: the model's own name (and "default" for the bundled one)
     api_key: str | None = None
     max_in_flight: int = 64
+    host: str = "127.0.0.1"  # the address it is bound to (Host headers may name it)
+    allow_hosts: tuple[str, ...] = ()  # more host names it answers for
+    allow_origins: tuple[str, ...] = ()  # web origins allowed to call it (CORS)
+    workers: int = 2  # threads that parse bodies, apply templates and tokenize
+    send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
 
 
-class APIError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = (
-            status, message, kind, param, code)
-        self.headers = headers or {}
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.code}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
-
-
-def _params(body: dict) -> SamplingParams:
-    """OpenAI sampling fields -> SamplingParams; anything Tandem cannot honour is a 400."""
-    if body.get("n", 1) != 1:
-        raise APIError(400, "Only n = 1 is supported.", param="n")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if body.get(name):
-            raise APIError(400, f"{name} is not supported (use 0).", param=name)
-    stop = body.get("stop")
-    stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    if not all(isinstance(s, str) for s in stop) or len(stop) > 4:
-        raise APIError(400, "stop must be a string or a list of up to 4 strings.", param="stop")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 512))
-    try:
-        return SamplingParams(
-            max_tokens=max_tokens, temperature=body.get("temperature", 1.0),
-            top_p=body.get("top_p", 1.0), seed=body.get("seed"), stop=stop)
-    except EngineError as e:
-        raise APIError(400, str(e)) from None
+def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:
+    """The names requests may use for the served model; the first is its id."""
+    if config.model_id:
+        return (config.model_id,)
+    info = engine.model_info
+    name = getattr(info, "name", "") or "model"
+    return (name, "default") if info.source == "default" else (name,)
 
 
 class ServerState:
-    """The engine the API serves and what it has in flight."""
+    """The engine the API serves, its names, what it has in flight, its workers."""
 
     def __init__(self, engine, config: ServerConfig):
         self.engine, self.config = engine, config
-        self.in_flight = 0
-        self._lock = threading.Lock()
+        self.ids = model_ids(engine, config)
+        self.slots = Slots(config.max_in_flight)
+        self.pool = ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
 
-    def admit(self) -> None:
-        with self._lock:
-            if self.in_flight >= self.config.max_in_flight:
-                raise APIError(429, "Too many requests in flight; retry shortly.",
-                               kind="rate_limit_error", headers={"Retry-After": "1"})
-            self.in_flight += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
+    async def run(self, fn, *args):
+        """`fn(*args)` on a worker thread: never blocks the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
 
 def _check_key(request: Request, state: ServerState) -> None:
     key = state.config.api_key
-    if key and request.headers.get("authorization") != f"Bearer {key}":
+    if key and not key_matches(request.headers.get("authorization"), key):
         raise APIError(401, "Invalid or missing API key.", kind="authentication_error",
                        code="invalid_api_key")
 
 
-async def _body(request: Request) -> dict:
-    data = await request.body()
-    if len(data) > MAX_BODY_BYTES:
+async def _read_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it passes the limit."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
-    try:
-        body = json.loads(data or b"{}")
-    except ValueError:
-        raise APIError(400, "The body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "The body must be a JSON object.")
-    return body
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
-def _submit(state: ServerState, request: Request, body: dict, messages=None, prompt=None):
-    model = body.get("model")
-    if model not in (None, state.config.model_id):
-        raise APIError(404, f"The model '{model}' does not exist; this server serves "
-                       f"'{state.config.model_id}'.", param="model", code="model_not_found")
-    params = _params(body)
-    who = body.get("user") or (request.client.host if request.client else "client")
+def _parse(data: bytes, chat: bool) -> Completion:
+    return completion(parse_json(data), chat)
+
+
+def _submit(state: ServerState, request: Request, job: Completion):
+    """On a worker thread: the template, the tokenizer, then the engine."""
+    who = job.user or (request.client.host if request.client else "client")
+    engine = state.engine
     try:
-        if prompt is not None:
-            ids = list(state.engine.tokenizer.encode(prompt))
-            return state.engine.submit(prompt_ids=ids, params=params, tab_id=f"api:{who}")
-        return state.engine.submit(messages, params, tab_id=f"api:{who}")
+        if job.prompt is not None:  # /v1/completions: the raw prompt, as it is
+            ids = list(engine.tokenizer.encode(job.prompt))
+            return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}")
+        return engine.submit(job.messages, job.params, tab_id=f"api:{who}")
     except EngineError as e:
         if e.kind == "prompt-too-long":
             raise APIError(413, str(e), code="context_length_exceeded") from None
@@ -159,76 +149,80 @@ def _finish_reason(done: Finished) -> str:
     return "length" if done.reason == "length" else "stop"
 
 
-def make_app(engine, config: ServerConfig | None = None) -> Starlette:
-    state = ServerState(engine, config or ServerConfig())
+class GuardedStream(StreamingResponse):
+    """A stream that gives its slot back and cancels its request however it
+    ends: finished, failed, the client gone, or the client reading nothing
+    for `send_timeout_s` (its send would otherwise wait forever)."""
+
+    def __init__(self, content, slot: Slot, handle, send_timeout_s: float):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
+        self.slot, self.handle, self.send_timeout_s = slot, handle, send_timeout_s
+
+    async def __call__(self, scope, receive, send):
+        async def timed_send(message):
+            await asyncio.wait_for(send(message), self.send_timeout_s)
+
+        try:
+            await super().__call__(scope, receive, timed_send)
+        except asyncio.TimeoutError:
+            log.warning("a client read nothing for %.0f s: its stream ended", self.send_timeout_s)
+        finally:
+            self.handle.cancel()  # no-op once finished
+            self.slot.release()
+
+
+def make_app(engine, config: ServerConfig | None = None):
+    """The ASGI app: the request gate in front of the routes."""
+    config = config or ServerConfig()
+    state = ServerState(engine, config)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": state.config.model_id,
-                             "in_flight": state.in_flight})
+        return JSONResponse({"status": "ok", "model": state.ids[0],
+                             "in_flight": state.slots.in_flight})
 
     async def models(request: Request) -> Response:
-        try:
-            _check_key(request, state)
-        except APIError as e:
-            return e.response()
+        _check_key(request, state)
         return JSONResponse({"object": "list", "data": [
-            {"id": state.config.model_id, "object": "model", "created": 0,
-             "owned_by": "tandem"}]})
+            {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
+            for name in state.ids]})
 
     async def completions(request: Request, chat: bool) -> Response:
+        _check_key(request, state)
+        job = await state.run(_parse, await _read_body(request), chat)
+        if job.model is not None and job.model not in state.ids:
+            raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
+                           f"{', '.join(repr(i) for i in state.ids)}.", param="model",
+                           code="model_not_found")
+        slot = state.slots.take()
         try:
-            _check_key(request, state)
-            body = await _body(request)
-            if chat:
-                messages = body.get("messages")
-                if not isinstance(messages, list) or not messages:
-                    raise APIError(400, "messages must be a non-empty list.", param="messages")
-                messages = [_message(m) for m in messages]
-                prompt = None
-            else:
-                prompt = body.get("prompt")
-                if isinstance(prompt, list) and len(prompt) == 1:
-                    prompt = prompt[0]
-                if not isinstance(prompt, str) or not prompt:
-                    raise APIError(400, "prompt must be a non-empty string.", param="prompt")
-                messages = None
-            state.admit()
-        except APIError as e:
-            return e.response()
-        except ClientDisconnect:
-            return Response(status_code=499)
-        try:
-            handle = _submit(state, request, body, messages, prompt)
-        except APIError as e:
-            state.release()
-            return e.response()
+            handle = await state.run(_submit, state, request, job)
+        except BaseException:
+            slot.release()
+            raise
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-        created = int(time.time())
-        kind = "chat.completion" if chat else "text_completion"
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(
-                _stream(state, request, handle, rid, created, kind, chat, include_usage),
-                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        try:
-            text, done = "", None
-            async for event in _events(handle):
-                if await request.is_disconnected():
-                    handle.cancel()
-                if isinstance(event, Token):
-                    text += event.text
-                elif isinstance(event, Finished):
-                    done = event
-        finally:
-            state.release()
+        created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
+        if job.stream:
+            return GuardedStream(_stream(state, request, handle, rid, created, kind, job),
+                                 slot, handle, config.send_timeout_s)
+        with slot:
+            try:
+                done = None
+                async for event in _events(handle):
+                    if await request.is_disconnected():
+                        handle.cancel()
+                    if isinstance(event, Finished):
+                        done = event
+            finally:
+                handle.cancel()  # no-op once finished
         if done.reason == "error":
-            return APIError(500, done.error or "generation failed", kind="server_error").response()
+            raise APIError(500, done.error or "generation failed", kind="server_error")
         choice = ({"index": 0, "message": {"role": "assistant", "content": done.text},
                    "finish_reason": _finish_reason(done)} if chat else
                   {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
                    "logprobs": None})
         return JSONResponse({"id": rid, "object": kind, "created": created,
-                             "model": state.config.model_id, "choices": [choice],
+                             "model": state.ids[0], "choices": [choice],
                              "usage": _usage(done)})
 
     async def chat_route(request: Request) -> Response:
@@ -237,29 +231,27 @@ def make_app(engine, config: ServerConfig | None = None) -> Starlette:
     async def text_route(request: Request) -> Response:
         return await completions(request, chat=False)
 
-    return Starlette(routes=[
+    async def api_error(request: Request, exc: APIError) -> Response:
+        return exc.response()
+
+    async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        return Response(status_code=499)
+
+    app = Starlette(routes=[
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", text_route, methods=["POST"]),
-    ])
+    ], exception_handlers={APIError: api_error, ClientDisconnect: client_gone,
+                           HTTPException: http_error, Exception: server_fault})
+    gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)
+    gate.state = state  # for tests and the app: in_flight, ids
+    return gate
 
 
-def _message(m) -> dict:
-    if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-        raise APIError(400, "Each message needs a role of system, user or assistant.",
-                       param="messages")
-    content = m.get("content")
-    if isinstance(content, list):  # content parts: text only
-        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise APIError(400, "Only text content parts are supported.", param="messages")
-        content = "".join(p.get("text", "") for p in content)
-    if not isinstance(content, str):
-        raise APIError(400, "Message content must be text.", param="messages")
-    return {"role": m["role"], "content": content}
-
-
-async def _stream(state, request, handle, rid, created, kind, chat, include_usage):
+async def _stream(state, request, handle, rid, created, kind, job: Completion):
     """Server-sent events; a client gone away cancels the request at once."""
+    chat, include_usage = job.chat, job.include_usage
+
     def chunk(delta_or_text, finish=None, usage=None, first=False):
         if chat:
             delta = {"role": "assistant", "content": ""} if first else (
@@ -269,7 +261,7 @@ async def _stream(state, request, handle, rid, created, kind, chat, include_usag
             choices = [{"index": 0, "text": delta_or_text or "", "finish_reason": finish,
                         "logprobs": None}]
         payload = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
-                   "model": state.config.model_id, "choices": choices if usage is None else []}
+                   "model": state.ids[0], "choices": choices if usage is None else []}
         if usage is not None:
             payload["usage"] = usage
         elif include_usage:
@@ -295,8 +287,7 @@ async def _stream(state, request, handle, rid, created, kind, chat, include_usag
         yield "data: [DONE]\n\n"
     finally:
         watcher.cancel()
-        handle.cancel()  # no-op once finished; frees the slot if the client left
-        state.release()
+        handle.cancel()  # no-op once finished
 
 
 async def _watch_disconnect(request: Request, handle) -> None:

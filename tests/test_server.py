@@ -120,7 +120,8 @@ def test_errors_use_openai_bodies_and_codes(served, make_engine):
             {"role": "user", "content": " ".join(["river"] * 2000)}])
     assert e.value.status_code == 413
     url = served.url + "/v1/chat/completions"
-    assert httpx.post(url, content=b"{not json").status_code == 400
+    assert httpx.post(url, content=b"{not json",
+                      headers={"content-type": "application/json"}).status_code == 400
     huge = httpx.post(url, json={"model": "tiny", "messages": [
         {"role": "user", "content": "x" * (5 << 20)}]}, timeout=60)
     assert huge.status_code == 413 and "MiB" in huge.json()["error"]["message"]

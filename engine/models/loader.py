@@ -38,6 +38,7 @@ class LoadedModel:
     context_length: int
     stop_token_ids: set[int] = field(default_factory=set)
     weight_format: str = "quantized"
+    name: str = ""  # what an API calls it: its file or folder name, or its repo id
 
 
 def default_model_path() -> Path:
@@ -66,18 +67,22 @@ def load_model(source: str | Path = DEFAULT_MODEL, weight_format: str = "quantiz
         raise EngineError(f"Unknown weight format '{weight_format}'.", "bad-argument")
     source = str(source)
     if source == DEFAULT_MODEL:
-        loaded = _load_gguf(default_model_path(), label=DEFAULT_MODEL_LABEL)
-        loaded.source = DEFAULT_MODEL
+        path = default_model_path()
+        loaded = _load_gguf(path, label=DEFAULT_MODEL_LABEL)
+        loaded.source, loaded.name = DEFAULT_MODEL, path.name
     else:
         path = Path(source).expanduser()
         if path.suffix.lower() == ".gguf" or path.is_file():
             if not path.exists():
                 raise EngineError(f"Model file not found: {path}", "model-not-found")
             loaded = _load_gguf(path, label=path.stem)
+            loaded.name = path.name
         elif path.is_dir():
             loaded = _load_mlx_lm(str(path), label=path.name)
+            loaded.name = path.resolve().name
         elif _looks_like_repo_id(source):
             loaded = _load_mlx_lm(source, label=source)
+            loaded.name = source
         else:
             raise EngineError(
                 f"Model not found: '{source}' is neither a folder, a .gguf file, "

@@ -1,0 +1,190 @@
+"""A request body, parsed and validated whole before the request is admitted:
+every field is checked for its type and range here, so nothing later can fail
+on what a client sent. Bad input is a 400 that names the field."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from engine import EngineError, SamplingParams
+
+from .errors import APIError
+
+MAX_BODY_BYTES = 4 << 20
+MAX_NESTING = 64  # JSON deeper than this is refused before it is parsed
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What a valid /v1/chat/completions or /v1/completions body asks for."""
+
+    chat: bool
+    messages: list[dict[str, str]] | None  # chat
+    prompt: str | None  # completions: raw text, tokenized as it is
+    params: SamplingParams
+    model: str | None
+    stream: bool
+    include_usage: bool
+    user: str | None
+
+
+def parse_json(data: bytes) -> dict:
+    if len(data) > MAX_BODY_BYTES:
+        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+    if _nesting(data) > MAX_NESTING:
+        raise APIError(400, f"The body is nested more than {MAX_NESTING} levels deep.")
+    try:
+        body = json.loads(data or b"{}")
+    except (ValueError, RecursionError):
+        raise APIError(400, "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "The body must be a JSON object.")
+    return body
+
+
+def _nesting(data: bytes) -> int:
+    """The deepest bracket nesting, ignoring brackets inside strings (a cheap
+    scan, so that json.loads never recurses out of the interpreter's stack)."""
+    if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_NESTING:
+                return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def completion(body: dict, chat: bool) -> Completion:
+    if chat:
+        messages, prompt = _messages(body.get("messages")), None
+    else:
+        messages, prompt = None, _prompt(body.get("prompt"))
+    stream = _optional(body, "stream", bool, False)
+    options = _optional(body, "stream_options", dict, None)
+    include_usage = False
+    if options is not None:
+        include_usage = _optional(options, "include_usage", bool, False, "stream_options")
+    return Completion(chat, messages, prompt, _params(body),
+                      _optional(body, "model", str, None), stream, include_usage,
+                      _optional(body, "user", str, None))
+
+
+def _optional(body: dict, name: str, kind: type, default, where: str | None = None):
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        field = f"{where}.{name}" if where else name
+        raise APIError(400, f"{field} must be {_KIND_NAMES[kind]}.", param=field)
+    return value
+
+
+_KIND_NAMES = {bool: "true or false", dict: "an object", str: "a string", int: "an integer",
+               float: "a number", list: "a list"}
+
+
+def _number(body: dict, name: str, default: float | None) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise APIError(400, f"{name} must be a finite number.", param=name)
+    return value
+
+
+def _integer(body: dict, name: str, default: int | None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise APIError(400, f"{name} must be an integer.", param=name)
+    return value
+
+
+def _params(body: dict) -> SamplingParams:
+    """OpenAI sampling fields -> SamplingParams; anything Tandem cannot honour is a 400."""
+    if _integer(body, "n", 1) != 1:
+        raise APIError(400, "Only n = 1 is supported.", param="n")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if _number(body, name, 0):
+            raise APIError(400, f"{name} is not supported (use 0).", param=name)
+    stop = body.get("stop")
+    stop = (stop,) if isinstance(stop, str) else stop
+    if stop is None:
+        stop = ()
+    if (not isinstance(stop, (list, tuple)) or len(stop) > 4
+            or not all(isinstance(s, str) and s and _is_text(s) for s in stop)):
+        raise APIError(400, "stop must be a string or a list of up to 4 non-empty strings.",
+                       param="stop")
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    try:
+        return SamplingParams(
+            max_tokens=_integer(body, name, 512), temperature=_number(body, "temperature", 1.0),
+            top_p=_number(body, "top_p", 1.0), seed=_integer(body, "seed", None),
+            stop=tuple(stop))
+    except EngineError as e:
+        raise APIError(400, str(e)) from None
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: not text
+        return False
+    return True
+
+
+def _messages(messages) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "messages must be a non-empty list.", param="messages")
+    return [_message(i, m) for i, m in enumerate(messages)]
+
+
+def _message(i: int, m) -> dict[str, str]:
+    field = f"messages[{i}]"
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise APIError(400, f"{field} needs a role of system, user or assistant.",
+                       param=f"{field}.role")
+    content = m.get("content")
+    if isinstance(content, list):  # content parts: text only
+        if not all(isinstance(p, dict) and p.get("type") == "text"
+                   and isinstance(p.get("text"), str) for p in content):
+            raise APIError(400, f"{field}.content: only text parts ({{'type': 'text', "
+                           f"'text': '...'}}) are supported.", param=f"{field}.content")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise APIError(400, f"{field}.content must be text.", param=f"{field}.content")
+    if not _is_text(content):
+        raise APIError(400, f"{field}.content is not valid text (an unpaired surrogate).",
+                       param=f"{field}.content")
+    return {"role": m["role"], "content": content}
+
+
+def _prompt(prompt) -> str:
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise APIError(400, "prompt must be a non-empty string.", param="prompt")
+    if not _is_text(prompt):
+        raise APIError(400, "prompt is not valid text (an unpaired surrogate).",
+                       param="prompt")
+    return prompt
