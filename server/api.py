@@ -165,8 +165,10 @@ class GuardedStream(StreamingResponse):
 
         try:
             await super().__call__(scope, receive, timed_send)
-        except asyncio.TimeoutError:
-            log.warning("a client read nothing for %.0f s: its stream ended", self.send_timeout_s)
+        except (OSError, ClientDisconnect) as exc:  # gone, or stuck (TimeoutError is an OSError)
+            if isinstance(exc, TimeoutError) or isinstance(exc.__context__, TimeoutError):
+                log.warning("a client read nothing for %.0f s: its stream ended",
+                            self.send_timeout_s)
         finally:
             self.handle.cancel()  # no-op once finished
             self.slot.release()

@@ -24,7 +24,7 @@ class Served:
     def __init__(self, engine, **config):
         self.port = _free_port()
         self.server = uvicorn.Server(uvicorn.Config(
-            make_app(engine, ServerConfig(model_id="tiny", **config)), host="127.0.0.1",
+            make_app(engine, ServerConfig(**{"model_id": "tiny", **config})), host="127.0.0.1",
             port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
