@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import TYPE_CHECKING, Callable
 
@@ -55,6 +56,11 @@ class EngineLoader(QObject):
                 else:
                     self.loaded.emit(engine)
 
+        # Loading allocates heavily, so Python's garbage collector will run on
+        # the loader thread; collect first, here on the GUI thread, so that no
+        # dead Qt object (a closed dialog in a reference cycle) is destroyed
+        # there (a Qt destructor off the GUI thread can deadlock with it).
+        gc.collect()
         thread = threading.Thread(target=work, name="model-loader", daemon=True)
         self._threads.append(thread)
         thread.start()

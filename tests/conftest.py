@@ -6,10 +6,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["TANDEM_DB"] = os.path.join(__import__("tempfile").mkdtemp(prefix="tandem-test-"),
                                        "tandem.db")
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
 
 import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
 from tests.tiny_model import build_tiny_llama  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _qt_garbage_dies_on_the_gui_thread():
+    """A closed window held in a reference cycle is freed by whichever thread
+    next runs Python's garbage collector. On a worker thread (a model loader,
+    a lane) its Qt destructor then waits for Qt's lock while the GUI thread,
+    deleting widgets too, holds the GIL: a deadlock seen under load. So each
+    test's garbage is collected here, on the main thread."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from app.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
@@ -24,6 +26,7 @@ def paced_cpu_engine(seconds_per_step: float):
 
 def open_window(qtbot, model_dir, db, factory=cpu_engine) -> MainWindow:
     """A main window on `db` whose engine is ready."""
+    gc.collect()  # windows closed earlier die here, not on the loader thread (conftest.py)
     w = MainWindow(str(model_dir), engine_factory=factory,
                    store=db if isinstance(db, ChatStore) else ChatStore(db))
     qtbot.addWidget(w)
