@@ -25,6 +25,7 @@ from .core.policies import CostAwarePolicy
 from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
 from .handle import RequestHandle
+from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.cachekinds import cache_profile
@@ -151,7 +152,9 @@ class Engine:
         return self.director.router_calls
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of `messages` in the model's chat template, ready to answer."""
+        """Token ids of `messages` in the model's chat template, ready to answer.
+        Message text is data: text that spells a control token stays plain
+        text (engine/models/chat_template.py)."""
         for i, message in enumerate(messages):
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(content, str):
@@ -164,7 +167,9 @@ class Engine:
                     f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
                     "bad-argument") from None
         try:
-            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+            return render_chat(self.tokenizer, messages)
+        except EngineError:
+            raise
         except Exception as e:
             raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
 
