@@ -49,7 +49,8 @@ class ServerConfig:
     host: str = "127.0.0.1"  # the address it is bound to (Host headers may name it)
     allow_hosts: tuple[str, ...] = ()  # more host names it answers for
     allow_origins: tuple[str, ...] = ()  # web origins allowed to call it (CORS)
-    workers: int = 2  # threads that parse bodies, apply templates and tokenize
+    workers: int = 2  # threads that parse bodies, apply templates and tokenize (0: the
+    # event loop itself, as before these threads existed; benchmarks compare with it)
     send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
 
 
@@ -69,10 +70,13 @@ class ServerState:
         self.engine, self.config = engine, config
         self.ids = model_ids(engine, config)
         self.slots = Slots(config.max_in_flight)
-        self.pool = ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
+        self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
+                     if config.workers > 0 else None)
 
     async def run(self, fn, *args):
         """`fn(*args)` on a worker thread: never blocks the event loop."""
+        if self.pool is None:
+            return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
 
