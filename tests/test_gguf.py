@@ -35,7 +35,9 @@ def _permute(w: mx.array, n_head: int) -> mx.array:
         w.shape)
 
 
-def write_gguf(folder, path, architecture="llama"):
+def write_gguf(folder, path, architecture="llama", overrides: dict | None = None):
+    """The folder's model as a GGUF; `overrides` replace metadata values
+    (keys without the architecture prefix, e.g. "block_count")."""
     config = json.loads((folder / "config.json").read_text())
     tok = json.loads((folder / "tokenizer.json").read_text())
     weights = mx.load(str(folder / "model.safetensors"))
@@ -90,6 +92,10 @@ def write_gguf(folder, path, architecture="llama"):
         "tokenizer.ggml.bos_token_id": u32(added["<|im_start|>"]),
         "tokenizer.chat_template": CHAT_TEMPLATE,
     }
+    for key, value in (overrides or {}).items():
+        metadata[f"{architecture}.{key}"] = (
+            mx.array(value) if isinstance(value, float) else
+            mx.array(value, dtype=mx.uint32 if value >= 0 else mx.int32))
     mx.save_gguf(str(path), out, metadata)
     return path
 

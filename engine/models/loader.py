@@ -15,9 +15,11 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from ..core.errors import EngineError
 from .bundle import bundle_dir
+from .config_check import check_config, check_finite, check_fits
 from .gguf import convert as gguf
 
 DEFAULT_MODEL = "default"
+MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1)"
 
@@ -140,6 +142,7 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
                           "corrupt-model") from e
     mx.eval(model.parameters())
     model.eval()
+    check_finite(model, path.name)
     from .gguf.tokenizer import build_tokenizer
 
     hf_tokenizer = build_tokenizer(contents.metadata)
@@ -179,12 +182,28 @@ def _folder_error(source: str, e: Exception) -> EngineError:
                        f"({type(e).__name__}: {e}).", "corrupt-model")
 
 
+def _check_folder(path: Path) -> None:
+    """A model folder's config and size, checked before mlx-lm builds anything."""
+    config_path = path / "config.json"
+    if not config_path.exists():
+        raise EngineError(f"{path} is not a model folder (no config.json).", "not-a-model")
+    if config_path.stat().st_size > MAX_CONFIG_BYTES:
+        raise EngineError(f"{path.name}: config.json is implausibly large.", "corrupt-model")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise EngineError(f"{path.name}: config.json is not valid JSON ({e}).",
+                          "corrupt-model") from None
+    check_config(config, path.name)
+    check_fits(sum(f.stat().st_size for f in path.glob("*.safetensors")), path.name)
+
+
 def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     import mlx_lm
 
     path = Path(source)
-    if path.is_dir() and not (path / "config.json").exists():
-        raise EngineError(f"{path} is not a model folder (no config.json).", "not-a-model")
+    if path.is_dir():
+        _check_folder(path)
     try:
         model, tokenizer, config = mlx_lm.load(source, return_config=True)
     except Exception as e:
@@ -193,6 +212,7 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
                 f"Cannot load {source} from Hugging Face (offline, not cached, or not a "
                 f"model repo): {e}", "download-failed") from e
         raise _folder_error(source, e) from e
+    check_finite(model, path.name or source)
     stop_ids = set(tokenizer.eos_token_ids or ())
     vocab = tokenizer.get_vocab()
     for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):

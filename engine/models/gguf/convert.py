@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ...core.errors import EngineError
+from ..config_check import check_config, check_fits
 
 GGUF_GROUP_SIZE = 32
 
@@ -71,11 +72,16 @@ def read_gguf(path: Path) -> GGUFContents:
     from .tensors import MX_LOAD_TYPES
 
     infos = validate_gguf(path)
+    # The shape and the size are checked before any tensor is read: a header
+    # claiming a billion layers must not allocate anything.
+    from .meta import read_metadata
+
+    model_config(read_metadata(path))
+    check_fits(sum(info.nbytes for info in infos), path.name)
     try:
         if all(info.type in MX_LOAD_TYPES for info in infos):
             weights, metadata = mx.load(str(path), return_metadata=True)
         else:  # tensor by tensor: never a dense copy of the whole model
-            from .meta import read_metadata
             from .tensors import read_tensors
 
             metadata = read_metadata(path)
@@ -95,6 +101,16 @@ def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
     if isinstance(value, mx.array):
         return value.item()
     return value
+
+
+# mlx-lm config names -> the GGUF keys they come from (after "<arch>.")
+_CONFIG_KEYS = {"num_hidden_layers": "block_count", "hidden_size": "embedding_length",
+                "num_attention_heads": "attention.head_count",
+                "num_key_value_heads": "attention.head_count_kv",
+                "intermediate_size": "feed_forward_length",
+                "max_position_embeddings": "context_length", "head_dim": "attention.key_length",
+                "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+                "rope_theta": "rope.freq_base", "vocab_size": "vocab_size"}
 
 
 def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -124,16 +140,24 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
             "rope_theta": float(_scalar(metadata, f"{arch}.rope.freq_base", 10000.0)),
             "max_position_embeddings": int(_scalar(metadata, f"{arch}.context_length", 2048)),
         }
-    except (TypeError, KeyError) as e:
-        raise EngineError(f"GGUF metadata is incomplete: {e}.", "corrupt-model") from e
+    except (TypeError, KeyError, ValueError, OverflowError) as e:
+        raise EngineError(f"GGUF metadata is incomplete or not numbers: {e}.",
+                          "corrupt-model") from e
     tokens = metadata.get("tokenizer.ggml.tokens") or []
     config["vocab_size"] = int(_scalar(metadata, f"{arch}.vocab_size", len(tokens)))
     # llama.cpp's converter permutes Q and K of llama models into the
     # interleaved RoPE layout; qwen2 is stored in the NeoX (split) layout.
     config["rope_traditional"] = arch == "llama"
     key_length = _scalar(metadata, f"{arch}.attention.key_length")
-    config["head_dim"] = int(key_length) if key_length else config["hidden_size"] // n_heads
+    config["head_dim"] = (int(key_length) if key_length else
+                          config["hidden_size"] // n_heads if n_heads > 0 else None)
     config["tie_word_embeddings"] = True  # the loader unties it when the file has an output
+    try:
+        check_config(config, "GGUF metadata")
+    except EngineError as e:  # name the file's own key too
+        keys = [f"{arch}.{key}" for name, key in _CONFIG_KEYS.items() if name in str(e)]
+        raise EngineError(f"{e} (GGUF key {', '.join(keys)})" if keys else str(e),
+                          e.kind) from None
     if arch == "gemma3":
         # llama.cpp keeps these fixed for Gemma 3 rather than in the metadata:
         # every 6th layer global, local RoPE base 10k, and the query scale of
