@@ -18,7 +18,9 @@ milliseconds) and sleeps its backoff outside it.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -32,6 +34,20 @@ from .journal import Op, PendingJournal
 READ_WAIT_MS = 250  # reads: WAL readers are almost never busy, and then only briefly
 RETRY = (0.05, 2.0)  # first and longest pause between tries of a waiting change
 BUSY = "the database is locked by another program"
+MOVED = "the database file was moved, replaced or deleted while Tandem ran"
+
+
+class FileMoved(sqlite3.OperationalError):
+    """The database path no longer names the file this store opened."""
+
+
+def file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def is_transient(error: sqlite3.Error) -> bool:
@@ -42,6 +58,8 @@ def is_transient(error: sqlite3.Error) -> bool:
 
 def describe(error: sqlite3.Error) -> str:
     """Why saving waits, in the user's words."""
+    if isinstance(error, FileMoved):
+        return MOVED
     name = getattr(error, "sqlite_errorname", "")
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return BUSY
@@ -70,6 +88,7 @@ class StoreWriter:
         """`db`: the GUI thread's connection; `journal`/`path`: None for an
         in-memory database, whose writes cannot wait."""
         self._db, self._journal, self._path, self._retry = db, journal, path, retry
+        self._identity = file_identity(path)  # writes go only to this very file
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # the worker: a change, or stop
         self._changed = threading.Condition(self._lock)  # waiters: the queue shrank
@@ -178,7 +197,15 @@ class StoreWriter:
         return len(left)
 
     # ---- under the lock -----------------------------------------------------------
+    def _check_identity(self) -> None:
+        """Refuse to write when the path names another file now (moved away,
+        replaced, deleted): a write there would go to the wrong file, or
+        create an empty one, and the chats would seem saved."""
+        if self._path is not None and file_identity(self._path) != self._identity:
+            raise FileMoved(MOVED)
+
     def _direct(self, ops: list[Op], seq: int | None) -> None:
+        self._check_identity()
         if seq is not None:
             ops = [*ops, self._journal.marker(seq)]
         self._db.execute("PRAGMA busy_timeout = 0")  # never wait on the GUI thread
@@ -228,6 +255,7 @@ class StoreWriter:
                 seq, ops = self._queue[0]
                 failed = False
                 try:
+                    self._check_identity()
                     if db is None:
                         db = sqlite3.connect(self._path, isolation_level=None, timeout=0)
                         db.execute("PRAGMA foreign_keys = ON")  # as the GUI's connection
