@@ -5,6 +5,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Never touch the user's real chat database from tests.
 os.environ["TANDEM_DB"] = os.path.join(__import__("tempfile").mkdtemp(prefix="tandem-test-"),
                                        "tandem.db")
+# ...nor its cache folder (the second place for changes waiting to be saved).
+os.environ["TANDEM_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="tandem-cache-")
 
 import gc  # noqa: E402
 

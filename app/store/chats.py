@@ -108,16 +108,23 @@ class ChatStore:
             self._writer.adopt(entries)
         except (OSError, ValueError, KeyError, TypeError, sqlite3.Error) as e:
             # They do not fit this database (or cannot be read): kept, not applied.
-            kept = journal.path.with_name(
-                f"{journal.path.name}.unapplied-{time.strftime('%Y%m%d-%H%M%S')}")
-            try:
-                journal.path.rename(kept)
-            except OSError:
-                kept = journal.path
+            kept = []
+            for path in journal.existing():
+                aside = path.with_name(
+                    f"{path.name}.unapplied-{time.strftime('%Y%m%d-%H%M%S')}")
+                try:
+                    path.rename(aside)
+                except OSError:
+                    aside = path
+                kept.append(str(aside))
+            kept = ", ".join(kept) or journal.path
             journal.forget()
             self.notices.append(f"Changes left from the last run could not be saved ({e}); "
                                 f"they are kept in {kept}.")
             return
+        if journal.unreadable:
+            self.notices.append("Changes left from the last run could not be read from "
+                                f"{'; '.join(journal.unreadable)}: they are not saved.")
         if entries:
             self.notices.append(f"{len(entries)} changes left from the last run were saved."
                                 if not self._writer.pending else
@@ -166,6 +173,18 @@ class ChatStore:
     @property
     def journal_path(self) -> Path:
         return journal_path(self.path)
+
+    @property
+    def journal_files(self) -> list[Path]:
+        """Where waiting changes are kept now (beside the database, or in the
+        cache folder when that could not be written)."""
+        journal = self._writer.journal
+        return journal.existing() if journal is not None else []
+
+    @property
+    def kept_in_memory_only(self) -> bool:
+        """Some waiting changes are in no journal: only this process has them."""
+        return self._writer.in_memory_only
 
     def wait_until_saved(self, timeout: float) -> bool:
         return self._writer.wait_until_saved(timeout)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .chats import ChatStore
-from .journal import journal_path
+from .journal import fallback_journal_path, journal_path
 from .readonly import connect_read_only, writable
 from .schema import MIGRATIONS, NewerSchemaError
 from .writer import BUSY, describe
@@ -192,10 +192,13 @@ def move_aside(path: str | Path, kind: str = "damaged") -> Path:
     path = Path(path)
     target = aside_name(path, kind)
     companions = [Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal")] + [journal_path(path)]
+    fallback = fallback_journal_path(path)  # in the cache folder: stays there, renamed
     os.rename(path, target)
     for companion in companions:
         if companion.exists():
             os.rename(companion, Path(f"{target}{companion.name[len(path.name):]}"))
+    if fallback.exists():
+        os.rename(fallback, fallback.with_name(f"{fallback.name}.{target.name}"))
     return target
 
 

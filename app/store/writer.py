@@ -151,6 +151,16 @@ class StoreWriter:
         return len(self._queue)
 
     @property
+    def journal(self) -> PendingJournal | None:
+        return self._journal
+
+    @property
+    def in_memory_only(self) -> bool:
+        """Some waiting changes could be written to no journal: they live in
+        this process only (quitting now loses them)."""
+        return self._journal_failed and bool(self._queue)
+
+    @property
     def error(self) -> str | None:
         return self._error if self._queue else None
 
