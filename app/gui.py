@@ -39,8 +39,9 @@ def run_gui(model: str = "default") -> int:
     window.wait_for_engines()
     left = store.close(timeout=3.0)
     if left:
-        print(f"tandem: {left} changes could not be saved yet (the database is locked); they "
-              f"are kept in {store.journal_path} and saved at the next start", file=sys.stderr)
+        where = " and ".join(str(p) for p in store.journal_files) or "no journal (lost)"
+        print(f"tandem: {left} changes could not be saved yet; they are kept in {where} and "
+              f"saved at the next start", file=sys.stderr)
     if lock is not None:
         lock.unlock()
     return status

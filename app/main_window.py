@@ -265,8 +265,11 @@ class MainWindow(QMainWindow):
         self.store.set_setting("window.state", bytes(self.saveState().toBase64()).decode())
 
     def closeEvent(self, event):  # noqa: N802
-        self.server.stop()
         self.flush_streaming()
+        if not self.saving.confirm_quit(self):  # changes not saved yet: the user stays
+            event.ignore()
+            return
+        self.server.stop()
         self._save_tabs()
         self._save_layout()
         self.saving.detach()  # this window is going; the store may outlive it

@@ -186,6 +186,9 @@ class ChatStore:
         """Some waiting changes are in no journal: only this process has them."""
         return self._writer.in_memory_only
 
+    def retry_now(self) -> None:
+        self._writer.retry_now()
+
     def wait_until_saved(self, timeout: float) -> bool:
         return self._writer.wait_until_saved(timeout)
 

@@ -174,6 +174,11 @@ class StoreWriter:
             finally:
                 self._db.execute(f"PRAGMA busy_timeout = {READ_WAIT_MS}")
 
+    def retry_now(self) -> None:
+        """Try the waiting changes at once (the user freed space, say)."""
+        with self._lock:
+            self._wake.notify_all()
+
     def wait_until_saved(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._lock:
