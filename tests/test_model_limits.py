@@ -46,7 +46,7 @@ FOLDER_ONLY = {
 }
 
 _WORKER = """
-import json, resource, sys, time
+import json, sys, time
 from engine import EngineError, load_model
 for path in sys.argv[1:]:
     started = time.perf_counter()
@@ -56,7 +56,10 @@ for path in sys.argv[1:]:
     except EngineError as e:
         outcome = {"kind": e.kind, "error": str(e)}
     outcome["seconds"] = time.perf_counter() - started
-    outcome["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM: this process's peak since its exec (ru_maxrss would count the
+    # parent's pages at the fork too)
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    outcome["peak_mib"] = int(hwm.split()[1]) / 1024
     print(json.dumps({"path": path, **outcome}), flush=True)
 """
 
