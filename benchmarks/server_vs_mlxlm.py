@@ -138,7 +138,8 @@ def main() -> int:
             port = free_port()
             proc = start(kind, model, port)
             try:
-                model_id = str(model)
+                # mlx_lm.server names a model by its path; tandem serve by its folder name.
+                model_id = model.name if kind == "tandem" else str(model)
                 # One request first: mlx_lm.server loads the model on the first request.
                 run_load(port, model_id, 1, 1, 2, 0.0)
                 r = run_load(port, model_id, n, args.turns, args.max_tokens, args.think)
