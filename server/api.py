@@ -17,6 +17,7 @@ stream, cancels its request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -243,7 +244,13 @@ def make_app(engine, config: ServerConfig | None = None):
     async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
         return Response(status_code=499)
 
-    app = Starlette(routes=[
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        if state.pool is not None:  # the server stopped: its worker threads go too
+            state.pool.shutdown(wait=False, cancel_futures=True)
+
+    app = Starlette(lifespan=lifespan, routes=[
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", text_route, methods=["POST"]),

@@ -23,11 +23,11 @@ def test_api_requests_show_in_the_dock_not_in_tabs(qtbot, tiny_model_dir, tmp_pa
     answers = []
 
     def ask():
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{window.server.port}/v1",
-                               api_key="x", max_retries=0)
-        done = client.chat.completions.create(
-            model=window.engine.model_info.name, user="editor-plugin", max_tokens=12,
-            messages=[{"role": "user", "content": "hello world, how are you today?"}])
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{window.server.port}/v1",
+                           api_key="x", max_retries=0) as client:
+            done = client.chat.completions.create(
+                model=window.engine.model_info.name, user="editor-plugin", max_tokens=12,
+                messages=[{"role": "user", "content": "hello world, how are you today?"}])
         answers.append(done.choices[0].message.content)
 
     asker = threading.Thread(target=ask)

@@ -31,11 +31,16 @@ class Served:
         while not self.server.started:
             time.sleep(0.01)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.clients: list[openai.OpenAI] = []
 
     def client(self, key="none", **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
+        client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
+        self.clients.append(client)  # closed at stop: no socket left to the collector
+        return client
 
     def stop(self):
+        for client in self.clients:
+            client.close()
         self.server.should_exit = True
         self.thread.join(10)
 
