@@ -229,10 +229,10 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
-                               max_retries=0)
-        model = client.models.list().data[0].id
-        done = client.chat.completions.create(model=model, messages=HELLO, max_tokens=4)
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
+                           max_retries=0) as client:
+            model = client.models.list().data[0].id
+            done = client.chat.completions.create(model=model, messages=HELLO, max_tokens=4)
         assert done.usage.completion_tokens >= 1
     finally:
         proc.terminate()
