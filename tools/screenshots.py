@@ -60,6 +60,7 @@ def main() -> int:
 
     window.engine_ready.connect(start)
     app.exec()
+    window.wait_for_engines()  # no MLX work may be left when the process ends
     for path in shots:
         print(path)
     return 0 if len(shots) == 2 else 1
