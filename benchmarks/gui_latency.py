@@ -84,6 +84,7 @@ def main() -> int:
 
     window.engine_ready.connect(start)
     app.exec()
+    window.wait_for_engines()  # no MLX work may be left when the process ends
     late = sorted(streaming_ticks)
     pick = lambda q: late[min(len(late) - 1, int(q * (len(late) - 1)))]  # noqa: E731
     print(json.dumps({
