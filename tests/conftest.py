@@ -66,3 +66,19 @@ def default_engine():
     e = Engine.load("default")
     yield e
     e.close()
+
+
+@pytest.fixture
+def db(tmp_path):
+    """A chat database path for a window test."""
+    return tmp_path / "tandem.db"
+
+
+@pytest.fixture
+def window(qtbot, tiny_model_dir, db):
+    """The main window on the tiny model (one CPU lane), its engine ready."""
+    from tests.windows import open_window
+
+    w = open_window(qtbot, tiny_model_dir, db)
+    yield w
+    w.close()
