@@ -34,6 +34,7 @@ from .runtime.placement import plan_lanes
 from .runtime.prefix import PrefixCache
 
 Observer = Callable[[object], None]
+FIRST_LANE_WAIT_S = 600.0  # a start-up that readies no lane in this long is a failed one
 
 
 def gpu_available() -> bool:
@@ -57,11 +58,13 @@ class Engine:
                  mode: str | None = None, policy: Policy | None = None,
                  prefix_cache_bytes: int | None = None, prefix_block_size: int = 16,
                  sample_interval_s: float = 0.1, worker_nice: int = 0,
-                 memory_budget_bytes: int | None = None):
+                 memory_budget_bytes: int | None = None, startup_wait_s: float = 60.0):
         """`worker_nice` > 0 runs the engine's threads (lanes, their MLX
         streams, OpenBLAS's workers) at that niceness on Linux, so that an app's
         GUI thread gets the cores first; see engine/core/priority.py.
-        `memory_budget_bytes` overrides the machine's budget for the plan."""
+        `memory_budget_bytes` overrides the machine's budget for the plan.
+        `startup_wait_s` bounds how long construction waits for the lanes to
+        calibrate; lanes not ready by then join routing when they are."""
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
@@ -94,25 +97,34 @@ class Engine:
                                  loaded.stop_token_ids, mode)
         self.lanes: dict[str, Lane] = {}
         probe = threading.Barrier(len(enabled)) if len(enabled) > 1 else None
+        deadline = time.monotonic() + startup_wait_s
         for spec in enabled:
             lane_plan = self.memory_plan.lane(spec.name)
             lane = Lane(spec.name, spec.device, spec.kind, models[spec.name], self.director,
                         self.prefix_cache, self.lanes, spec.config,
                         self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
-                        nice=worker_nice, calibrate=len(enabled) > 1, contention_probe=probe)
+                        nice=worker_nice, calibrate=len(enabled) > 1, contention_probe=probe,
+                        probe_until=deadline)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
         del models
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
+        # One at a time, so calibrations do not slow each other down, within
+        # `startup_wait_s` in all: a lane still calibrating then (a GPU compiling
+        # its kernels, a slow CPU lane) warms up in the background and is routed
+        # around until it is ready, instead of holding up the engine.
         for lane in self.lanes.values():
-            # One at a time, so calibrations do not slow each other down;
-            # the router needs every lane's cost model before the first request.
             lane.start()
-            lane.calibrated.wait(60)
-        for lane in self.lanes.values():
-            lane.probed.wait(60)  # then all at once: contention (calibration.py)
+            lane.calibrated.wait(max(0.0, deadline - time.monotonic()))
+        for lane in self.lanes.values():  # then all at once: contention (calibration.py)
+            lane.probed.wait(max(0.0, deadline - time.monotonic()))
+        # Nothing can run before one lane is ready: wait for the first (bounded).
+        patience = time.monotonic() + FIRST_LANE_WAIT_S
+        while (all(lane.warming_up for lane in self.lanes.values())
+               and time.monotonic() < patience):
+            next(iter(self.lanes.values())).probed.wait(0.05)
         if not any(lane.failed is None for lane in self.lanes.values()):
             why = "; ".join(lane.failed or "" for lane in self.lanes.values())
             self.close()
@@ -308,6 +320,8 @@ class Engine:
             cost, device = lane.cost, lane.device.upper()
             if lane.failed:
                 lines[name] = lane.failed
+            elif lane.warming_up:
+                lines[name] = f"{device} lane: warming up (calibrating); routed around until ready"
             elif cost is None:
                 lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
             else:

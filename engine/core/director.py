@@ -63,8 +63,12 @@ class Director:
 
     def views(self, fits: Callable[["LaneScheduler"], bool] = lambda lane: True,
               keep: str | None = None) -> list[LaneView]:
-        """The open lanes the mode allows and `fits` accepts (`keep` always stays)."""
+        """The open lanes the mode allows and `fits` accepts (`keep` always stays).
+        A lane still warming up (calibrating) is left out while another is ready:
+        a slow start-up (a GPU compiling its kernels) is routed around, not waited for."""
         open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
+        ready = [lane for lane in open_lanes if not lane.warming_up or lane.name == keep]
+        open_lanes = ready if any(not lane.warming_up for lane in open_lanes) else open_lanes
         views = eligible_lanes(self.mode, [lane.view(self.expected_left) for lane in open_lanes])
         return [v for v in views if v.name == keep or fits(self.lanes[v.name])]
 

@@ -71,6 +71,7 @@ class LaneScheduler:
         self.reconsider_every = 8  # steps between migration checks
         self.failed: str | None = None  # why the lane stopped, if it failed
         self.closed = False
+        self.warming_up = False  # still calibrating: routed to only if no lane is ready
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.prefilled: list[Request] = []  # decode lane decided at the next plan

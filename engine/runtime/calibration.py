@@ -12,6 +12,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from ..core.costmodel import CostModel
 
 
+
 def calibrate(model: nn.Module, budget_s: float = 3.0) -> tuple[CostModel, float]:
     """A cost model from a 96-token prefill and decode steps at batch 1 and 4,
     bounded to about `budget_s`; returns it with the seconds it took."""
@@ -53,7 +54,8 @@ def contention(model: nn.Module, cost: CostModel, seconds: float = 0.6) -> float
 
 
 def start_up(model: nn.Module, calibrated: threading.Event,
-             probe: threading.Barrier | None) -> tuple[CostModel, float]:
+             probe: threading.Barrier | None,
+             probe_until: float | None = None) -> tuple[CostModel, float]:
     """A lane's start-up, on its thread: calibrate alone and set `calibrated`
     (the engine then starts the next lane); with `probe`, wait until every lane
     has calibrated, then measure contention with all decoding at once.
@@ -68,7 +70,11 @@ def start_up(model: nn.Module, calibrated: threading.Event,
         calibrated.set()
     if probe is not None:
         try:
-            probe.wait(timeout=120)
+            # A lane that has calibrated waits for the others only until the
+            # engine's start-up deadline (`probe_until`, monotonic): then it serves,
+            # and contention is learned online instead.
+            left = 120.0 if probe_until is None else max(0.0, probe_until - time.monotonic())
+            probe.wait(timeout=left)
         except threading.BrokenBarrierError:
             return cost, seconds
         started = time.perf_counter()

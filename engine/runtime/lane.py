@@ -36,7 +36,8 @@ class Lane:
                  prefix_cache: PrefixCache, lanes: dict[str, "Lane"],
                  config: LaneConfig | None = None, kv_bytes_per_token: int = 0,
                  kv_budget_bytes: int | None = None, nice: int = 0,
-                 calibrate: bool = False, contention_probe: threading.Barrier | None = None):
+                 calibrate: bool = False, contention_probe: threading.Barrier | None = None,
+                 probe_until: float | None = None):
         self.name = name
         self.device = device
         self.kind = kind
@@ -51,7 +52,9 @@ class Lane:
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate
+        self.scheduler.warming_up = calibrate  # routed around until calibrated
         self.contention_probe = contention_probe
+        self.probe_until = probe_until  # monotonic: the engine's start-up deadline
         self.calibrated = threading.Event()
         self.probed = threading.Event()
         self._stopped = threading.Event()
@@ -83,6 +86,11 @@ class Lane:
     @property
     def failed(self) -> str | None:
         return self.scheduler.failed
+
+    @property
+    def warming_up(self) -> bool:
+        """Still calibrating (routed around while another lane is ready)."""
+        return self.scheduler.warming_up
 
     @property
     def is_idle(self) -> bool:
@@ -153,7 +161,8 @@ class Lane:
         try:
             self.runner.start()
             if self.calibrate_at_start:
-                cost, seconds = start_up(self.runner.model, self.calibrated, self.contention_probe)
+                cost, seconds = start_up(self.runner.model, self.calibrated, self.contention_probe,
+                                         self.probe_until)
                 self.scheduler.cost = cost
                 self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
                                               decode_tps=cost.decode_points[0][1],
@@ -168,6 +177,7 @@ class Lane:
             self._fail(exc, "at start-up")
             return False
         finally:
+            self.scheduler.warming_up = False
             self.calibrated.set()
             self.probed.set()
 
