@@ -73,6 +73,7 @@ class ModelLibrary(QDialog):
                                  ("remove", "Remove from list", self._remove),
                                  ("delete", "Delete from disk…", self._delete)):
             button = QPushButton(label)
+            button.setAutoDefault(False)  # Enter in the Hub search box searches, never loads
             button.clicked.connect(slot)
             self.buttons[key] = button
             row.addWidget(button)
@@ -83,8 +84,10 @@ class ModelLibrary(QDialog):
                                         "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
         self.repo_id.returnPressed.connect(self._search)
         search = QPushButton("Search the Hub")
+        search.setAutoDefault(False)
         search.clicked.connect(self._search)
         download = QPushButton("Download")
+        download.setAutoDefault(False)
         download.clicked.connect(self._download)
         self.buttons["search"], self.buttons["download"] = search, download
         hub_row = QHBoxLayout()

@@ -7,6 +7,7 @@ import shutil
 import struct
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from app.model_library import ADDED_KEY, ModelLibrary
@@ -156,9 +157,18 @@ def test_search_the_hub_and_download(qtbot, window, tmp_path, tiny_model_dir, mo
         qtbot.addWidget(library)
         library.download_requested.connect(lambda repo: window.download_model(
             repo, endpoint=hub.endpoint, cache_dir=str(cache)))
+        library.show()
+        loads = []
+        library.load_requested.connect(loads.append)
         library.repo_id.setText("tiny")
-        library.buttons["search"].click()
+        qtbot.keyClick(library.repo_id, Qt.Key_Return)  # Enter searches; it loads nothing
         qtbot.waitUntil(lambda: library.results.rowCount() == 1, timeout=10_000)
+        assert library.isVisible() and not loads
+        # No button is the dialog's default: Enter never presses Load (under a
+        # real window manager it did; offscreen Qt does not activate windows).
+        from PySide6.QtWidgets import QPushButton
+        assert not any(b.autoDefault() or b.isDefault()
+                       for b in library.findChildren(QPushButton))
         assert library.results.item(0, 0).text() == "tandem-tests/tiny-chat"
         assert library.results.item(0, 1).text() == "MLX" and "KiB" in library.results.item(0, 2).text()
         library.results.selectRow(0)
