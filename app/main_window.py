@@ -56,7 +56,7 @@ class MainWindow(QMainWindow):
         self.sidebar.open_requested.connect(self.open_chat)
         self.sidebar.new_requested.connect(self.new_chat)
         self.sidebar.deleted.connect(self._on_chat_deleted)
-        chats_dock = QDockWidget("Chats", self)
+        self.chats_dock = chats_dock = QDockWidget("Chats", self)
         chats_dock.setObjectName("chats")
         chats_dock.setWidget(self.sidebar)
         self.sidebar.setMinimumWidth(200)  # room for the search field and the titles
@@ -64,7 +64,7 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.LeftDockWidgetArea, chats_dock)
         self.scheduler = SchedulerDock()
         self.scheduler.mode_requested.connect(self.set_mode)
-        scheduler_dock = QDockWidget("Scheduler", self)
+        self.scheduler_dock = scheduler_dock = QDockWidget("Scheduler", self)
         scheduler_dock.setObjectName("scheduler")
         scheduler_dock.setWidget(self.scheduler)
         self.addDockWidget(Qt.RightDockWidgetArea, scheduler_dock)
@@ -98,6 +98,10 @@ class MainWindow(QMainWindow):
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lane_info())
         self.device_label.setText(devices)
         self.mode_label.setText(mode_text(engine.mode))
+        has_gpu = any(lane.kind == "gpu" for lane in engine.lane_info())
+        self.toggle_mode_action.setEnabled(has_gpu)  # Ctrl+M: nothing to toggle without one
+        self.toggle_mode_action.setStatusTip("" if has_gpu else
+                                             "This engine runs CPU-only: no GPU lane to switch to.")
         self.scheduler.show_engine(engine)
         for tab in self.chat_tabs():
             tab.set_ready(True)

@@ -45,6 +45,9 @@ def build_menus(window) -> None:
     window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
                                   window.toggle_server)
     window.server_action.setCheckable(True)
+    view = window.menuBar().addMenu("&View")  # a closed dock comes back from here
+    for dock in (window.chats_dock, window.scheduler_dock):
+        view.addAction(dock.toggleViewAction())
 
 
 # ---- what the Chat menu's actions do to the current tab ----------------------------------

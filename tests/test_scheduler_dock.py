@@ -86,6 +86,8 @@ def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):
         pass
     assert not w.scheduler.hybrid.isEnabled()
     assert "CPU-only" in w.scheduler.hybrid.toolTip()
+    assert not w.toggle_mode_action.isEnabled()  # Ctrl+M: nothing to toggle
+    assert "CPU-only" in w.toggle_mode_action.statusTip()
     assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
     # Ctrl+M, or anything else asking for a GPU mode, leaves it CPU-only and says why.
     w.set_mode("gpu-only")
@@ -208,3 +210,14 @@ def test_engines_are_closed_off_the_gui_thread(qtbot, window, tiny_model_dir, mo
             window.load_model(str(tiny_model_dir))
     assert window.engine is not old and old.model_info is None  # closed and freed
     assert closed_on == ["engine-closer"]
+
+
+def test_a_closed_dock_comes_back_from_the_view_menu(qtbot, window):
+    assert window.toggle_mode_action.isEnabled()  # a GPU lane (a stand-in): Ctrl+M works
+    window.show()
+    window.scheduler_dock.close()
+    assert not window.scheduler_dock.isVisible()
+    view = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    (scheduler,) = [a for a in view.actions() if a.text() == "Scheduler"]
+    scheduler.trigger()
+    assert window.scheduler_dock.isVisible()
