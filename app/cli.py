@@ -156,7 +156,9 @@ def generate(args) -> int:
     tps = f"{done.tokens_per_s:.1f}" if done.tokens_per_s else "-"
     ttft = f"{done.ttft_s * 1000:.0f} ms" if done.ttft_s is not None else "-"
     lanes = " -> ".join(f"{phase} {lane}" for phase, lane in done.lanes)
-    print(f"[{done.reason}] prompt {done.prompt_tokens} tokens ({done.cached_tokens} cached), "
+    ended = {"stop": "finished", "length": "stopped: length", "cancelled": "stopped",
+             "error": "failed"}.get(done.reason, done.reason)
+    print(f"{ended}; prompt {done.prompt_tokens} tokens ({done.cached_tokens} cached), "
           f"output {done.output_tokens} tokens, TTFT {ttft}, {tps} tokens/s, "
           f"total {done.e2e_s:.2f} s; {lanes}", file=sys.stderr)
     return 1 if done.reason == "error" else 0

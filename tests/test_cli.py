@@ -111,7 +111,8 @@ def test_prompt_from_stdin_end_to_end():
     rc, out, err = _run(["-m", "app", "generate", "--model", "default", "--max-tokens", "3", "-"],
                         stdin=b"Say hello.\n")
     assert rc == 0, err
-    assert "output 3 tokens" in err and "Traceback" not in err
+    assert "stopped: length; prompt" in err and "output 3 tokens" in err
+    assert "Traceback" not in err
     assert out.strip()
 
 
