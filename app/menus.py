@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+import re
+from pathlib import Path
+
+from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
@@ -73,7 +76,10 @@ def export_current(window) -> None:
     tab = window.current_tab()
     if tab is None:
         return
-    path, _ = QFileDialog.getSaveFileName(window, "Export chat", f"{tab.title}.md",
+    folder = (QStandardPaths.writableLocation(QStandardPaths.DocumentsLocation)
+              or str(Path.home()))  # not wherever the app was started from
+    name = re.sub(r"[^\w\- ]+", "_", tab.title).strip() or "chat"
+    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{name}.md"),
                                           "Markdown (*.md)")
     if path:
         window.export_chat(tab, path)

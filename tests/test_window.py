@@ -237,8 +237,10 @@ def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, slow_window):
     assert window.store.messages(chat_a)[0].content.startswith("the quick")
 
 
-def test_shortcuts_and_export(qtbot, window, tmp_path):
+def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
     from PySide6.QtGui import QKeySequence
+
+    import app.menus as menus
 
     assert window.new_action.shortcut() == QKeySequence(QKeySequence.New)
     assert window.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")
@@ -255,6 +257,13 @@ def test_shortcuts_and_export(qtbot, window, tmp_path):
     tab.composer.setPlainText("Show code")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    # Export… offers the Documents folder (or home), not the app's working directory.
+    offered = []
+    monkeypatch.setattr(menus.QFileDialog, "getSaveFileName", staticmethod(
+        lambda parent, title, where, kinds: offered.append(where) or (str(tmp_path / "x.md"), "")))
+    window.export_action.trigger()
+    assert Path(offered[0]).is_absolute() and Path(offered[0]).parent != Path.cwd()
+    assert Path(offered[0]).name.endswith(".md") and (tmp_path / "x.md").exists()
     path = window.export_chat(tab, tmp_path / "chat.md")
     text = path.read_text()
     assert text.startswith("# Show code") and "## You\n\nShow code" in text
