@@ -133,6 +133,7 @@ class ChatTab(QWidget):
         self.composer.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.stop_button.clicked.connect(self.composer.setFocus)  # keep typing after Stop
         self.regenerate_button.clicked.connect(self._regenerate)
         self.edit_button.clicked.connect(self._edit)
         self.set_ready(False)
@@ -356,6 +357,8 @@ class ChatTab(QWidget):
                             f"({url.scheme() or 'no scheme'}: link).")
 
     def _set_streaming(self, streaming: bool) -> None:
+        if streaming:
+            self.footer.setText("")  # the last answer's stats belong to that answer
         self.stop_button.setEnabled(streaming)
         self.send_button.setEnabled(not streaming)
         has_answer = bool(self.messages) and self.messages[-1]["role"] == "assistant"

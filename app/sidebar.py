@@ -34,17 +34,27 @@ class ChatSidebar(QWidget):
         layout.addWidget(self.list, 1)
         self.search.textChanged.connect(self.refresh)
         self.new_button.clicked.connect(self.new_requested.emit)
-        self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(Qt.UserRole)))
-        self.list.itemClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.UserRole)))
+        self.list.itemActivated.connect(self._open)
+        self.list.itemClicked.connect(self._open)
         self.list.customContextMenuRequested.connect(self._menu)
         self.refresh()
 
     def refresh(self) -> None:
         self.list.clear()
-        for chat in self.store.chats(self.search.text().strip()):
+        query = self.search.text().strip()
+        for chat in self.store.chats(query):
             item = QListWidgetItem(chat.title)
             item.setData(Qt.UserRole, chat.id)
             self.list.addItem(item)
+        if query and not self.list.count():  # say so, rather than show an empty list
+            empty = QListWidgetItem(f"No chats match “{query}”.")
+            empty.setFlags(Qt.NoItemFlags)
+            self.list.addItem(empty)
+
+    def _open(self, item: QListWidgetItem) -> None:
+        chat_id = item.data(Qt.UserRole)
+        if chat_id is not None:  # not the "no chats match" line
+            self.open_requested.emit(chat_id)
 
     def rename(self, chat_id: int, title: str) -> None:
         if title.strip():
@@ -58,7 +68,7 @@ class ChatSidebar(QWidget):
 
     def _menu(self, pos) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
+        if item is None or item.data(Qt.UserRole) is None:
             return
         chat_id = item.data(Qt.UserRole)
         menu = QMenu(self)

@@ -349,3 +349,27 @@ def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
                           timeout=120, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CLEAN True" in done.stdout
+
+
+def test_a_search_with_no_hits_says_so_and_regenerate_clears_the_old_stats(qtbot, window):
+    sidebar = window.sidebar
+    sidebar.search.setText("no chat is called this")
+    assert sidebar.list.count() == 1
+    line = sidebar.list.item(0)
+    assert "No chats match" in line.text() and line.data(Qt.UserRole) is None
+    opened = []
+    sidebar.open_requested.connect(opened.append)
+    sidebar.list.itemClicked.emit(line)
+    assert not opened  # the line opens nothing
+    sidebar.search.setText("")
+    assert all(sidebar.list.item(i).data(Qt.UserRole) is not None
+               for i in range(sidebar.list.count()))
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("hello world, how are you today?")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert "tokens" in tab.footer.text()
+    tab.regenerate_button.click()
+    assert tab.footer.text() == ""  # the old answer's stats went with it
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert "tokens" in tab.footer.text()
