@@ -71,11 +71,28 @@ def serve(args) -> int:
         return 2
     app = make_app(engine, ServerConfig(
         api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
-        allow_origins=tuple(args.allow_origin)))
+        allow_origins=tuple(args.allow_origin)), access_log=lambda line: print(line, flush=True))
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    ready = (f"Tandem serves {', '.join(repr(i) for i in app.state.ids)} at "
+             f"http://{host}:{args.port}/v1 (Ctrl+C stops)")
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if self.started:  # listening now (a taken port ends here instead)
+                print(ready, flush=True)
+
+        async def shutdown(self, sockets=None):
+            # Here, not after run(): uvicorn re-raises a caught SIGTERM/SIGINT
+            # once it has shut down, which ends the process at once.
+            await super().shutdown(sockets)
+            engine.close()
+            print("Tandem serve stopped.", flush=True)
+
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")).run()
     finally:
-        engine.close()
+        engine.close()  # no-op once closed
     return 0
 
 

@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -34,6 +35,7 @@ from starlette.routing import Route
 
 from engine import EngineError, Finished, Token
 
+from .access_log import AccessLog
 from .bodies import MAX_BODY_BYTES, Completion, completion, parse_json
 from .errors import APIError, http_error, server_fault
 from .slots import Slot, Slots
@@ -179,8 +181,10 @@ class GuardedStream(StreamingResponse):
             self.slot.release()
 
 
-def make_app(engine, config: ServerConfig | None = None):
-    """The ASGI app: the request gate in front of the routes."""
+def make_app(engine, config: ServerConfig | None = None,
+             access_log: Callable[[str], None] | None = None):
+    """The ASGI app: the request gate in front of the routes (and, given
+    `access_log`, one line per request written to it)."""
     config = config or ServerConfig()
     state = ServerState(engine, config)
 
@@ -222,6 +226,7 @@ def make_app(engine, config: ServerConfig | None = None):
                         done = event
             finally:
                 handle.cancel()  # no-op once finished
+        request.state.output_tokens = done.output_tokens  # for the access log
         if done.reason == "error":
             raise APIError(500, done.error or "generation failed", kind="server_error")
         choice = ({"index": 0, "message": {"role": "assistant", "content": done.text},
@@ -257,8 +262,9 @@ def make_app(engine, config: ServerConfig | None = None):
     ], exception_handlers={APIError: api_error, ClientDisconnect: client_gone,
                            HTTPException: http_error, Exception: server_fault})
     gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)
-    gate.state = state  # for tests and the app: in_flight, ids
-    return gate
+    outer = AccessLog(gate, access_log) if access_log is not None else gate
+    outer.state = state  # for tests and the app: in_flight, ids
+    return outer
 
 
 async def _stream(state, request, handle, rid, created, kind, job: Completion):
@@ -289,6 +295,7 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
             if isinstance(event, Token) and event.text:
                 yield chunk(event.text)
             elif isinstance(event, Finished):
+                request.state.output_tokens = event.output_tokens  # for the access log
                 if event.reason == "error":
                     error = {"error": {"message": event.error or "generation failed",
                                        "type": "server_error"}}

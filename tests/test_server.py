@@ -220,7 +220,7 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
                              str(tiny_model_dir), "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -236,5 +236,10 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
         assert done.usage.completion_tokens >= 1
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
+        stdout, stderr = proc.communicate(timeout=30)
     assert "Traceback" not in stderr
+    # It says where it listens, one line per request, and that it stopped.
+    assert f"at http://127.0.0.1:{port}/v1" in stdout and f"'{tiny_model_dir.name}'" in stdout
+    assert any(line.startswith("POST /v1/chat/completions 200 · ") and "tokens" in line
+               for line in stdout.splitlines()), stdout
+    assert "GET /v1/models 200" in stdout and stdout.rstrip().endswith("Tandem serve stopped.")
