@@ -67,9 +67,10 @@ class Director:
         A lane still warming up (calibrating) is left out while another is ready:
         a slow start-up (a GPU compiling its kernels) is routed around, not waited for."""
         open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
-        ready = [lane for lane in open_lanes if not lane.warming_up or lane.name == keep]
-        open_lanes = ready if any(not lane.warming_up for lane in open_lanes) else open_lanes
         views = eligible_lanes(self.mode, [lane.view(self.expected_left) for lane in open_lanes])
+        warming = {lane.name for lane in open_lanes if lane.warming_up}
+        if any(v.name not in warming for v in views):  # the mode's lanes: one is ready
+            views = [v for v in views if v.name not in warming or v.name == keep]
         return [v for v in views if v.name == keep or fits(self.lanes[v.name])]
 
     def others_busy(self, name: str) -> bool:
