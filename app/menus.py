@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog
+
+from .paths import file_name_for
 
 
 def build_menus(window) -> None:
@@ -78,7 +79,7 @@ def export_current(window) -> None:
         return
     folder = (QStandardPaths.writableLocation(QStandardPaths.DocumentsLocation)
               or str(Path.home()))  # not wherever the app was started from
-    name = re.sub(r"[^\w\- ]+", "_", tab.title).strip() or "chat"
+    name = file_name_for(tab.title)
     path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{name}.md"),
                                           "Markdown (*.md)")
     if path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
@@ -26,6 +27,11 @@ def prepare_application(app) -> None:
     if icon.isNull():  # no SVG icon engine: the rendered PNG (bundles have it)
         icon = QIcon(str(resource_path("tandem-256.png")))
     app.setWindowIcon(icon)
+
+
+def file_name_for(title: str, limit: int = 60) -> str:
+    """A chat title as a file name: letters, digits, '-', '_' and spaces kept."""
+    return re.sub(r"[^\w\- ]+", "_", title).strip()[:limit].strip() or "chat"
 
 
 def default_db_path() -> Path:

@@ -7,12 +7,12 @@ not yet saved asks first. Also the store's notices from opening."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QStatusBar
 
+from .paths import file_name_for
 from .store.writer import BUSY
 
 RETRY_NOW, EXPORT, QUIT, CANCEL = "Retry now", "Export chats…", "Quit anyway", "Cancel"
@@ -24,8 +24,7 @@ def export_all(store, folder: str | Path) -> list[Path]:
     folder = Path(folder)
     written = []
     for chat in store.chats():
-        name = re.sub(r"[^\w\- ]+", "_", chat.title).strip()[:60] or "chat"
-        path = folder / f"{chat.id:04d} {name}.md"
+        path = folder / f"{chat.id:04d} {file_name_for(chat.title)}.md"
         path.write_text(store.export_markdown(chat.id), encoding="utf-8")
         written.append(path)
     return written

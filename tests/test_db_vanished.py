@@ -6,21 +6,12 @@ back."""
 from __future__ import annotations
 
 import os
-import sqlite3
-from pathlib import Path
 
 from app.store import ChatStore
 from app.store.writer import MOVED
+from tests.test_db_writes import on_disk
 
 FAST = (0.01, 0.05)  # retry pauses: the writer notices the file is back at once
-
-
-def on_disk(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_a_database_moved_away_gets_nothing_written_in_its_place(tmp_path):
