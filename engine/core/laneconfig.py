@@ -36,6 +36,9 @@ class LaneConfig:
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
     clear_cache_every: int = 256  # steps between mx.clear_cache()
     kv_budget_bytes: int | None = None  # a cap below the memory plan's KV budget
+    # A lone request decodes on its own caches, without a batch cache's mask
+    # (engine/runtime/batch.py); False keeps it on a batch cache of one.
+    solo_decode: bool = True
     # Pacing, for tests and demos: a step lasts at least `min_step_s` (a tiny
     # model streams at human speed), or a gate decides when steps start and end.
     min_step_s: float = 0.0
@@ -55,6 +58,8 @@ class LaneStats:
 
     def __init__(self):
         self.busy_s = 0.0
+        self.host_s = 0.0  # of busy_s: the lane thread's own work (plan, graph, emit)
+        self.wait_s = 0.0  # of busy_s: waiting for the device's tokens
         self.tokens = 0  # prompt + output tokens processed
         self.output_tokens = 0
         self.steps = 0

@@ -62,11 +62,16 @@ class StepPlan:
 @dataclass(slots=True)
 class StepResult:
     """What running a plan gave: one token per decode row, the step's time,
-    and the state of each request moved away (opaque to the scheduler)."""
+    and the state of each request moved away (opaque to the scheduler).
+    `wait_s` is the part of `seconds` the lane thread spent waiting for the
+    device to hand tokens back; the rest is host work (building the graph,
+    sampling set-up, cache bookkeeping). Steps are pipelined, so a step whose
+    wait is near zero kept the device waiting on the host instead."""
 
     tokens: list[int]
     seconds: float
     handoffs: dict[str, Any] = field(default_factory=dict)  # request id -> runner state
+    wait_s: float = 0.0
 
 
 @dataclass(slots=True)

@@ -5,6 +5,12 @@ Requests join between steps once their prompt is prefilled and leave when they
 finish or are cancelled. Steps are pipelined as in mlx-lm: step n+1's graph is
 built and started (`mx.async_eval`) before step n's tokens are read back, so
 Python overlaps the device.
+
+A lone request decodes on its own caches (`KVCache` and kin, as mlx-lm's
+`stream_generate` does), not on a batch cache of one: a batch cache always
+builds an attention mask, and a mask keeps MLX off its fused decode attention
+(`sdpa_vector` on Metal and CUDA). The caches are merged into batch caches
+when a second request joins and extracted again when one is left.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from .sampling import TokenSampler, sample_rows
 class DecodeBatch:
     """Requests decoding together: one token per request per step."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, solo: bool = True):
         self.model = model
         self.requests: list[Request] = []
         self.samplers: list[TokenSampler] = []
-        self.cache: list | None = None  # one batch cache per layer
+        self.cache: list | None = None  # one cache per layer: batch caches, or the lone one's
+        self.allow_solo = solo  # a lone request decodes on its own caches
+        self.solo = False  # whether `cache` holds one request's own caches now
         self._next_inputs: mx.array | None = None  # (B,) tokens to feed next
 
     def __len__(self) -> int:
@@ -37,13 +45,16 @@ class DecodeBatch:
 
     def add(self, request: Request, sampler: TokenSampler, caches: list,
             first_token: mx.array) -> None:
-        """Join a prefilled request whose first token is `first_token` (shape (1,))."""
-        merged = [type(c).merge([c]) for c in caches]  # each kind's own batch cache
+        """Join a prefilled request whose first token is `first_token` (shape (1,)).
+        The batch owns `caches` from now on."""
         if self.cache is None or not self.requests:
-            self.cache = merged
+            self.solo = self.allow_solo
+            self.cache = list(caches) if self.solo else _batched(caches)
             self._next_inputs = first_token
         else:
-            for mine, theirs in zip(self.cache, merged):
+            if self.solo:  # a second request: the lone one's caches become batch caches
+                self.cache, self.solo = _batched(self.cache), False
+            for mine, theirs in zip(self.cache, _batched(caches)):
                 mine.extend(theirs)
             self._next_inputs = mx.concatenate([self._next_inputs, first_token])
         self.requests.append(request)
@@ -69,6 +80,8 @@ class DecodeBatch:
     def extract(self, index: int) -> list:
         """Request `index`'s KV as single-request caches (for the prefix cache)."""
         assert self.cache is not None
+        if self.solo:
+            return list(self.cache)
         return [c.extract(index) for c in self.cache]
 
     def pending_token(self, index: int) -> mx.array:
@@ -84,9 +97,21 @@ class DecodeBatch:
         self.samplers = [self.samplers[i] for i in indices]
         if not indices:
             self.cache = None
+            self.solo = False
             self._next_inputs = None
+            return
+        if len(indices) == 1 and self.allow_solo:  # one left: back on its own caches
+            i = indices[0]
+            self.cache = [c.extract(i) for c in self.cache]
+            self.solo = True
+            self._next_inputs = self._next_inputs[i : i + 1]
             return
         idx = mx.array(indices)
         for c in self.cache:
             c.filter(idx)
         self._next_inputs = self._next_inputs[idx]
+
+
+def _batched(caches: list) -> list:
+    """One request's layer caches as batch caches of one (each kind's own)."""
+    return [type(c).merge([c]) for c in caches]

@@ -48,7 +48,8 @@ class Lane:
                                   config.kv_budget_bytes)
         self.scheduler = LaneScheduler(name, kind, director, prefix_cache, config, device,
                                        kv_bytes_per_token, kv_budget_bytes)
-        self.runner = ModelRunner(model, prefix_cache, self.scheduler.config.clear_cache_every)
+        self.runner = ModelRunner(model, prefix_cache, self.scheduler.config.clear_cache_every,
+                                  self.scheduler.config.solo_decode)
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate
@@ -197,7 +198,10 @@ class Lane:
                 self._fail(exc, "mid-step")
                 return
             self.kv_bytes = self.runner.kv_bytes
-            self.stats.busy_s += time.perf_counter() - started
+            busy = time.perf_counter() - started
+            self.stats.busy_s += busy
+            self.stats.wait_s += result.wait_s
+            self.stats.host_s += busy - result.wait_s
 
     def _pace(self, plan: StepPlan, seconds: float) -> float:
         """The step's seconds after the lane's pacing (LaneConfig.min_step_s / gate)."""

@@ -31,14 +31,16 @@ from .sampling import TokenSampler, sample_rows
 class ModelRunner:
     """Runs plans on one lane's thread and stream. `accept` is thread-safe."""
 
-    def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256):
+    def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256,
+                 solo_decode: bool = True):
         self.model = model
         self.prefix_cache = prefix_cache
         self.clear_cache_every = clear_cache_every
+        self.solo_decode = solo_decode
         self.kv_dtype = mx.float32
         self.prefills: dict[str, Prefill] = {}
         self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
-        self.batch = DecodeBatch(model)
+        self.batch = DecodeBatch(model, solo_decode)
         self.steps = 0
 
     def start(self) -> None:
@@ -85,11 +87,13 @@ class ModelRunner:
                 pending.append(prefill.first)
         if pending:
             mx.async_eval(pending)
+        waited = time.perf_counter()
         tokens = fed.tolist() if fed is not None else []
+        done = time.perf_counter()
         self.steps += 1
         if self.steps % self.clear_cache_every == 0:
             mx.clear_cache()
-        return StepResult(tokens, time.perf_counter() - started, handoffs)
+        return StepResult(tokens, done - started, handoffs, wait_s=done - waited)
 
     def _leave(self, plan: StepPlan) -> dict[str, Handoff]:
         """Cancelled and moved requests leave; returns the moved ones' state."""
@@ -155,7 +159,7 @@ class ModelRunner:
         """Free every request's device state (the lane failed or is closing)."""
         self.prefills.clear()
         self.arrivals.clear()
-        self.batch = DecodeBatch(self.model)
+        self.batch = DecodeBatch(self.model, self.solo_decode)
 
     def unload(self) -> None:
         """Drop the model (the engine is closed)."""
