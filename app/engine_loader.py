@@ -88,7 +88,10 @@ class EngineCloser(QObject):
             try:
                 engine.close()
             finally:
-                self.closed.emit(engine)
+                try:
+                    self.closed.emit(engine)
+                except RuntimeError:  # the window went first: nobody is listening
+                    pass
 
         thread = threading.Thread(target=work, name="engine-closer", daemon=True)
         self._threads.append(thread)

@@ -47,6 +47,11 @@ class LaneCard(QFrame):
     def show_sample(self, sample, busy_pct: float, tokens_per_s: float) -> None:
         if getattr(self, "off", False):
             return
+        phase = getattr(sample, "phase", "serving")
+        if phase in ("starting", "warming up", "calibrating"):
+            queued = f" · {sample.queue_depth} queued" if sample.queue_depth else ""
+            self.numbers.setText(f"{phase}: not routed to until ready{queued}")
+            return
         self.numbers.setText(
             f"{busy_pct:.0f}% busy · {tokens_per_s:.1f} tok/s · "
             f"batch {sample.batch_size} · queue {sample.queue_depth} · "
@@ -336,6 +341,11 @@ class SchedulerDock(QWidget):
         self.plots.push(sample)
         card = self.cards.get(sample.lane)
         if card is not None:
+            phase = getattr(sample, "phase", "serving")
+            engine = self.system_plots.engine
+            if phase != getattr(card, "phase", None) and engine is not None:
+                card.phase = phase  # warmed up (or failed): what the router believes now
+                card.setToolTip(engine.describe_lanes().get(sample.lane, ""))
             card.show_sample(sample, *self.plots.latest(sample.lane))
 
     def add_decision(self, when: float, tab: str, phase: str, lane: str, reason: str,

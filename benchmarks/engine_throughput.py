@@ -193,11 +193,15 @@ def main():
     weights = "float32" if args.lane == "cpu" else "auto"
     loaded = load_model(model_path)
     eng = Engine(loaded, lanes=[LaneSpec(args.lane, args.lane, weights)])
+    eng.wait_ready(300, every_lane=True)
+    print(f"engine lane warm-up {eng.lanes[args.lane].warm_up_seconds:.2f} s", file=sys.stderr,
+          flush=True)
     model = eng.lanes[args.lane].model
     off = None
     if args.solo_ab:
         off = Engine(loaded, lanes=[LaneSpec(args.lane, args.lane, weights,
                                              LaneConfig(solo_decode=False))])
+        off.wait_ready(300, every_lane=True)
         engine_single(off, prompts(loaded.tokenizer, 1)[0], 8)
     tokenizer = eng.tokenizer
     ids = prompts(tokenizer, 1)[0]

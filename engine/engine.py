@@ -29,12 +29,15 @@ from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.cachekinds import cache_profile
+from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 from .runtime.placement import plan_lanes
 from .runtime.prefix import PrefixCache
 
 Observer = Callable[[object], None]
-FIRST_LANE_WAIT_S = 600.0  # a start-up that readies no lane in this long is a failed one
+FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
+WARM_UP_S = 300.0  # a lane not serving this long after it started is turned off
+WATCHDOG_S = 60.0  # the least time a step may run before the watchdog acts
 
 
 def gpu_available() -> bool:
@@ -58,13 +61,22 @@ class Engine:
                  mode: str | None = None, policy: Policy | None = None,
                  prefix_cache_bytes: int | None = None, prefix_block_size: int = 16,
                  sample_interval_s: float = 0.1, worker_nice: int = 0,
-                 memory_budget_bytes: int | None = None, startup_wait_s: float = 60.0):
-        """`worker_nice` > 0 runs the engine's threads (lanes, their MLX
+                 memory_budget_bytes: int | None = None, warm_up_s: float = WARM_UP_S,
+                 watchdog_s: float = WATCHDOG_S, cost_store: str | None = None):
+        """Returns at once: the lanes warm up on their own threads (a GPU
+        compiles its kernels there) and requests submitted meanwhile queue
+        until a lane is ready; `wait_ready` waits for that.
+
+        `worker_nice` > 0 runs the engine's threads (lanes, their MLX
         streams, OpenBLAS's workers) at that niceness on Linux, so that an app's
         GUI thread gets the cores first; see engine/core/priority.py.
         `memory_budget_bytes` overrides the machine's budget for the plan.
-        `startup_wait_s` bounds how long construction waits for the lanes to
-        calibrate; lanes not ready by then join routing when they are."""
+        `warm_up_s`: a lane not serving this long after it started is turned
+        off, with the reason shown. `watchdog_s`: the least time a step may run
+        before the watchdog dumps every thread's stack and fails the lane's
+        requests (it allows ten times the step its cost model expects, if
+        more). `cost_store`: a JSON file where lanes' learned contention is
+        kept between runs (engine/runtime/coststore.py)."""
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
@@ -72,11 +84,13 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         self.worker_nice = worker_nice
+        self.watchdog_s = watchdog_s
         self._observers: list[Observer] = []
         self._sticky: list[object] = []  # replayed to late subscribers: plan, calibrations
         self._handles: dict[str, RequestHandle] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._ready = threading.Condition()
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
@@ -95,50 +109,74 @@ class Engine:
                     "gpu-only" if has_gpu else "cpu-only")
         self.director = Director(policy, self._emit, loaded.context_length,
                                  loaded.stop_token_ids, mode)
+        self.cost_store = CostStore(cost_store, loaded.name, enabled) if cost_store else None
+        stored = self.cost_store.load() if self.cost_store else {}
         self.lanes: dict[str, Lane] = {}
-        probe = threading.Barrier(len(enabled)) if len(enabled) > 1 else None
-        deadline = time.monotonic() + startup_wait_s
+        measure = threading.Lock()  # calibrations are timed one lane at a time
         for spec in enabled:
             lane_plan = self.memory_plan.lane(spec.name)
             lane = Lane(spec.name, spec.device, spec.kind, models[spec.name], self.director,
                         self.prefix_cache, self.lanes, spec.config,
                         self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
-                        nice=worker_nice, calibrate=len(enabled) > 1, contention_probe=probe,
-                        probe_until=deadline)
+                        nice=worker_nice, calibrate=len(enabled) > 1, measure_lock=measure,
+                        warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
+                        on_ready=self._lane_ready)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
         del models
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
-        # One at a time, so calibrations do not slow each other down, within
-        # `startup_wait_s` in all: a lane still calibrating then (a GPU compiling
-        # its kernels, a slow CPU lane) warms up in the background and is routed
-        # around until it is ready, instead of holding up the engine.
+        # Every lane warms up at once on its own thread (calibration is timed
+        # one lane at a time); nothing here waits for them: a lane serves as
+        # soon as it is ready and requests queue until one is.
         for lane in self.lanes.values():
             lane.start()
-            lane.calibrated.wait(max(0.0, deadline - time.monotonic()))
-        for lane in self.lanes.values():  # then all at once: contention (calibration.py)
-            lane.probed.wait(max(0.0, deadline - time.monotonic()))
-        # Nothing can run before one lane is ready: wait for the first (bounded).
-        patience = time.monotonic() + FIRST_LANE_WAIT_S
-        while (all(lane.warming_up for lane in self.lanes.values())
-               and time.monotonic() < patience):
-            next(iter(self.lanes.values())).probed.wait(0.05)
-        if not any(lane.failed is None for lane in self.lanes.values()):
-            why = "; ".join(lane.failed or "" for lane in self.lanes.values())
-            self.close()
-            raise EngineError(f"No lane could start: {why}", "lane-failed")
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
         self._sampler.start()
 
+    def wait_ready(self, timeout: float | None = None, every_lane: bool = False) -> bool:
+        """Wait until a lane serves (`every_lane`: until every lane's start-up
+        has ended). True if so within `timeout`; raises EngineError when every
+        lane failed to start, with each one's reason."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def done() -> bool:
+            lanes = self.lanes.values()
+            if all(lane.failed for lane in lanes):
+                return True
+            if every_lane:
+                return all(lane.ready.is_set() or lane.failed for lane in lanes)
+            return any(lane.ready.is_set() and not lane.failed for lane in lanes)
+
+        with self._ready:
+            while not done():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._ready.wait(left if left is None else min(left, 1.0))
+        if not any(lane.failed is None for lane in self.lanes.values()):
+            why = "; ".join(lane.failed or "" for lane in self.lanes.values())
+            raise EngineError(f"No lane could start: {why}", "lane-failed")
+        return True
+
     @classmethod
     def load(cls, model: str = "default", lanes: list[LaneSpec] | None = None,
-             mode: str | None = None, **kwargs) -> "Engine":
-        """Load `model` ('default', a GGUF file, a model folder or a repo id)."""
-        return cls(load_model(model), lanes=lanes, mode=mode, **kwargs)
+             mode: str | None = None, ready_s: float | None = FIRST_LANE_WAIT_S,
+             **kwargs) -> "Engine":
+        """Load `model` ('default', a GGUF file, a model folder or a repo id)
+        and wait until a lane serves (at most `ready_s`; None: do not wait).
+        Raises EngineError when the model cannot load or no lane can start."""
+        engine = cls(load_model(model), lanes=lanes, mode=mode, **kwargs)
+        if ready_s is not None:
+            try:
+                engine.wait_ready(ready_s)
+            except EngineError:
+                engine.close()
+                raise
+        return engine
 
     # ---- API ---------------------------------------------------------------
     @property
@@ -289,6 +327,8 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        if self.cost_store is not None:
+            self.cost_store.save({name: lane.cost for name, lane in self.lanes.items()})
         if hasattr(self, "_sampler"):
             self._sampler_stop.set()
             self._sampler.join()
@@ -309,8 +349,8 @@ class Engine:
         self.close()
 
     def lane_info(self) -> list[LaneInfo]:
-        """The running lanes, in order: name, device, role, and why one failed."""
-        return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed)
+        """The running lanes, in order: name, device, role, phase, and why one failed."""
+        return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed, lane.phase)
                 for lane in self.lanes.values()]
 
     def describe_lanes(self) -> dict[str, str]:
@@ -321,7 +361,11 @@ class Engine:
             if lane.failed:
                 lines[name] = lane.failed
             elif lane.warming_up:
-                lines[name] = f"{device} lane: warming up (calibrating); routed around until ready"
+                since = time.monotonic() - (lane.started_at or time.monotonic())
+                what = ("compiling and timing its kernels" if lane.phase != "calibrating"
+                        else "timing its steps")
+                lines[name] = (f"{device} lane: {lane.phase} ({what}, {since:.0f} s so far); "
+                               "routed around until ready")
             elif cost is None:
                 lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
             else:
@@ -351,11 +395,64 @@ class Engine:
             except Exception:  # an observer's bug must not stop a lane
                 traceback.print_exc()
 
+    def _lane_ready(self, lane: Lane) -> None:
+        """A lane's start-up ended (or it was turned off): requests queued on
+        lanes still warming up (or on it, if it failed) go to a ready lane."""
+        sources = ([lane.name] if lane.failed else
+                   [name for name, other in self.lanes.items() if other.warming_up])
+        for source in sources:
+            for target, event in self.director.reroute_waiting(source):
+                self._emit(event)
+                self.lanes[target].wake()
+        with self._ready:
+            self._ready.notify_all()
+
+    def _watch(self, now: float) -> None:
+        """The watchdog, on the sampler thread: a lane that misses its start-up
+        deadline is turned off; a step that runs far longer than its lane's
+        cost model expects fails that lane's requests. Both dump every
+        thread's stack to stderr first (faulthandler), to say where it hung."""
+        for lane in self.lanes.values():
+            if lane.failed is not None:
+                continue
+            if not lane.ready.is_set():
+                started = lane.started_at or now
+                if now - started > lane.warm_up_s:
+                    why = (f"{lane.name.upper()} lane turned off: still {lane.phase} after "
+                           f"{now - started:.1f} s (start-up deadline {lane.warm_up_s:.3g} s); "
+                           "the other lanes serve")
+                    _dump_stacks(why)
+                    lane.fail_start(why)
+                continue
+            since = lane.in_step_since
+            if since is None:
+                continue
+            limit = self._step_limit(lane)
+            if now - since > limit:
+                why = (f"{lane.name.upper()} lane stopped by the watchdog: one step ran "
+                       f"{now - since:.1f} s (it allows {limit:.3g} s); its requests ended")
+                _dump_stacks(why)
+                lane.stall(why)
+
+    def _step_limit(self, lane: Lane) -> float:
+        cost = lane.cost
+        if cost is None:
+            return self.watchdog_s
+        config = lane.config
+        longest = cost.step_s(max(lane.batch_size, 1), self.context_length,
+                              max(config.prefill_chunk, config.prefill_chunk_busy),
+                              contended=True)
+        return max(self.watchdog_s, 10 * longest)
+
     def _sample_lanes(self, interval: float) -> None:
         priority.lower_thread(self.worker_nice)
         last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
                 for name, lane in self.lanes.items()}
         while not self._sampler_stop.wait(interval):
+            try:
+                self._watch(time.monotonic())
+            except Exception:  # the watchdog must not stop the samples
+                traceback.print_exc()
             for name, lane in self.lanes.items():
                 busy, out, t = lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter()
                 busy0, out0, t0 = last[name]
@@ -365,5 +462,17 @@ class Engine:
                     lane=name, device=lane.device, busy_fraction=min(1.0, (busy - busy0) / dt),
                     tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
                     queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
-                    prefix_cache_bytes=self.prefix_cache.nbytes))
+                    prefix_cache_bytes=self.prefix_cache.nbytes, phase=lane.phase))
+
+
+def _dump_stacks(why: str) -> None:
+    """Every thread's stack to stderr (the log), with why."""
+    import faulthandler
+    import sys
+
+    print(f"tandem watchdog: {why}; every thread's stack follows", file=sys.stderr, flush=True)
+    try:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # no real stderr (a windowed app)
+        pass
 

@@ -47,10 +47,14 @@ def make_engine(tiny_model_dir):
 
     engines = []
 
-    def factory(lanes=None, **kwargs):
+    def factory(lanes=None, ready=True, **kwargs):
+        """`ready`: wait until every lane's start-up has ended (warm-up and
+        calibration), so that a test starts from calibrated lanes."""
         lanes = lanes or [LaneSpec("cpu", "cpu", weight_format="float32")]
         e = Engine(load_model(str(tiny_model_dir)), lanes=lanes, **kwargs)
         engines.append(e)
+        if ready:
+            assert e.wait_ready(120, every_lane=True)
         return e
 
     yield factory

@@ -40,7 +40,8 @@ def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, wind
     dock = window.scheduler
     assert dock.hybrid.isEnabled() and dock.hybrid.isChecked()
     assert set(dock.cards) == {"gpu", "cpu"}
-    for name, card in dock.cards.items():  # what the router believes of each lane
+    for name, card in dock.cards.items():  # what the router believes of each lane, once warm
+        qtbot.waitUntil(lambda: "prefill" in card.toolTip(), timeout=60_000)
         tip = card.toolTip()
         assert "prefill" in tip and "tok/s" in tip and "contention" in tip
         assert tip == window.engine.describe_lanes()[name]
@@ -221,3 +222,19 @@ def test_a_closed_dock_comes_back_from_the_view_menu(qtbot, window):
     (scheduler,) = [a for a in view.actions() if a.text() == "Scheduler"]
     scheduler.trigger()
     assert window.scheduler_dock.isVisible()
+
+
+def test_a_lane_card_says_when_its_lane_is_still_warming_up(qtbot, window):
+    from engine.core.events import LaneSample
+
+    card = window.scheduler.cards["gpu"]
+
+    def sample(phase, queue=0):
+        return LaneSample(lane="gpu", device="gpu", busy_fraction=0.0, tokens_per_s=0.0,
+                          batch_size=0, queue_depth=queue, kv_bytes=0, prefix_cache_bytes=0,
+                          phase=phase)
+
+    window.scheduler.on_lane_sample(sample("warming up", queue=2))
+    assert card.numbers.text() == "warming up: not routed to until ready · 2 queued"
+    window.scheduler.on_lane_sample(sample("serving"))
+    assert "busy" in card.numbers.text() and "warming" not in card.numbers.text()

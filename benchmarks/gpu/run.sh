@@ -1,36 +1,75 @@
 #!/usr/bin/env bash
-# There (the device machine), second call: assemble and install MLX's CUDA
-# build, then measure. The first call only keeps .whl/a:
+# One self-limiting GPU run (issue 20). There (the device machine), second
+# call: assemble and install MLX's CUDA build, then measure. The first call
+# only keeps .whl/a:
 #   command: mkdir -p /tmp/keep && cp .whl/a/* /tmp/keep/      carry: [".whl/a"]
 # This one:
 #   command: bash benchmarks/gpu/run.sh                          carry: [".whl/b"]
+# Here, without a GPU, a dry run of every step with a CPU lane standing in
+# for the GPU (checks the script, measures nothing about a GPU):
+#   STAND_IN=1 bash benchmarks/gpu/run.sh
+#
+# Steps, each with its own limit; one that runs out gets SIGABRT, so
+# Python's faulthandler prints every thread's stack into run.log:
+#   startup.json     a two-lane engine's start-up timeline, first answers,
+#                    GPU / CPU greedy agreement (benchmarks/gpu/startup.py)
+#   throughput.json  the GPU lane vs mlx-lm: single stream (also with the
+#                    lone-request path off) and 16 streams, 5 alternating
+#                    repeats, host time and device wait per step
+#   hybrid_think.json / hybrid_saturated.json   GPU-only vs hybrid on the
+#                    chat workload with think time, then with none
+# At most 8 files come back: gpu.txt, run.log and the four above.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/out}
-mkdir -p "$out" /tmp/site
-name=$(cat .whl/b/cuda-wheel-name)
-cat /tmp/keep/part00 .whl/b/part01 > "/tmp/$name" || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "/tmp/$name" .whl/b/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu))" \
+mkdir -p "$out"
+log="$out/run.log"
+stand_in=${STAND_IN:-}
+if [ -n "$stand_in" ]; then
+    py=${PYTHON:-.venv/bin/python}
+    flag=--stand-in
+    lane=cpu
+    work=${WORK_DIR:-build/bench-models}
+    echo "stand-in: a CPU lane acts as the GPU (no GPU figures)" | tee "$out/gpu.txt"
+else
+    py=python3
+    flag=
+    lane=gpu
+    work=/tmp/bench-models
+    mkdir -p /tmp/site
+    name=$(cat .whl/b/cuda-wheel-name)
+    cat /tmp/keep/part00 .whl/b/part01 > "/tmp/$name" || exit 1
+    timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target /tmp/site "/tmp/$name" .whl/b/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+fi
+export PYTHONUNBUFFERED=1
+$py -c "import engine, mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu))" \
     | tee -a "$out/gpu.txt" || exit 1
-# The engine's self-test on the GPU lane, then the measurement (JSON on stdout).
-# Each step has its own limit; one that runs out is sent SIGABRT, so Python's
-# faulthandler (-X faulthandler) prints every thread's stack before it dies.
-model=$(timeout 120 python3 -X faulthandler -c "
+model=$(timeout 120 $py -X faulthandler -c "
 from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
-print(synthetic_model(Path('/tmp/bench-models'), QWEN_0_5B))") || exit 1
-started=$SECONDS
-timeout -s ABRT ${SELF_TEST_S:-180} python3 -X faulthandler -m app --self-test --model "$model" \
-    > "$out/self-test.txt" 2>&1
-echo "self-test exit $? after $((SECONDS - started)) s" | tee -a "$out/self-test.txt"
-tail -25 "$out/self-test.txt"
-started=$SECONDS
-timeout -s ABRT ${HYBRID_S:-240} python3 -X faulthandler benchmarks/hybrid_real.py \
-    --model "$model" --tabs 16 --repeats ${REPEATS:-2} --ablate-contention \
-    > "$out/hybrid_real.json" 2> "$out/hybrid_real.log"
-echo "hybrid_real exit $? after $((SECONDS - started)) s"
-tail -25 "$out/hybrid_real.log"
+print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
+
+step() {  # step NAME LIMIT_S OUTFILE COMMAND...
+    local name=$1 limit=$2 file=$3
+    shift 3
+    local started=$SECONDS
+    echo "== $name (limit ${limit} s)" >> "$log"
+    timeout -s ABRT "$limit" "$@" > "$out/$file" 2>> "$log"
+    echo "== $name exit $? after $((SECONDS - started)) s" | tee -a "$log"
+}
+
+step startup "${STARTUP_S:-120}" startup.json \
+    $py -X faulthandler benchmarks/gpu/startup.py --model "$model" $flag
+step throughput "${THROUGHPUT_S:-140}" throughput.json \
+    $py -X faulthandler benchmarks/engine_throughput.py --model "$model" --lane $lane \
+    --streams 16 --repeats "${REPEATS:-5}" --solo-ab --engine-only --tokens "${TOKENS:-128}"
+step hybrid-think "${HYBRID_S:-150}" hybrid_think.json \
+    $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
+    --tabs "${TABS:-16}" --repeats 1
+step hybrid-saturated "${SATURATED_S:-90}" hybrid_saturated.json \
+    $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
+    --tabs "${TABS:-16}" --repeats 1 --think-scale 0.001
+tail -40 "$log"

@@ -101,6 +101,40 @@ class Director:
                        cached_tokens=request.cached_tokens, time=self.clock())
         return self.lanes[placement.lane], event
 
+    def reroute_waiting(self, source: str) -> list[tuple[str, Routed]]:
+        """Requests queued on `source` (still warming up, or failed at start-up)
+        that have not started go to a ready lane, if the mode has one: a lane
+        that warms up first serves what queued while none was ready. Returns
+        (lane, event) per request moved; the caller emits and wakes."""
+        moved = []
+        with self.lock:
+            lane = self.lanes[source]
+            if not (lane.warming_up or not lane.is_open):
+                return moved
+            keep = []
+            while lane.waiting:
+                request = lane.waiting.popleft()
+                views = [v for v in self.views(lambda other: other.fits_alone(request))
+                         if v.name != source and not self.lanes[v.name].warming_up]
+                if request.is_cancelled or not views:
+                    keep.append(request)
+                    continue
+                placement = self._decide(
+                    lambda: self.policy.place(self.request_view(request), views))
+                target = self.lanes.get(placement.lane)
+                if (placement.lane not in {v.name for v in views}  # a policy that insists
+                        or target is None or not target.enqueue(request)):
+                    keep.append(request)
+                    continue
+                why = "failed" if not lane.is_open else "still warming up"
+                moved.append((target.name, Routed(
+                    request.request_id, request.tab_id, phase="prefill", lane=target.name,
+                    reason=f"{placement.reason} (re-routed: {source.upper()} lane {why})",
+                    predicted_s=placement.predicted_s, cached_tokens=request.cached_tokens,
+                    time=self.clock())))
+            lane.waiting.extend(keep)
+        return moved
+
     def _never_fits(self, request: Request) -> EngineError:
         open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
         if not open_lanes:

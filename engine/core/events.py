@@ -97,6 +97,7 @@ class LaneSample:
     queue_depth: int
     kv_bytes: int
     prefix_cache_bytes: int
+    phase: str = "serving"  # or starting, warming up, calibrating, failed (Lane.phase)
     time: float = field(default_factory=now)
 
 
@@ -110,7 +111,7 @@ class Calibrated:
     decode_tps: float
     batch_alpha: float
     seconds: float
-    contention: float = 0.0  # measured with every lane decoding at once
+    contention: float = 0.0  # as the last run here learned it (coststore.py), else 0
     time: float = field(default_factory=now)
 
 

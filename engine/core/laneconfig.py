@@ -92,3 +92,4 @@ class LaneInfo:
     device: str  # 'cpu' / 'gpu'
     kind: str  # the role the router sees
     failed: str | None = None  # why it stopped, if it failed
+    phase: str = "serving"  # starting, warming up, calibrating, serving, failed

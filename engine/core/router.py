@@ -134,6 +134,6 @@ def _leave_if_not_allowed(current: str, lanes: list[LaneView]) -> Placement | No
 def _stay(current: str, lanes: list[LaneView]) -> Placement:
     """Decode where the prefill ran, unless the mode no longer allows that lane."""
     names = [lane.name for lane in lanes]
-    if current in names:
+    if current in names or not names:  # none open: the engine is closing
         return Placement(current, "decode stays on the lane that prefilled it")
     return Placement(names[0], f"{current} is not allowed in this mode")

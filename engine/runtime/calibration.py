@@ -1,8 +1,21 @@
-"""A lane's start-up calibration: time a prefill and a few decode steps."""
+"""A lane's start-up: warm up through the real decode path, then time it.
+
+Warm-up runs what serving runs (a chunked prefill into the model's own
+caches, the decode batch with a lone request on its own caches, then two rows
+on batch caches with a mask, greedy and sampled rows) so that a GPU backend
+compiles its kernels here (MLX's CUDA build JIT-compiles at first use: tens
+of seconds on a fresh machine) and not inside a user's first request, and so
+that calibration times steady-state steps only. Calibration then times a
+prefill and decode steps at batch 1 and 4, bounded to a few seconds.
+
+Contention between lanes is not probed at start-up (that would park every
+lane until the slowest is ready): a lane starts from the factor the last run
+on this machine stored (engine/runtime/coststore.py), or none, and learns it
+online from contended steps (engine/core/costmodel.py).
+"""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import mlx.core as mx
@@ -10,77 +23,81 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from ..core.costmodel import CostModel
+from ..core.params import SamplingParams
+from ..core.request import Request
+from .batch import DecodeBatch
+from .sampling import TokenSampler
+
+PROMPT = [(7 * i) % 100 + 3 for i in range(96)]
 
 
+def _prefilled(model: nn.Module, ids: list[int], chunk: int = 64):
+    """Caches holding `ids` (prefilled in chunks, as serving does) and the
+    logits of the last position."""
+    caches = make_prompt_cache(model)
+    logits = None
+    for start in range(0, len(ids), chunk):
+        logits = model(mx.array([ids[start : start + chunk]]), cache=caches)[:, -1, :]
+    return caches, logits
 
-def calibrate(model: nn.Module, budget_s: float = 3.0) -> tuple[CostModel, float]:
-    """A cost model from a 96-token prefill and decode steps at batch 1 and 4,
-    bounded to about `budget_s`; returns it with the seconds it took."""
+
+def _join(batch: DecodeBatch, model: nn.Module, ids: list[int], params: SamplingParams) -> None:
+    caches, logits = _prefilled(model, ids)
+    sampler = TokenSampler(params)
+    first = sampler.sample(logits, None)
+    mx.eval(first, [c.state for c in caches])
+    batch.add(Request(list(ids), params), sampler, caches, first)
+
+
+def warm_up(model: nn.Module, solo: bool = True, steps: int = 3) -> float:
+    """One pass through every kernel serving uses; returns its seconds."""
     started = time.perf_counter()
-    prompt = mx.array([[(7 * i) % 100 + 3 for i in range(96)]])
-    for _ in range(2):  # warm-up: first calls pay for allocation
-        mx.eval(model(prompt, cache=make_prompt_cache(model)))
-    t = time.perf_counter()
-    mx.eval(model(prompt, cache=make_prompt_cache(model)))
-    prefill_tps = prompt.shape[1] / max(time.perf_counter() - t, 1e-6)
-    step = {batch: decode_step_s(model, batch, max_steps=8,
-                                 deadline=started + budget_s) for batch in (1, 4)}
-    alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
-    cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
-                     batch_alpha=alpha)
-    return cost, time.perf_counter() - started
+    batch = DecodeBatch(model, solo)
+    _join(batch, model, PROMPT, SamplingParams())
+    for _ in range(steps):  # a lone request (its own caches: no mask)
+        batch.step().tolist()
+    _join(batch, model, PROMPT[:40],
+          SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, seed=0))
+    for _ in range(steps):  # two rows of different lengths: batch caches, a mask, sampling
+        batch.step().tolist()
+    batch.keep([1])  # back to one
+    for _ in range(steps):
+        batch.step().tolist()
+    batch.keep([])
+    return time.perf_counter() - started
 
 
-def decode_step_s(model: nn.Module, batch: int = 1, max_steps: int = 8,
-                  deadline: float | None = None) -> float:
-    """Mean time of decode steps at `batch` over a 32-token context: at least
-    2 steps, at most `max_steps`, stopping at `deadline` (perf_counter)."""
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.array([[5] * 32] * batch), cache=cache))
+def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
+                  deadline: float | None = None, solo: bool = True) -> float:
+    """Mean time of decode steps of the lane's decode batch at `batch_size`
+    rows over 32-token prompts: at least 2 steps, at most `max_steps`,
+    stopping at `deadline` (perf_counter)."""
+    batch = DecodeBatch(model, solo)
+    for i in range(batch_size):
+        _join(batch, model, [5 + i] * 32, SamplingParams())
+    batch.step().tolist()  # the pipeline's first step
     steps, t = 0, time.perf_counter()
     while steps < 2 or (steps < max_steps and (deadline is None or time.perf_counter() < deadline)):
-        mx.eval(model(mx.array([[5]] * batch), cache=cache))
+        batch.step().tolist()
         steps += 1
-    return (time.perf_counter() - t) / steps
+    seconds = (time.perf_counter() - t) / steps
+    batch.keep([])
+    return seconds
 
 
-def contention(model: nn.Module, cost: CostModel, seconds: float = 0.6) -> float:
-    """Run one-stream decode steps for about `seconds` while the other lanes
-    do the same (the caller synchronises them): how much longer a step takes
-    than when this lane ran alone at calibration."""
-    contended = decode_step_s(model, 1, max_steps=1_000,
-                              deadline=time.perf_counter() + seconds)
-    return min(max(contended * cost.decode_tps(0) - 1.0, 0.0), cost.max_contention)
-
-
-def start_up(model: nn.Module, calibrated: threading.Event,
-             probe: threading.Barrier | None,
-             probe_until: float | None = None) -> tuple[CostModel, float]:
-    """A lane's start-up, on its thread: calibrate alone and set `calibrated`
-    (the engine then starts the next lane); with `probe`, wait until every lane
-    has calibrated, then measure contention with all decoding at once.
-    Returns the cost model and the seconds spent calibrating and probing."""
-    try:
-        cost, seconds = calibrate(model)
-    except BaseException:
-        if probe is not None:
-            probe.abort()  # the others must not wait for this lane
-        raise
-    finally:
-        calibrated.set()
-    if probe is not None:
-        try:
-            # A lane that has calibrated waits for the others only until the
-            # engine's start-up deadline (`probe_until`, monotonic): then it serves,
-            # and contention is learned online instead.
-            left = 120.0 if probe_until is None else max(0.0, probe_until - time.monotonic())
-            probe.wait(timeout=left)
-        except threading.BrokenBarrierError:
-            return cost, seconds
-        started = time.perf_counter()
-        cost.contention = contention(model, cost)
-        seconds += time.perf_counter() - started
-    return cost, seconds
+def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True) -> CostModel:
+    """A cost model from a 96-token prefill and decode steps at batch 1 and 4,
+    bounded to about `budget_s` (after `warm_up`: no compilation inside)."""
+    started = time.perf_counter()
+    t = time.perf_counter()
+    caches, logits = _prefilled(model, PROMPT, chunk=len(PROMPT))
+    mx.eval(logits)
+    prefill_tps = len(PROMPT) / max(time.perf_counter() - t, 1e-6)
+    step = {b: decode_step_s(model, b, max_steps=8, deadline=started + budget_s, solo=solo)
+            for b in (1, 4)}
+    alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
+    return CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
+                     batch_alpha=alpha)
 
 
 def kv_dtype(model: nn.Module) -> mx.Dtype:

@@ -23,7 +23,7 @@ from ..core.priority import lower_thread
 from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.step import StepOutcome, StepPlan, StepResult
-from .calibration import start_up
+from .calibration import calibrate, warm_up
 from .handoff import Handoff
 from .prefix import PrefixCache
 from .runner import ModelRunner
@@ -36,8 +36,9 @@ class Lane:
                  prefix_cache: PrefixCache, lanes: dict[str, "Lane"],
                  config: LaneConfig | None = None, kv_bytes_per_token: int = 0,
                  kv_budget_bytes: int | None = None, nice: int = 0,
-                 calibrate: bool = False, contention_probe: threading.Barrier | None = None,
-                 probe_until: float | None = None):
+                 calibrate: bool = False, measure_lock: threading.Lock | None = None,
+                 warm_up_s: float = 300.0, contention: float = 0.0,
+                 on_ready: Callable[["Lane"], None] | None = None):
         self.name = name
         self.device = device
         self.kind = kind
@@ -53,11 +54,17 @@ class Lane:
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate
-        self.scheduler.warming_up = calibrate  # routed around until calibrated
-        self.contention_probe = contention_probe
-        self.probe_until = probe_until  # monotonic: the engine's start-up deadline
-        self.calibrated = threading.Event()
-        self.probed = threading.Event()
+        self.measure_lock = measure_lock  # calibrations are timed one lane at a time
+        self.warm_up_s = warm_up_s  # the start-up deadline (warm-up and calibration)
+        self.start_contention = contention  # stored by the last run here (coststore.py)
+        self.scheduler.warming_up = True  # routed around until warm (director.views)
+        self.phase = "starting"  # starting, warming up, calibrating, serving, failed, closed
+        self.phase_since = time.monotonic()
+        self.started_at: float | None = None  # monotonic
+        self.ready = threading.Event()  # start-up ended (serving or failed)
+        self.in_step_since: float | None = None  # monotonic; the watchdog reads it (engine.py)
+        self.on_ready = on_ready  # called on the lane thread when start-up ends
+        self.warm_up_seconds: float | None = None
         self._stopped = threading.Event()
         self._wakeup = threading.Condition()
         self._paced = threading.Event()  # set on close: a paced step ends at once
@@ -90,7 +97,8 @@ class Lane:
 
     @property
     def warming_up(self) -> bool:
-        """Still calibrating (routed around while another lane is ready)."""
+        """Still starting: warming up or calibrating (routed around while another
+        lane is ready; requests queue for it when none is)."""
         return self.scheduler.warming_up
 
     @property
@@ -115,6 +123,7 @@ class Lane:
 
     # ---- any thread -------------------------------------------------------------------
     def start(self) -> None:
+        self.started_at = time.monotonic()
         self._thread.start()
 
     def wake(self) -> None:
@@ -158,45 +167,100 @@ class Lane:
         self.runner.unload()
         self._stopped.set()
 
+    def _set_phase(self, phase: str) -> None:
+        self.phase, self.phase_since = phase, time.monotonic()
+
     def _start_up(self) -> bool:
+        """Warm up (every kernel serving uses runs once), then, with other lanes
+        to route between, calibrate. A lane that misses its deadline has been
+        turned off by the engine's watchdog meanwhile (`fail_start`)."""
         try:
+            self._set_phase("warming up")
             self.runner.start()
+            self.warm_up_seconds = warm_up(self.runner.model, self.config.solo_decode)
+            if self.failed or self._closing:
+                return False
             if self.calibrate_at_start:
-                cost, seconds = start_up(self.runner.model, self.calibrated, self.contention_probe,
-                                         self.probe_until)
-                self.scheduler.cost = cost
-                self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
-                                              decode_tps=cost.decode_points[0][1],
-                                              batch_alpha=cost.batch_alpha, seconds=seconds,
-                                              contention=cost.contention))
-            elif self.contention_probe is not None:
-                self.contention_probe.abort()  # the others must not wait for us
+                self._set_phase("calibrating")
+                self._calibrate()
+            if self.failed:
+                return False
+            self._set_phase("serving")
             return True
         except Exception as exc:
-            if self.contention_probe is not None:
-                self.contention_probe.abort()
             self._fail(exc, "at start-up")
             return False
         finally:
+            if self.failed:
+                self._set_phase("failed")
             self.scheduler.warming_up = False
-            self.calibrated.set()
-            self.probed.set()
+            self.ready.set()
+            if self.on_ready is not None:
+                self.on_ready(self)
+
+    def _calibrate(self) -> None:
+        """Time this lane alone where it can: wait for the other lanes'
+        calibrations only until the start-up deadline, then measure anyway."""
+        lock = self.measure_lock
+        left = (self.started_at or time.monotonic()) + self.warm_up_s - time.monotonic()
+        held = lock.acquire(timeout=max(left, 0.0)) if lock is not None else False
+        try:
+            started = time.perf_counter()
+            cost = calibrate(self.runner.model, solo=self.config.solo_decode)
+            seconds = time.perf_counter() - started
+        finally:
+            if held:
+                lock.release()
+        cost.contention = min(max(self.start_contention, 0.0), cost.max_contention)
+        self.scheduler.cost = cost
+        self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
+                                      decode_tps=cost.decode_points[0][1],
+                                      batch_alpha=cost.batch_alpha,
+                                      seconds=seconds + (self.warm_up_seconds or 0.0),
+                                      contention=cost.contention))
+
+    def fail_start(self, why: str) -> None:
+        """Turn this lane off from another thread (it missed its start-up
+        deadline): its queued requests end with `why`; the thread, stuck in
+        the device, takes no work when it returns."""
+        if self.failed is None and not self.ready.is_set():
+            self._give_up(why)
+
+    def stall(self, why: str) -> None:
+        """The watchdog saw a step run for too long: fail the lane's requests
+        (from the watchdog's thread; the lane thread stops when it returns)."""
+        if self.failed is None:
+            self._give_up(why)
+
+    def _give_up(self, why: str) -> None:
+        self.scheduler.fail(why)
+        self._set_phase("failed")
+        if self.on_ready is not None:  # waiting requests may go to another lane
+            self.on_ready(self)
+        self.director.emit(EngineErrorEvent("", None, message=why, lane=self.name))
+        for request in self.scheduler.drain():  # device state stays with the stuck thread
+            self.director.finish(request, "error", self.name, error=why)
+        self.wake()
 
     def _loop(self) -> None:
         gate = self.config.gate
         while self._wait_for_work():
             if gate is not None:
                 gate.begin(self.name)
+            self.in_step_since = time.monotonic()
             started = time.perf_counter()
             try:
                 plan = self.scheduler.schedule()
                 result = self.runner.run(plan)
+                if self.failed:  # the watchdog gave up on this step meanwhile
+                    return
                 result.seconds = self._pace(plan, result.seconds)
                 outcome = self.scheduler.commit(plan, result)
                 self._emit(plan, result, outcome)
             except Exception as exc:  # a bug or a device failure: this lane stops
                 self._fail(exc, "mid-step")
                 return
+            self.in_step_since = None
             self.kv_bytes = self.runner.kv_bytes
             busy = time.perf_counter() - started
             self.stats.busy_s += busy
@@ -215,7 +279,7 @@ class Lane:
 
     def _wait_for_work(self) -> bool:
         with self._wakeup:
-            while not self._closing and self.scheduler.is_idle:
+            while not self._closing and (self.scheduler.is_idle or self.failed):
                 self.kv_bytes = self.runner.kv_bytes
                 if self.config.gate is not None:
                     self.config.gate.idle(self.name)

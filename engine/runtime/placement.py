@@ -8,6 +8,10 @@ gives a lane its own.
 
 from __future__ import annotations
 
+import contextlib
+
+import mlx.core as mx
+
 from ..core.laneconfig import LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
@@ -59,7 +63,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
     models: dict[str, object] = {}
     first = plan.lanes[0]
     if first.weight_format not in ("shared", loaded.weight_format):
-        with_weight_format(loaded, first.weight_format)
+        with _on(first.device):
+            with_weight_format(loaded, first.weight_format)
     for lane in plan.lanes:
         if not lane.enabled:
             continue
@@ -67,5 +72,13 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
             models[lane.name] = loaded.model
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
-            models[lane.name] = load_model(loaded.source, fmt).model
+            with _on(lane.device):
+                models[lane.name] = load_model(loaded.source, fmt).model
     return plan, models
+
+
+def _on(device: str):
+    """A CPU lane's weights are converted on the CPU: on a CUDA machine the
+    default device is the GPU, where a dequantization would compile kernels
+    (tens of seconds at first use) and compete with the GPU lane's warm-up."""
+    return mx.stream(mx.cpu) if device == "cpu" else contextlib.nullcontext()
