@@ -8,6 +8,7 @@ safe from any thread.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import traceback
@@ -18,7 +19,7 @@ import mlx.core as mx
 from .core import priority
 from .core.director import Director
 from .core.errors import EngineError
-from .core.events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued
+from .core.events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued, StepTokens
 from .core.laneconfig import LaneInfo, LaneSpec
 from .core.params import SamplingParams
 from .core.policies import CostAwarePolicy
@@ -35,6 +36,7 @@ from .runtime.placement import plan_lanes
 from .runtime.prefix import PrefixCache
 
 Observer = Callable[[object], None]
+_STOP = object()  # ends the delivery thread
 FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
 WARM_UP_S = 300.0  # a lane not serving this long after it started is turned off
 WATCHDOG_S = 60.0  # the least time a step may run before the watchdog acts
@@ -91,6 +93,10 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self._ready = threading.Condition()
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._delivery = threading.Thread(target=self._deliver_events, name="engine-events",
+                                          daemon=True)
+        self._delivering = False  # until the thread starts, events are delivered at once
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
@@ -126,6 +132,8 @@ class Engine:
         del models
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
+        self._delivering = True
+        self._delivery.start()
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
         # Every lane warms up at once on its own thread (calibration is timed
         # one lane at a time); nothing here waits for them: a lane serves as
@@ -337,10 +345,21 @@ class Engine:
                 lane.refuse_work()
         for lane in self.lanes.values():
             lane.close()
+        self._stop_delivery()
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
         self.prefix_cache.clear()
         self.model_info = None
         mx.clear_cache()
+
+    def _stop_delivery(self) -> None:
+        """Deliver what is queued (every request's `Finished` included), then
+        deliver at once from here on."""
+        if not self._delivering:
+            return
+        self._outbox.put(_STOP)
+        if threading.current_thread() is not self._delivery:
+            self._delivery.join()
+        self._delivering = False
 
     def __enter__(self) -> "Engine":
         return self
@@ -379,6 +398,29 @@ class Engine:
 
     # ---- internals ---------------------------------------------------------
     def _emit(self, event) -> None:
+        """Events leave on the delivery thread, in the order they were emitted
+        (after `close`, or on that thread itself, at once)."""
+        if self._delivering and threading.current_thread() is not self._delivery:
+            self._outbox.put(event)
+        else:
+            self._deliver(event)
+
+    def _deliver_events(self) -> None:
+        """The delivery thread: handles and observers hear events here, off
+        the lane threads, so that a lane starts its next step at once. A
+        lane's `StepTokens` becomes each request's `Token`."""
+        priority.lower_thread(self.worker_nice)
+        while True:
+            event = self._outbox.get()
+            if event is _STOP:
+                return
+            self._deliver(event)
+
+    def _deliver(self, event) -> None:
+        if isinstance(event, StepTokens):
+            for token in event.tokens:
+                self._deliver(token)
+            return
         request_id = getattr(event, "request_id", None)
         with self._lock:
             observers = list(self._observers)

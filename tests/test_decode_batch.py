@@ -4,6 +4,8 @@ batch cache row when a second joins and gets its own caches back when it is
 the last one left; tokens equal mlx-lm's greedy ones throughout. Real MLX
 forward passes on tiny random models (plain and sliding-window attention)."""
 
+import threading
+
 import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
@@ -80,3 +82,61 @@ def test_batch_of_one_path_can_be_turned_off(tiny_loaded):
     _decode(batch, out, 12)
     n = min(12, len(expected))
     assert out[request.request_id][:n] == expected[:n]
+
+
+class HoldFirstStep:
+    """A StepGate that holds the lane's first step until the test releases it,
+    so that requests submitted meanwhile are planned in one step."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def begin(self, lane):
+        assert self.release.wait(60)
+
+    def end(self, lane, plan, measured_s):
+        return measured_s
+
+    def idle(self, lane):
+        pass
+
+
+@pytest.mark.parametrize("batch_prefill", [True, False])
+def test_prompts_arriving_together_are_prefilled_in_one_batch(make_engine, tiny_loaded,
+                                                              monkeypatch, batch_prefill):
+    """Whole cold prompts planned in one step run as one batched forward
+    (similar lengths together); answers equal mlx-lm's greedy ones, and a
+    seeded sampled request gives the same tokens as when it runs alone."""
+    from engine import LaneConfig, LaneSpec, SamplingParams
+    from engine.runtime import runner as runner_module
+
+    calls = []
+    real = runner_module.run_together
+
+    def spy(model, prefills):
+        calls.append(len(prefills))
+        return real(model, prefills)
+
+    monkeypatch.setattr(runner_module, "run_together", spy)
+    gate = HoldFirstStep()
+    engine = make_engine([LaneSpec("cpu", "cpu", "float32",
+                                   LaneConfig(gate=gate, batch_prefill=batch_prefill))])
+    texts = TEXTS + ["hello world, how are you today? I am fine, thanks a lot, truly.",
+                     "système café naïve"]
+    ids = [prompt_of(tiny_loaded, t) for t in texts]
+    handles = [engine.submit(prompt_ids=p, params=SamplingParams(max_tokens=12)) for p in ids]
+    seeded = SamplingParams(max_tokens=12, temperature=0.8, seed=7)
+    sampled = engine.submit(prompt_ids=ids[1], params=seeded)
+    gate.release.set()
+    for handle, p in zip(handles, ids):
+        handle.result(60)
+        assert handle.request.output_ids == reference_greedy(tiny_loaded, p, 12)
+    together = sampled.result(60)
+    alone = engine.generate(prompt_ids=ids[1], params=seeded, timeout=60)
+    assert together.text == alone.text
+    if batch_prefill:
+        # Three prompts of one length and one a little longer in a batch;
+        # the short one (much shorter: too much padding) alone.
+        assert calls and sum(calls) >= 3, calls
+    else:
+        assert calls == []

@@ -30,11 +30,11 @@ def held_warm_up(monkeypatch):
     gates: dict[str, threading.Event] = {}
     real = lane_module.warm_up
 
-    def warm_up(model, solo=True):
+    def warm_up(model, solo=True, **kwargs):
         gate = gates.get(threading.current_thread().name.removeprefix("lane-"))
         if gate is not None:
             assert gate.wait(60), "the test never released this lane's warm-up"
-        return real(model, solo)
+        return real(model, solo, **kwargs)
 
     monkeypatch.setattr(lane_module, "warm_up", warm_up)
     yield gates

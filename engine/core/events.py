@@ -62,6 +62,17 @@ class Token(Event):
 
 
 @dataclass(slots=True, frozen=True)
+class StepTokens:
+    """One lane step's tokens, one `Token` per request that got text (in
+    batch order). Lanes emit this; the engine delivers each `Token` to its
+    request's handle and to observers, which never see `StepTokens`."""
+
+    lane: str
+    tokens: tuple[Token, ...]
+    time: float = field(default_factory=now)
+
+
+@dataclass(slots=True, frozen=True)
 class Finished(Event):
     """The end of a request. reason: 'stop', 'length', 'cancelled' or 'error'."""
 

@@ -39,6 +39,9 @@ class LaneConfig:
     # A lone request decodes on its own caches, without a batch cache's mask
     # (engine/runtime/batch.py); False keeps it on a batch cache of one.
     solo_decode: bool = True
+    # Whole cold prompts planned in one step are prefilled in one batched
+    # forward, in groups of similar length (engine/runtime/prefill.py).
+    batch_prefill: bool = True
     # Pacing, for tests and demos: a step lasts at least `min_step_s` (a tiny
     # model streams at human speed), or a gate decides when steps start and end.
     min_step_s: float = 0.0

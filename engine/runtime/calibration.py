@@ -31,6 +31,14 @@ from .sampling import TokenSampler
 PROMPT = [(7 * i) % 100 + 3 for i in range(96)]
 
 
+class StartCancelled(Exception):
+    """The engine closed while the lane was starting."""
+
+
+def _never() -> bool:
+    return False
+
+
 def _prefilled(model: nn.Module, ids: list[int], chunk: int = 64):
     """Caches holding `ids` (prefilled in chunks, as serving does) and the
     logits of the last position."""
@@ -49,26 +57,33 @@ def _join(batch: DecodeBatch, model: nn.Module, ids: list[int], params: Sampling
     batch.add(Request(list(ids), params), sampler, caches, first)
 
 
-def warm_up(model: nn.Module, solo: bool = True, steps: int = 3) -> float:
-    """One pass through every kernel serving uses; returns its seconds."""
+def warm_up(model: nn.Module, solo: bool = True, steps: int = 3,
+            cancelled=_never) -> float:
+    """One pass through every kernel serving uses; returns its seconds.
+    Raises StartCancelled between its parts once `cancelled()` is true."""
     started = time.perf_counter()
     batch = DecodeBatch(model, solo)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            if cancelled():
+                raise StartCancelled
+            batch.step().tolist()
+
     _join(batch, model, PROMPT, SamplingParams())
-    for _ in range(steps):  # a lone request (its own caches: no mask)
-        batch.step().tolist()
+    run(steps)  # a lone request (its own caches: no mask)
     _join(batch, model, PROMPT[:40],
           SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, seed=0))
-    for _ in range(steps):  # two rows of different lengths: batch caches, a mask, sampling
-        batch.step().tolist()
+    run(steps)  # two rows of different lengths: batch caches, a mask, sampling
     batch.keep([1])  # back to one
-    for _ in range(steps):
-        batch.step().tolist()
+    run(steps)
     batch.keep([])
     return time.perf_counter() - started
 
 
 def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
-                  deadline: float | None = None, solo: bool = True) -> float:
+                  deadline: float | None = None, solo: bool = True,
+                  cancelled=_never) -> float:
     """Mean time of decode steps of the lane's decode batch at `batch_size`
     rows over 32-token prompts: at least 2 steps, at most `max_steps`,
     stopping at `deadline` (perf_counter)."""
@@ -78,6 +93,8 @@ def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
     batch.step().tolist()  # the pipeline's first step
     steps, t = 0, time.perf_counter()
     while steps < 2 or (steps < max_steps and (deadline is None or time.perf_counter() < deadline)):
+        if cancelled():
+            raise StartCancelled
         batch.step().tolist()
         steps += 1
     seconds = (time.perf_counter() - t) / steps
@@ -85,7 +102,8 @@ def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
     return seconds
 
 
-def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True) -> CostModel:
+def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True,
+              cancelled=_never) -> CostModel:
     """A cost model from a 96-token prefill and decode steps at batch 1 and 4,
     bounded to about `budget_s` (after `warm_up`: no compilation inside)."""
     started = time.perf_counter()
@@ -93,7 +111,8 @@ def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True) -> Cos
     caches, logits = _prefilled(model, PROMPT, chunk=len(PROMPT))
     mx.eval(logits)
     prefill_tps = len(PROMPT) / max(time.perf_counter() - t, 1e-6)
-    step = {b: decode_step_s(model, b, max_steps=8, deadline=started + budget_s, solo=solo)
+    step = {b: decode_step_s(model, b, max_steps=8, deadline=started + budget_s, solo=solo,
+                             cancelled=cancelled)
             for b in (1, 4)}
     alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
     return CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],

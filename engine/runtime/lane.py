@@ -17,13 +17,14 @@ import mlx.core as mx
 
 from ..core.costmodel import CostModel
 from ..core.director import Director
-from ..core.events import Calibrated, EngineErrorEvent, Token
+from ..core.events import Calibrated, EngineErrorEvent
 from ..core.laneconfig import LaneConfig
 from ..core.priority import lower_thread
 from ..core.request import Request
 from ..core.scheduler import LaneScheduler
+from ..core.settle import settle
 from ..core.step import StepOutcome, StepPlan, StepResult
-from .calibration import calibrate, warm_up
+from .calibration import StartCancelled, calibrate, warm_up
 from .handoff import Handoff
 from .prefix import PrefixCache
 from .runner import ModelRunner
@@ -49,8 +50,9 @@ class Lane:
                                   config.kv_budget_bytes)
         self.scheduler = LaneScheduler(name, kind, director, prefix_cache, config, device,
                                        kv_bytes_per_token, kv_budget_bytes)
-        self.runner = ModelRunner(model, prefix_cache, self.scheduler.config.clear_cache_every,
-                                  self.scheduler.config.solo_decode)
+        config = self.scheduler.config
+        self.runner = ModelRunner(model, prefix_cache, config.clear_cache_every,
+                                  config.solo_decode, config.batch_prefill)
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate
@@ -177,7 +179,8 @@ class Lane:
         try:
             self._set_phase("warming up")
             self.runner.start()
-            self.warm_up_seconds = warm_up(self.runner.model, self.config.solo_decode)
+            self.warm_up_seconds = warm_up(self.runner.model, self.config.solo_decode,
+                                           cancelled=self._stop_starting)
             if self.failed or self._closing:
                 return False
             if self.calibrate_at_start:
@@ -187,6 +190,8 @@ class Lane:
                 return False
             self._set_phase("serving")
             return True
+        except StartCancelled:  # the engine closed, or the watchdog gave up on it
+            return False
         except Exception as exc:
             self._fail(exc, "at start-up")
             return False
@@ -206,7 +211,8 @@ class Lane:
         held = lock.acquire(timeout=max(left, 0.0)) if lock is not None else False
         try:
             started = time.perf_counter()
-            cost = calibrate(self.runner.model, solo=self.config.solo_decode)
+            cost = calibrate(self.runner.model, solo=self.config.solo_decode,
+                             cancelled=self._stop_starting)
             seconds = time.perf_counter() - started
         finally:
             if held:
@@ -218,6 +224,9 @@ class Lane:
                                       batch_alpha=cost.batch_alpha,
                                       seconds=seconds + (self.warm_up_seconds or 0.0),
                                       contention=cost.contention))
+
+    def _stop_starting(self) -> bool:
+        return self._closing or self.failed is not None
 
     def fail_start(self, why: str) -> None:
         """Turn this lane off from another thread (it missed its start-up
@@ -287,33 +296,11 @@ class Lane:
             return not self._closing
 
     def _emit(self, plan: StepPlan, result: StepResult, outcome: StepOutcome) -> None:
-        director = self.director
-        for event in plan.events:
-            director.emit(event)
-        for request in plan.cancelled:
-            director.finish(request, "cancelled", self.name)
-        for request, target in plan.moves:
+        def hand_over(request: Request, target: str) -> bool:
             lane = self._lanes.get(target)
-            handoff = result.handoffs[request.request_id]
-            if lane is None or not lane.accept(request, handoff):
-                director.finish(request, "cancelled", self.name)
-        reasons = dict((r.request_id, why) for r, why in outcome.finished)
-        stopped = []
-        for request, token, reason in outcome.tokens:
-            stream = request.text
-            if stream is None or token in director.stop_token_ids:
-                continue  # a stop token is never shown
-            text = stream.add(token)
-            director.emit(Token(request.request_id, request.tab_id, token, text, self.name))
-            if stream.stopped:  # a stop string: the answer ends here
-                if reason is None:
-                    stopped.append(request)
-                reasons[request.request_id] = "stop"
-        self.scheduler.finish(stopped)
-        finished = [r for r, _ in outcome.finished] + stopped
-        self.runner.release(finished)
-        for request in finished:
-            director.finish(request, reasons[request.request_id], self.name)
+            return lane is not None and lane.accept(request, result.handoffs[request.request_id])
+
+        settle(self.scheduler, plan, outcome, hand_over, self.runner.release)
         if not plan.has_work and not (plan.moves or plan.cancelled or plan.joins):
             with self._wakeup:  # nothing ran (a request waits on another lane): do not spin
                 self._wakeup.wait(0.01)

@@ -9,6 +9,7 @@ gives a lane its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import mlx.core as mx
 
@@ -37,7 +38,9 @@ def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
 
 def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
                budget_bytes: int | None = None) -> tuple[MemoryPlan, dict[str, object]]:
-    """The memory plan for `specs` and the model object each enabled lane runs."""
+    """The memory plan for `specs` and the model object each enabled lane
+    runs: the loaded model, or for a lane with its own copy a function that
+    builds it (ModelRunner.start calls it on the lane's thread)."""
     shape = model_shape(loaded.model, loaded.context_length)
     budget, unified = machine_budget(shape.weight_bytes)
     if budget_bytes is not None:
@@ -72,9 +75,15 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
             models[lane.name] = loaded.model
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
-            with _on(lane.device):
-                models[lane.name] = load_model(loaded.source, fmt).model
+            models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device)
     return plan, models
+
+
+def _own_copy(source, weight_format: str, device: str):
+    """A lane's own copy of the weights, built on that lane's thread as it
+    starts (Engine() returns at once; a 1-8B conversion takes seconds)."""
+    with _on(device):
+        return load_model(source, weight_format).model
 
 
 def _on(device: str):

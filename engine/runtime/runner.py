@@ -23,7 +23,7 @@ from .batch import DecodeBatch
 from .cachekinds import arrays_of, cast
 from .calibration import kv_dtype
 from .handoff import Handoff
-from .prefill import Prefill, run_chunk
+from .prefill import Prefill, batch_groups, run_chunk, run_together, whole_cold
 from .prefix import PrefixCache
 from .sampling import TokenSampler, sample_rows
 
@@ -32,11 +32,12 @@ class ModelRunner:
     """Runs plans on one lane's thread and stream. `accept` is thread-safe."""
 
     def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256,
-                 solo_decode: bool = True):
+                 solo_decode: bool = True, batch_prefill: bool = True):
         self.model = model
         self.prefix_cache = prefix_cache
         self.clear_cache_every = clear_cache_every
         self.solo_decode = solo_decode
+        self.batch_prefill = batch_prefill
         self.kv_dtype = mx.float32
         self.prefills: dict[str, Prefill] = {}
         self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
@@ -44,7 +45,12 @@ class ModelRunner:
         self.steps = 0
 
     def start(self) -> None:
-        """On the lane thread, inside its stream: the dtype KV is written in."""
+        """On the lane thread, inside its stream: build the lane's own copy of
+        the weights if it has one (engine/runtime/placement.py), then find
+        the dtype KV is written in."""
+        if callable(self.model) and not isinstance(self.model, nn.Module):
+            self.model = self.model()
+            self.batch.model = self.model
         self.kv_dtype = kv_dtype(self.model)
 
     def accept(self, request_id: str, handoff: Handoff) -> None:
@@ -76,15 +82,7 @@ class ModelRunner:
         if [r.request_id for r in self.batch.requests] != [r.request_id for r in plan.decode]:
             raise RuntimeError("the runner's decode batch differs from the plan")
         fed = self.batch.step() if plan.decode else None
-        pending = []
-        for chunk in plan.prefill:
-            prefill = self.prefills[chunk.request.request_id]
-            logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
-            pending.extend(arrays_of(prefill.caches))
-            if chunk.is_last:
-                prompt = mx.array(chunk.request.prompt_ids, mx.uint32)
-                prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
-                pending.append(prefill.first)
+        pending = self._prefill(plan)
         if pending:
             mx.async_eval(pending)
         waited = time.perf_counter()
@@ -94,6 +92,38 @@ class ModelRunner:
         if self.steps % self.clear_cache_every == 0:
             mx.clear_cache()
         return StepResult(tokens, done - started, handoffs, wait_s=done - waited)
+
+    def _prefill(self, plan: StepPlan) -> list[mx.array]:
+        """Run the plan's prefill chunks; whole cold prompts of similar length
+        run as one batch (prefill.py), the others one by one. Returns the
+        arrays to evaluate."""
+        pending, together = [], []
+        for chunk in plan.prefill:
+            prefill = self.prefills[chunk.request.request_id]
+            if self.batch_prefill and whole_cold(prefill, chunk.start, chunk.size):
+                together.append(prefill)
+                continue
+            logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
+            pending.extend(arrays_of(prefill.caches))
+            if chunk.is_last:
+                pending.append(self._first(prefill, logits))
+        for group in batch_groups(together):
+            if len(group) == 1:
+                prefill = group[0]
+                logits = run_chunk(self.model, prefill, 0, prefill.request.num_prompt)
+            else:
+                logits = run_together(self.model, group)
+            for i, prefill in enumerate(group):
+                pending.extend(arrays_of(prefill.caches))
+                pending.append(self._first(prefill, logits[i : i + 1]))
+        return pending
+
+    @staticmethod
+    def _first(prefill: Prefill, logits: mx.array) -> mx.array:
+        """Sample the request's first output token from its last prompt logits."""
+        prompt = mx.array(prefill.request.prompt_ids, mx.uint32)
+        prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
+        return prefill.first
 
     def _leave(self, plan: StepPlan) -> dict[str, Handoff]:
         """Cancelled and moved requests leave; returns the moved ones' state."""

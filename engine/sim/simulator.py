@@ -22,6 +22,7 @@ from ..core.laneconfig import LaneConfig
 from ..core.params import SamplingParams
 from ..core.request import Request
 from ..core.scheduler import LaneScheduler
+from ..core.settle import settle
 from ..core.step import StepPlan, StepResult
 from .profiles import SimLaneSpec
 from .runner import STOP_TOKEN, SimPrefix, SimRunner
@@ -231,18 +232,7 @@ class Simulation:
     def _end_step(self, lane: SimLane) -> None:
         (plan, result), lane.step, lane.step_end = lane.step, None, None
         outcome = lane.scheduler.commit(plan, result)
-        director = self.director
-        for event in plan.events:
-            self._on_event(event)
-        for request in plan.cancelled:
-            director.finish(request, "cancelled", lane.name)
-        for request, target in plan.moves:
-            if not director.hand_over(request, target):
-                director.finish(request, "cancelled", lane.name)
-        finished = [r for r, _ in outcome.finished]
-        lane.runner.release(finished)
-        for request, reason in outcome.finished:
-            director.finish(request, reason, lane.name)
+        settle(lane.scheduler, plan, outcome, self.director.hand_over, lane.runner.release)
 
     # ---- main loop ----------------------------------------------------------------------
     def run(self, tabs: list[Tab], limit_s: float = 36_000.0) -> SimResult:
