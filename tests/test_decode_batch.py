@@ -140,3 +140,36 @@ def test_prompts_arriving_together_are_prefilled_in_one_batch(make_engine, tiny_
         assert calls and sum(calls) >= 3, calls
     else:
         assert calls == []
+
+
+def test_requests_joining_together_are_merged_at_once(tiny_loaded):
+    """Several joins in one step: one merge and one extend per layer; the
+    rows decode as they would alone, whether the batch was empty or held a
+    lone request on its own caches."""
+    model = tiny_loaded.model
+    texts = TEXTS + ["système café naïve", "hello world"]
+    ids = [prompt_of(tiny_loaded, t) for t in texts]
+    expected = [reference_greedy(tiny_loaded, p, 10) for p in ids]
+    requests = [Request(p, SamplingParams(max_tokens=10)) for p in ids]
+    out = {r.request_id: [] for r in requests}
+    batch = DecodeBatch(model)
+
+    def joining(indices):
+        return [(requests[i], TokenSampler(requests[i].params), *_prefilled(model, ids[i]))
+                for i in indices]
+
+    batch.add_many(joining([0]))
+    assert batch.solo
+    batch.add_many(joining([1, 2]))  # the lone request's caches become batch caches
+    assert not batch.solo and len(batch) == 3
+    _decode(batch, out, 4)
+    batch.add_many(joining([3]))
+    _decode(batch, out, 10)
+    for request, want in zip(requests, expected):
+        got = out[request.request_id]
+        n = min(len(got), len(want))
+        assert n >= 10 and got[:n] == want[:n]
+
+    fresh = DecodeBatch(model)
+    fresh.add_many(joining([0, 1]))  # an empty batch, two at once: a batch cache
+    assert not fresh.solo and type(fresh.cache[0]).__name__ == "BatchKVCache"

@@ -47,18 +47,29 @@ class DecodeBatch:
             first_token: mx.array) -> None:
         """Join a prefilled request whose first token is `first_token` (shape (1,)).
         The batch owns `caches` from now on."""
+        self.add_many([(request, sampler, caches, first_token)])
+
+    def add_many(self, joins: list[tuple[Request, TokenSampler, list, mx.array]]) -> None:
+        """Join several prefilled requests at once: one merge of their caches
+        and one `extend` per layer, not one per request."""
+        if not joins:
+            return
+        caches = [j[2] for j in joins]
+        firsts = [j[3] for j in joins]
         if self.cache is None or not self.requests:
-            self.solo = self.allow_solo
-            self.cache = list(caches) if self.solo else _batched(caches)
-            self._next_inputs = first_token
+            if len(joins) == 1 and self.allow_solo:
+                self.cache, self.solo = list(caches[0]), True
+            else:
+                self.cache, self.solo = _batched(*caches), False
+            self._next_inputs = firsts[0] if len(firsts) == 1 else mx.concatenate(firsts)
         else:
-            if self.solo:  # a second request: the lone one's caches become batch caches
+            if self.solo:  # no longer alone: the lone one's caches become batch caches
                 self.cache, self.solo = _batched(self.cache), False
-            for mine, theirs in zip(self.cache, _batched(caches)):
+            for mine, theirs in zip(self.cache, _batched(*caches)):
                 mine.extend(theirs)
-            self._next_inputs = mx.concatenate([self._next_inputs, first_token])
-        self.requests.append(request)
-        self.samplers.append(sampler)
+            self._next_inputs = mx.concatenate([self._next_inputs, *firsts])
+        self.requests.extend(j[0] for j in joins)
+        self.samplers.extend(j[1] for j in joins)
 
     def step(self) -> mx.array:
         """Start one decode step; return the (lazy) tokens it feeds, one per request.
@@ -112,6 +123,6 @@ class DecodeBatch:
         self._next_inputs = self._next_inputs[idx]
 
 
-def _batched(caches: list) -> list:
-    """One request's layer caches as batch caches of one (each kind's own)."""
-    return [type(c).merge([c]) for c in caches]
+def _batched(*requests: list) -> list:
+    """Requests' layer caches as one batch cache per layer (each kind's own merge)."""
+    return [type(layer[0]).merge(list(layer)) for layer in zip(*requests)]

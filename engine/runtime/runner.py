@@ -75,10 +75,12 @@ class ModelRunner:
                       or make_prompt_cache(self.model))
             self.prefills[request.request_id] = Prefill(request, TokenSampler(request.params),
                                                         caches)
+        joins = []
         for request in plan.joins:
             state = self._take_waiting(request)
             self._cast(state)
-            self.batch.add(request, state.sampler, state.caches, state.next_token)
+            joins.append((request, state.sampler, state.caches, state.next_token))
+        self.batch.add_many(joins)
         if [r.request_id for r in self.batch.requests] != [r.request_id for r in plan.decode]:
             raise RuntimeError("the runner's decode batch differs from the plan")
         fed = self.batch.step() if plan.decode else None
