@@ -68,8 +68,8 @@ step throughput "${THROUGHPUT_S:-140}" throughput.json \
     --streams 16 --repeats "${REPEATS:-5}" --solo-ab --engine-only --tokens "${TOKENS:-128}"
 step hybrid-think "${HYBRID_S:-150}" hybrid_think.json \
     $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
-    --tabs "${TABS:-16}" --repeats 1
+    --tabs "${TABS:-16}" --repeats 1 --max-answer "${MAX_ANSWER:-128}"
 step hybrid-saturated "${SATURATED_S:-90}" hybrid_saturated.json \
     $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
-    --tabs "${TABS:-16}" --repeats 1 --think-scale 0.001
+    --tabs "${TABS:-16}" --repeats 1 --max-answer "${MAX_ANSWER:-128}" --think-scale 0.001
 tail -40 "$log"
