@@ -19,6 +19,7 @@
 #   hybrid_think.json / hybrid_saturated.json   GPU-only vs hybrid on the
 #                    chat workload with think time, then with none
 # At most 8 files come back: gpu.txt, run.log and the four above.
+# STEPS="startup throughput" runs only those steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/out}
@@ -45,16 +46,19 @@ else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 fi
 export PYTHONUNBUFFERED=1
-$py -c "import engine, mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu))" \
-    | tee -a "$out/gpu.txt" || exit 1
+$py -c "import engine, mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu),
+'blas', engine.loaded_blas)" | tee -a "$out/gpu.txt" || exit 1
+(ldconfig -p | grep -i openblas | head -3) >> "$out/gpu.txt" 2>&1
 model=$(timeout 120 $py -X faulthandler -c "
 from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
 
+steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated} "
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
     local name=$1 limit=$2 file=$3
     shift 3
+    [[ "$steps" == *" $name "* ]] || return 0
     local started=$SECONDS
     echo "== $name (limit ${limit} s)" >> "$log"
     timeout -s ABRT "$limit" "$@" > "$out/$file" 2>> "$log"

@@ -104,17 +104,23 @@ def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
 
 def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True,
               cancelled=_never) -> CostModel:
-    """A cost model from a 96-token prefill and decode steps at batch 1 and 4,
-    bounded to about `budget_s` (after `warm_up`: no compilation inside)."""
+    """A cost model from a 96-token prefill and decode steps at batch 1 and 2,
+    bounded to about `budget_s`.
+
+    Only shapes `warm_up` ran are timed (prefill chunks of 64 and 32 tokens,
+    one row on its own caches, two rows on batch caches): MLX's CUDA build
+    compiles kernels per configuration at first use, so a new shape here
+    would time a compilation (on the H200 a calibration with a 96-token chunk
+    and a batch of 4 was still running after 117 s; benchmarks/RESULTS.md)."""
     started = time.perf_counter()
     t = time.perf_counter()
-    caches, logits = _prefilled(model, PROMPT, chunk=len(PROMPT))
+    caches, logits = _prefilled(model, PROMPT)
     mx.eval(logits)
     prefill_tps = len(PROMPT) / max(time.perf_counter() - t, 1e-6)
     step = {b: decode_step_s(model, b, max_steps=8, deadline=started + budget_s, solo=solo,
                              cancelled=cancelled)
-            for b in (1, 4)}
-    alpha = min(1.0, max(0.0, (step[4] / step[1] - 1.0) / 3.0))
+            for b in (1, 2)}
+    alpha = min(1.0, max(0.0, step[2] / step[1] - 1.0))
     return CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
                      batch_alpha=alpha)
 
