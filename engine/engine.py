@@ -270,6 +270,8 @@ class Engine:
             handle = self._handles.get(request_id)
         if handle is not None:
             handle.request.cancel_event.set()
+            if self.director.cancel_waiting(handle.request):
+                return
             for lane in self.lanes.values():  # it may be moving between lanes
                 lane.wake()
 
@@ -477,14 +479,20 @@ class Engine:
                 lane.stall(why)
 
     def _step_limit(self, lane: Lane) -> float:
+        """How long one step may run: `watchdog_s`, or ten times the longest
+        step the lane's cost model expects, or twenty times its warm-up (which
+        ran a 96-token prefill and a few decode steps; on a GPU it includes
+        compiling kernels, as a new shape's first step does), whichever is
+        longest."""
+        limit = max(self.watchdog_s, 20 * (lane.warm_up_seconds or 0.0))
         cost = lane.cost
-        if cost is None:
-            return self.watchdog_s
-        config = lane.config
-        longest = cost.step_s(max(lane.batch_size, 1), self.context_length,
-                              max(config.prefill_chunk, config.prefill_chunk_busy),
-                              contended=True)
-        return max(self.watchdog_s, 10 * longest)
+        if cost is not None:
+            config = lane.config
+            longest = cost.step_s(max(lane.batch_size, 1), self.context_length,
+                                  max(config.prefill_chunk, config.prefill_chunk_busy),
+                                  contended=True)
+            limit = max(limit, 10 * longest)
+        return limit
 
     def _sample_lanes(self, interval: float) -> None:
         priority.lower_thread(self.worker_nice)

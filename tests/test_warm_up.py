@@ -182,3 +182,22 @@ def test_a_damaged_cost_store_is_the_same_as_none(tmp_path):
     assert store.load() == {}
     path.write_text(json.dumps({store.key: {"gpu": "x", "cpu": -1, "other": 0.2}}))
     assert store.load() == {"other": 0.2}
+
+
+def test_stop_while_no_lane_serves_ends_the_request_at_once(make_engine, tiny_loaded,
+                                                           held_warm_up):
+    """A request queued on a lane still warming up (nothing plans it for a
+    while) is cancelled at once, not when the lane is finally ready."""
+    held_warm_up["cpu"] = threading.Event()
+    engine = make_engine(ready=False)
+    handle = engine.submit(prompt_ids=prompt_of(tiny_loaded, "hello world"),
+                           params=SamplingParams(max_tokens=4))
+    handle.cancel()
+    done = handle.result(10)
+    assert done.reason == "cancelled" and done.output_tokens == 0
+    assert engine.lanes["cpu"].warming_up  # it ended without the lane
+    held_warm_up["cpu"].set()
+    assert engine.wait_ready(60)
+    again = engine.generate(prompt_ids=prompt_of(tiny_loaded, "hello world"),
+                            params=SamplingParams(max_tokens=4), timeout=60)
+    assert again.reason in ("length", "stop")

@@ -101,6 +101,18 @@ class Director:
                        cached_tokens=request.cached_tokens, time=self.clock())
         return self.lanes[placement.lane], event
 
+    def cancel_waiting(self, request: Request) -> bool:
+        """End a cancelled request at once if it has not started (it waits in a
+        lane's queue: no device state; that lane may still be warming up and
+        plan nothing for a while). False: the lane ends it at its next step."""
+        with self.lock:
+            lane = self.lanes.get(request.lane or "")
+            if lane is None or request not in lane.waiting:
+                return False
+            lane.waiting.remove(request)
+        self.finish(request, "cancelled", lane.name)
+        return True
+
     def reroute_waiting(self, source: str) -> list[tuple[str, Routed]]:
         """Requests queued on `source` (still warming up, or failed at start-up)
         that have not started go to a ready lane, if the mode has one: a lane
