@@ -27,27 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import engine  # noqa: E402,F401,I001  (first: OpenBLAS before MLX)
 from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
-from engine.core.router import Placement  # noqa: E402
+from benchmarks.hybrid_real import PinnedPolicy  # noqa: E402
 from engine.models.loader import load_model  # noqa: E402
 
 QUESTION = [{"role": "user", "content": "Name three rivers in Europe and say one thing "
                                         "about each."}]
-
-
-class Pinned:
-    name = "pinned"
-
-    def __init__(self, lane: str):
-        self.lane = lane
-
-    def place(self, request, lanes):
-        return Placement(self.lane, "pinned", decode_lane=self.lane)
-
-    def place_decode(self, request, current, lanes):
-        return Placement(self.lane, "pinned")
-
-    def reconsider(self, request, current, lanes):
-        return None
 
 
 def main() -> int:
@@ -117,7 +101,7 @@ def main() -> int:
     # Greedy agreement on the first tokens: each lane alone, same prompt.
     outputs = {}
     for lane in ("gpu", "cpu") if every else ():
-        eng.policy = Pinned(lane)
+        eng.policy = PinnedPolicy(lane)
         eng.prefix_cache.clear()
         handle = eng.submit(QUESTION, SamplingParams(max_tokens=args.agree_tokens))
         handle.result(args.limit_s)
