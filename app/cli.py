@@ -9,7 +9,18 @@ import argparse
 import os
 import sys
 
-MODEL_HELP = "'default', a .gguf file, a model folder or a Hugging Face repo id"
+MODEL_HELP = ("'default' (the bundled model; the default), a .gguf file, a model folder or a "
+              "Hugging Face repo id")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in its help, where it has one to show."""
+
+    def _get_help_string(self, action):
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
 
 
 class PromptError(Exception):
@@ -24,20 +35,31 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gui", action="store_true",
                         help="with --self-test: open the window instead and answer one message")
     sub = parser.add_subparsers(dest="command")
-    gen = sub.add_parser("generate", help="answer one prompt in the terminal")
+    gen = sub.add_parser("generate", help="answer one prompt in the terminal",
+                         description="Stream an answer to the terminal, then its stats.",
+                         formatter_class=_Help)
     gen.add_argument("prompt", nargs="?", help="the prompt; '-' reads it from stdin")
     gen.add_argument("--file", default=None, help="read the prompt from this file (UTF-8)")
     # Also accepted after `generate`; SUPPRESS keeps the top-level value otherwise.
     gen.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
-    gen.add_argument("--system", default=None, help="system prompt")
-    gen.add_argument("--max-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--seed", type=int, default=None)
-    serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine")
+    gen.add_argument("--system", default=None, help="system prompt (none: the model's own)")
+    gen.add_argument("--max-tokens", type=int, default=256,
+                     help="the answer's length limit, in tokens")
+    gen.add_argument("--temperature", type=float, default=0.0,
+                     help="0 picks the likeliest token each time (greedy); higher varies more")
+    gen.add_argument("--top-p", type=float, default=1.0,
+                     help="sample only from the likeliest tokens whose probabilities add "
+                          "up to this (1: all)")
+    gen.add_argument("--seed", type=int, default=None,
+                     help="random seed, for the same answer again when sampling")
+    serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
+                           description="Serve the OpenAI API (/v1/chat/completions, "
+                                       "/v1/completions, /v1/models) on this machine.",
+                           formatter_class=_Help)
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (other than localhost needs --api-key)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
     serve.add_argument("--api-key", default=None,
                        help="required as a Bearer token (and to bind other than localhost)")
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",

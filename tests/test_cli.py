@@ -218,3 +218,18 @@ def test_cli_prints_the_advice_once_at_start(found, tmp_path):
     rc, out, err = _run(["-c", code])
     assert rc == 2 and "tandem: cannot read" in err, err
     assert err.count(f"tandem: {blas.ADVICE}") == (0 if found else 1), err
+
+
+@pytest.mark.parametrize("command, shown", [
+    ("generate", ["--max-tokens", "(default: 256)", "(default: 0.0)", "greedy", "--seed"]),
+    ("serve", ["(default: 127.0.0.1)", "(default: 8080)", "--api-key", "Bearer"]),
+])
+def test_help_says_what_each_option_does_and_its_default(capsys, command, shown):
+    with pytest.raises(SystemExit) as done:
+        cli._parser().parse_args([command, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # help wraps lines
+    for piece in shown:
+        assert piece in text, piece
+    assert "(default: None)" not in text and "(default: [])" not in text
+    assert "bundled model" in text
