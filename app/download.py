@@ -12,6 +12,47 @@ MODEL_FILES = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken
                "*.jinja"]
 
 
+OFFLINE = ("Offline: the Hugging Face Hub cannot be reached from this machine (no network, "
+           "or its name does not resolve). Models already on disk still load (Engine > "
+           "Load model…).")
+
+
+def offline_reason(exc: BaseException) -> str | None:
+    """The plain message for an error that means "no network" (a name that
+    does not resolve, a refused or timed-out connection), else None."""
+    import socket
+
+    import requests
+
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (socket.gaierror, ConnectionError, TimeoutError,
+                          requests.ConnectionError, requests.Timeout)):
+            return OFFLINE
+        text = str(e)
+        if "Name or service not known" in text or "nodename nor servname" in text or \
+                "Temporary failure in name resolution" in text or "offline mode" in text:
+            return OFFLINE
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def hub_reachable(endpoint: str | None, timeout: float = 5.0) -> bool:
+    """One quick request to the Hub: huggingface_hub's own calls retry for
+    ~25 s when it cannot be reached, too long to say "offline"."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        get_session().head(endpoint or constants.ENDPOINT, timeout=timeout)
+    except Exception as e:
+        return offline_reason(e) is None  # an answer of any kind means it is reachable
+    return True
+
+
 GGUF_PREFERENCE = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1")
 
 
@@ -75,6 +116,9 @@ class Download(QObject):
         try:
             from huggingface_hub import HfApi
 
+            if not hub_reachable(self.endpoint):
+                self._emit(self.failed, OFFLINE)
+                return
             files = HfApi(endpoint=self.endpoint).list_repo_files(self.repo_id)
             gguf = None if "config.json" in files else pick_gguf(files)
             path = snapshot_download(self.repo_id, allow_patterns=[gguf] if gguf else MODEL_FILES,
@@ -88,7 +132,8 @@ class Download(QObject):
             if self._cancel.is_set():
                 self._emit(self.failed, "Download cancelled.")
             else:
-                self._emit(self.failed, f"Cannot download {self.repo_id}: {e}")
+                self._emit(self.failed, offline_reason(e) or
+                           f"Cannot download {self.repo_id}: {e}")
         else:
             # huggingface_hub reads 10 MB chunks: Cancel pressed during the last
             # one still means "do not load it".
@@ -156,6 +201,8 @@ class HubSearch(QObject):
         try:
             if constants.HF_HUB_OFFLINE:
                 raise RuntimeError("offline mode is on (HF_HUB_OFFLINE)")
+            if not hub_reachable(self.endpoint):
+                raise ConnectionError("the Hub cannot be reached")
             # One request with a timeout: HfApi.list_models retries for ~25 s
             # when the Hub cannot be reached, too long for a search box.
             response = get_session().get(
@@ -173,7 +220,7 @@ class HubSearch(QObject):
                     rows.append({"id": m.id, "kind": kind, "bytes": m.used_storage or 0,
                                  "downloads": m.downloads or 0})
         except Exception as e:  # offline, rate-limited, bad endpoint...
-            self._emit(self.failed, f"Cannot search the Hub: {e}")
+            self._emit(self.failed, offline_reason(e) or f"Cannot search the Hub: {e}")
         else:
             self._emit(self.found, rows)
 

@@ -69,3 +69,39 @@ def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_mode
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert tab.messages[-1]["role"] == "assistant"
+
+
+def test_offline_is_said_at_once_and_plainly(qtbot, window, tmp_path):
+    """No network (here: a Hub whose name cannot resolve): search and download
+    say "Offline" in words, not a raw socket error after ~25 s of retries."""
+    from app.download import HubSearch
+
+    endpoint = "http://tandem-hub.invalid"
+    search = HubSearch(window, endpoint=endpoint)
+    with qtbot.waitSignal(search.failed, timeout=30_000) as said:
+        search.start("llama")
+    assert said.args[0].startswith("Offline:") and "Errno" not in said.args[0]
+    failures = []
+    window.model_failed.connect(failures.append)
+    engine = window.engine
+    window.download_model("tandem-tests/tiny", endpoint=endpoint,
+                          cache_dir=str(tmp_path / "hub"))
+    qtbot.waitUntil(lambda: bool(failures), timeout=30_000)
+    assert failures[0].startswith("Offline:") and "Errno" not in failures[0]
+    assert window.engine is engine  # the loaded model stays
+
+
+def test_a_refused_connection_reads_as_offline_too():
+    import socket
+
+    from app.download import offline_reason
+
+    try:
+        socket.create_connection(("127.0.0.1", 9), timeout=2)  # nothing listens on discard
+    except OSError as e:
+        error = e
+    assert offline_reason(RuntimeError("wrapped")) is None
+    try:
+        raise RuntimeError("Cannot reach") from error
+    except RuntimeError as wrapped:
+        assert offline_reason(wrapped).startswith("Offline:")
