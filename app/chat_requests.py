@@ -70,9 +70,7 @@ class ChatRequests(QObject):
         try:
             if isinstance(prepared, EngineError):
                 raise prepared
-            settings = tab.settings()
-            params = SamplingParams(max_tokens=settings["max_tokens"],
-                                    temperature=settings["temperature"], top_p=settings["top_p"])
+            params = SamplingParams(**tab.settings())
             handle = window.engine.submit(prompt_ids=prepared, params=params,
                                           tab_id=str(tab.chat_id))
         except EngineError as e:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-
 from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox,
-                               QToolButton, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from .transcript import Transcript
 
@@ -32,6 +31,7 @@ class ChatTab(QWidget):
     send_requested = Signal(object)
     stop_requested = Signal()
     settings_changed = Signal()  # system prompt or sampling settings edited
+    model_defaults_requested = Signal()  # "Model defaults": show the model's again
     # Edit or Regenerate dropped this stored message and every later one: the
     # window deletes them from the database (the id of the first dropped row).
     truncated = Signal(int)
@@ -75,13 +75,38 @@ class ChatTab(QWidget):
         self.max_tokens.setRange(1, 32768)
         self.max_tokens.setValue(1024)
         self.max_tokens.setPrefix("max tokens ")
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setPrefix("top-k ")
+        self.top_k.setSpecialValueText("top-k off")
+        self.min_p = QDoubleSpinBox()
+        self.min_p.setRange(0.0, 1.0)
+        self.min_p.setSingleStep(0.01)
+        self.min_p.setPrefix("min-p ")
+        self.repetition_penalty = QDoubleSpinBox()
+        self.repetition_penalty.setRange(1.0, 2.0)
+        self.repetition_penalty.setSingleStep(0.05)
+        self.repetition_penalty.setValue(1.0)
+        self.repetition_penalty.setPrefix("repeat penalty ")
+        self.model_defaults_button = QPushButton("Model defaults")
+        self.model_defaults_button.setToolTip(
+            "Sample as the model's own defaults say (generation_config.json or GGUF metadata, "
+            "else Tandem's); a new chat does until you change a setting")
+        self.model_defaults_button.clicked.connect(self._use_model_defaults)
+        # A chat follows the loaded model's sampling defaults until its
+        # settings are changed (then they are stored with the chat).
+        self.follows_model = True
         self.settings_row = QWidget()
-        row = QHBoxLayout(self.settings_row)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.system_prompt, 1)
-        for spin in (self.temperature, self.top_p, self.max_tokens):
+        rows = QVBoxLayout(self.settings_row)
+        rows.setContentsMargins(0, 0, 0, 0)
+        rows.addWidget(self.system_prompt)
+        row = QHBoxLayout()
+        rows.addLayout(row)
+        for spin in self._spins().values():
             row.addWidget(spin)
-            spin.valueChanged.connect(lambda _=None: self.settings_changed.emit())
+            spin.valueChanged.connect(lambda _=None: self._user_changed())
+        row.addWidget(self.model_defaults_button)
+        row.addStretch(1)
         self.system_prompt.editingFinished.connect(self.settings_changed.emit)
         self.settings_row.setVisible(False)
         self.settings_toggle.toggled.connect(self._toggle_settings)
@@ -156,15 +181,42 @@ class ChatTab(QWidget):
         self.settings_row.setVisible(shown)
         self.settings_toggle.setArrowType(Qt.DownArrow if shown else Qt.RightArrow)
 
+    def _spins(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "min_p": self.min_p, "repetition_penalty": self.repetition_penalty,
+                "max_tokens": self.max_tokens}
+
+    def _user_changed(self) -> None:
+        self.follows_model = False
+        self.settings_changed.emit()
+
+    def _use_model_defaults(self) -> None:
+        self.follows_model = True
+        self.settings_changed.emit()  # stored as "no settings of its own"
+        self.model_defaults_requested.emit()
+
     def settings(self) -> dict:
-        """The chat's sampling settings as stored with the chat."""
-        return {"temperature": round(self.temperature.value(), 3),
-                "top_p": round(self.top_p.value(), 3), "max_tokens": self.max_tokens.value()}
+        """The chat's sampling settings, as shown."""
+        return {key: (spin.value() if isinstance(spin, QSpinBox) else round(spin.value(), 3))
+                for key, spin in self._spins().items()}
+
+    def stored_settings(self) -> dict:
+        """What is stored with the chat: nothing while it follows the model."""
+        return {} if self.follows_model else self.settings()
 
     def apply_settings(self, system_prompt: str, params: dict) -> None:
+        """The chat's stored settings; none: it follows the model's defaults."""
         self.system_prompt.setText(system_prompt)
-        for spin, key in ((self.temperature, "temperature"), (self.top_p, "top_p"),
-                          (self.max_tokens, "max_tokens")):
+        self.follows_model = not params
+        self.show_sampling(params)
+
+    def apply_model_defaults(self, defaults: dict) -> None:
+        """The loaded model's sampling defaults, if this chat follows them."""
+        if self.follows_model:
+            self.show_sampling(defaults)
+
+    def show_sampling(self, params: dict) -> None:
+        for key, spin in self._spins().items():
             if key in params:
                 spin.blockSignals(True)
                 spin.setValue(params[key])

@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
         for tab in self.chat_tabs():
             tab.set_ready(True)
             tab.show_context(tab.context_used, engine.context_length)
+            tab.apply_model_defaults(engine.generation_defaults.as_dict())
         self.engine_ready.emit()
 
     # ---- chats ------------------------------------------------------------
@@ -134,8 +135,13 @@ class MainWindow(QMainWindow):
                    if m.stats and m.stats.get("footer")}
         tab = ChatTab(chat.title, chat_id=chat_id, messages=messages, footers=footers)
         tab.apply_settings(chat.system_prompt, chat.params)
+        if self.engine is not None:
+            tab.apply_model_defaults(self.engine.generation_defaults.as_dict())
         tab.settings_changed.connect(lambda t=tab: self.store.update_chat(
-            t.chat_id, system_prompt=t.system_prompt.text().strip(), params=t.settings()))
+            t.chat_id, system_prompt=t.system_prompt.text().strip(),
+            params=t.stored_settings()))
+        tab.model_defaults_requested.connect(lambda t=tab: self.engine is not None and (
+            t.apply_model_defaults(self.engine.generation_defaults.as_dict())))
         tab.send_requested.connect(lambda messages, t=tab: self.requests.submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self.requests.stop(t))
         tab.truncated.connect(self.store.delete_messages_from)

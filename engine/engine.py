@@ -83,6 +83,7 @@ class Engine:
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
         self.model_info = loaded
+        self.generation_defaults = loaded.generation_defaults  # the model's own (gendefaults.py)
         self.tokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         self.worker_nice = worker_nice
@@ -230,6 +231,11 @@ class Engine:
             raise
         except Exception as e:
             raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
+
+    def default_params(self, **overrides) -> SamplingParams:
+        """The model's own sampling defaults (generation_config.json or GGUF
+        metadata, else Tandem's), with `overrides`; `SamplingParams()` is greedy."""
+        return SamplingParams(**{**self.generation_defaults.as_dict(), **overrides})
 
     def submit(self, messages: list[dict[str, str]] | None = None,
                params: SamplingParams | None = None, tab_id: str | None = None,

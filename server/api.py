@@ -104,8 +104,8 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _parse(data: bytes, chat: bool) -> Completion:
-    return completion(parse_json(data), chat)
+def _parse(data: bytes, chat: bool, defaults: dict) -> Completion:
+    return completion(parse_json(data), chat, defaults)
 
 
 def _submit(state: ServerState, request: Request, job: Completion):
@@ -200,7 +200,8 @@ def make_app(engine, config: ServerConfig | None = None,
 
     async def completions(request: Request, chat: bool) -> Response:
         _check_key(request, state)
-        job = await state.run(_parse, await _read_body(request), chat)
+        job = await state.run(_parse, await _read_body(request), chat,
+                              state.engine.generation_defaults.as_dict())
         if job.model is not None and job.model not in state.ids:
             raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
                            f"{', '.join(repr(i) for i in state.ids)}.", param="model",

@@ -72,7 +72,9 @@ def _nesting(data: bytes) -> int:
     return deepest
 
 
-def completion(body: dict, chat: bool) -> Completion:
+def completion(body: dict, chat: bool, defaults: dict | None = None) -> Completion:
+    """The request's parts, validated. Sampling fields left out take
+    `defaults` (the model's own: Engine.generation_defaults), else OpenAI's."""
     if chat:
         messages, prompt = _messages(body.get("messages")), None
     else:
@@ -82,7 +84,7 @@ def completion(body: dict, chat: bool) -> Completion:
     include_usage = False
     if options is not None:
         include_usage = _optional(options, "include_usage", bool, False, "stream_options")
-    return Completion(chat, messages, prompt, _params(body),
+    return Completion(chat, messages, prompt, _params(body, defaults or {}),
                       _optional(body, "model", str, None), stream, include_usage,
                       _optional(body, "user", str, None))
 
@@ -119,8 +121,10 @@ def _integer(body: dict, name: str, default: int | None) -> int | None:
     return value
 
 
-def _params(body: dict) -> SamplingParams:
-    """OpenAI sampling fields -> SamplingParams; anything Tandem cannot honour is a 400."""
+def _params(body: dict, defaults: dict) -> SamplingParams:
+    """OpenAI sampling fields (and the common extensions top_k, min_p,
+    repetition_penalty) -> SamplingParams; a field left out takes the model's
+    default; anything Tandem cannot honour is a 400."""
     if _integer(body, "n", 1) != 1:
         raise APIError(400, "Only n = 1 is supported.", param="n")
     for name in ("frequency_penalty", "presence_penalty"):
@@ -138,9 +142,14 @@ def _params(body: dict) -> SamplingParams:
         else "max_tokens"
     try:
         return SamplingParams(
-            max_tokens=_integer(body, name, 512), temperature=_number(body, "temperature", 1.0),
-            top_p=_number(body, "top_p", 1.0), seed=_integer(body, "seed", None),
-            stop=tuple(stop))
+            max_tokens=_integer(body, name, 512),
+            temperature=_number(body, "temperature", defaults.get("temperature", 1.0)),
+            top_p=_number(body, "top_p", defaults.get("top_p", 1.0)),
+            top_k=_integer(body, "top_k", defaults.get("top_k", 0)),
+            min_p=_number(body, "min_p", defaults.get("min_p", 0.0)),
+            repetition_penalty=_number(body, "repetition_penalty",
+                                       defaults.get("repetition_penalty", 1.0)),
+            seed=_integer(body, "seed", None), stop=tuple(stop))
     except EngineError as e:
         raise APIError(400, str(e)) from None
 

@@ -279,7 +279,7 @@ def test_failed_model_load_keeps_the_previous_model(qtbot, window, tmp_path):
     assert "Could not load the model" in window.statusBar().currentMessage()
     with qtbot.waitSignal(window.model_failed, timeout=30_000) as blocker:
         window.download_model("tandem-tests/definitely-not-cached")
-    assert "Cannot download" in blocker.args[0]
+    assert blocker.args[0].startswith("Offline:")  # no Hub here (make test: HF_HUB_OFFLINE)
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("hello world")
     tab.send()

@@ -74,4 +74,8 @@ def build_tiny_llama(path: Path, seed: int = 0, num_layers: int = 2, hidden: int
                for k, v in tree_flatten(model.parameters())}
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, indent=2))
+    # The model's own sampling defaults (engine/models/gendefaults.py): greedy,
+    # no penalty, so that app tests (new chats take these) are deterministic.
+    (path / "generation_config.json").write_text(
+        json.dumps({"do_sample": False, "repetition_penalty": 1.0}))
     return path

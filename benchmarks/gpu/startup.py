@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import engine  # noqa: E402,F401,I001  (first: OpenBLAS before MLX)
-from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
 from benchmarks.hybrid_real import PinnedPolicy  # noqa: E402
+from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
 from engine.models.loader import load_model  # noqa: E402
 
 QUESTION = [{"role": "user", "content": "Name three rivers in Europe and say one thing "

@@ -16,6 +16,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from ..core.errors import EngineError
 from .bundle import bundle_dir
 from .config_check import check_config, check_finite, check_fits
+from .gendefaults import GenerationDefaults, from_folder, from_gguf
 from .gguf import convert as gguf
 
 DEFAULT_MODEL = "default"
@@ -41,6 +42,9 @@ class LoadedModel:
     stop_token_ids: set[int] = field(default_factory=set)
     weight_format: str = "quantized"
     name: str = ""  # what an API calls it: its file or folder name, or its repo id
+    # The model's own sampling defaults (gendefaults.py): for new chats and API
+    # requests that leave a field out; SamplingParams() stays greedy.
+    generation_defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
 
 
 def default_model_path() -> Path:
@@ -155,6 +159,7 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
         source=str(path),
         context_length=config["max_position_embeddings"],
         stop_token_ids=stop_ids,
+        generation_defaults=from_gguf(contents.metadata),
     )
 
 
@@ -198,6 +203,20 @@ def _check_folder(path: Path) -> None:
     check_fits(sum(f.stat().st_size for f in path.glob("*.safetensors")), path.name)
 
 
+def _folder_defaults(source: str) -> GenerationDefaults:
+    """generation_config.json of a model folder, or of a repo id's cached snapshot."""
+    path = Path(source)
+    if path.is_dir():
+        return from_folder(path)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, "generation_config.json")
+    except Exception:
+        return GenerationDefaults()
+    return from_folder(Path(found).parent) if isinstance(found, str) else GenerationDefaults()
+
+
 def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     import mlx_lm
 
@@ -223,4 +242,5 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
         config.get("torch_dtype", "float32"))
     return LoadedModel(model=model, tokenizer=tokenizer, label=label, source=source,
                        context_length=context, stop_token_ids=stop_ids,
-                       weight_format=weight_format)
+                       weight_format=weight_format,
+                       generation_defaults=_folder_defaults(source))
