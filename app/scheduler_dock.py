@@ -31,6 +31,7 @@ class LaneCard(QFrame):
         color = LANE_COLORS.get(kind, "#888")
         self.title = QLabel(f"<b style='color:{color}'>{name.upper()}</b> lane ({kind})")
         self.numbers = QLabel("idle")
+        self.numbers.setWordWrap(True)  # a long line wraps; it never widens the window
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addWidget(self.title)
@@ -52,10 +53,12 @@ class LaneCard(QFrame):
             queued = f" · {sample.queue_depth} queued" if sample.queue_depth else ""
             self.numbers.setText(f"{phase}: not routed to until ready{queued}")
             return
+        left = getattr(sample, "prefill_left", 0)
+        prefill = f" · prefill {left:,} tokens to go" if left else ""
         self.numbers.setText(
             f"{busy_pct:.0f}% busy · {tokens_per_s:.1f} tok/s · "
             f"batch {sample.batch_size} · queue {sample.queue_depth} · "
-            f"KV {sample.kv_bytes / 2**20:.1f} MiB")
+            f"KV {sample.kv_bytes / 2**20:.1f} MiB{prefill}")
 
 
 class ThemedPlots(pg.GraphicsLayoutWidget):

@@ -510,15 +510,22 @@ class Engine:
             except Exception:  # the watchdog must not stop the samples
                 traceback.print_exc()
             for name, lane in self.lanes.items():
-                busy, out, t = lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter()
+                # A step still running counts as busy so far (a long prefill
+                # chunk is not "0% busy" until it ends).
+                since = lane.in_step_since
+                running = time.monotonic() - since if since is not None else 0.0
+                busy, out, t = (lane.stats.busy_s + running, lane.stats.output_tokens,
+                                time.perf_counter())
                 busy0, out0, t0 = last[name]
                 last[name] = (busy, out, t)
                 dt = max(t - t0, 1e-6)
                 self._emit(LaneSample(
-                    lane=name, device=lane.device, busy_fraction=min(1.0, (busy - busy0) / dt),
+                    lane=name, device=lane.device,
+                    busy_fraction=min(1.0, max(0.0, busy - busy0) / dt),
                     tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
                     queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
-                    prefix_cache_bytes=self.prefix_cache.nbytes, phase=lane.phase))
+                    prefix_cache_bytes=self.prefix_cache.nbytes, phase=lane.phase,
+                    prefill_left=lane.scheduler.prefill_left))
 
 
 def _dump_stacks(why: str) -> None:

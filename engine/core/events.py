@@ -109,6 +109,7 @@ class LaneSample:
     kv_bytes: int
     prefix_cache_bytes: int
     phase: str = "serving"  # or starting, warming up, calibrating, failed (Lane.phase)
+    prefill_left: int = 0  # prompt tokens still to prefill on this lane
     time: float = field(default_factory=now)
 
 

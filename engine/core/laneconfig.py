@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 # A prompt's final chunk longer than this is run as (all but last, last).
 SPLIT_LAST_TOKEN_ABOVE = 64
+# The fewest prompt tokens a time-bounded prefill step takes (LaneConfig.prefill_step_s).
+MIN_PREFILL_CHUNK = 128
 
 
 class StepGate(Protocol):
@@ -34,6 +36,10 @@ class LaneConfig:
     max_batch: int = 64  # slots; KV bytes bound admission too (engine/core/scheduler.py)
     prefill_chunk: int = 1024  # tokens per step while nothing decodes
     prefill_chunk_busy: int = 128  # tokens per step while requests decode
+    # A prefill step while nothing decodes lasts about this long at the
+    # lane's prefill rate (at least MIN_PREFILL_CHUNK tokens, at most
+    # prefill_chunk): Stop acts between steps. 0 turns the bound off.
+    prefill_step_s: float = 1.0
     clear_cache_every: int = 256  # steps between mx.clear_cache()
     kv_budget_bytes: int | None = None  # a cap below the memory plan's KV budget
     # A lone request decodes on its own caches, without a batch cache's mask
@@ -54,6 +60,8 @@ class LaneConfig:
             raise ValueError("kv_budget_bytes must be >= 0")
         if not self.min_step_s >= 0:
             raise ValueError("min_step_s must be >= 0")
+        if not self.prefill_step_s >= 0:
+            raise ValueError("prefill_step_s must be >= 0")
 
 
 class LaneStats:

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 from .costmodel import CostModel
 from .events import Queued, now
-from .laneconfig import LaneConfig, LaneStats
+from .laneconfig import MIN_PREFILL_CHUNK, LaneConfig, LaneStats
 from .memory import format_bytes
 from .prefix_trie import PrefixIndex
 from .request import Request, RequestStatus
@@ -72,6 +72,7 @@ class LaneScheduler:
         self.failed: str | None = None  # why the lane stopped, if it failed
         self.closed = False
         self.warming_up = False  # still calibrating: routed to only if no lane is ready
+        self.measured_prefill_tps: float | None = None  # without a cost model (one lane)
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.prefilled: list[Request] = []  # decode lane decided at the next plan
@@ -99,6 +100,12 @@ class LaneScheduler:
     @property
     def batch_size(self) -> int:
         return len(self.active())
+
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to prefill here (queued and in progress)."""
+        return (sum(r.num_prompt - r.cached_tokens for r in self.waiting)
+                + sum(r.num_prompt - r.num_computed for r in self.prefilling))
 
     def decoding(self) -> list[Request]:
         return self.running + self.arriving
@@ -247,8 +254,21 @@ class LaneScheduler:
         plan.events.append(Queued(request.request_id, request.tab_id, request.num_prompt,
                                   reason=request.waiting_for, time=self.clock()))
 
+    def prefill_rate(self) -> float | None:
+        """Prompt tokens per second this lane prefills at: its cost model's
+        belief, else what it measured itself (`measured_prefill_tps`)."""
+        if self.cost is not None:
+            return self.cost.prefill_tps / max(self.cost.prefill_correction, 1e-6)
+        return self.measured_prefill_tps
+
     def _chunk(self, plan: StepPlan) -> None:
-        budget = self.config.prefill_chunk_busy if plan.decode else self.config.prefill_chunk
+        config = self.config
+        budget = config.prefill_chunk_busy if plan.decode else config.prefill_chunk
+        rate = self.prefill_rate()
+        if not plan.decode and rate and config.prefill_step_s:
+            # A prefill step lasts about prefill_step_s, so that a Stop (acted
+            # on between steps) or a new request waits no longer than that.
+            budget = min(budget, max(MIN_PREFILL_CHUNK, int(rate * config.prefill_step_s)))
         for request in self.prefilling:
             if budget <= 0:
                 break
@@ -302,8 +322,13 @@ class LaneScheduler:
         return None
 
     def _observe(self, plan: StepPlan, seconds: float) -> None:
-        """Refine the cost model with the step just run."""
+        """Refine the cost model with the step just run (without one: the
+        measured prefill rate, from steps that only prefilled)."""
         if self.cost is None:
+            if plan.prefill_tokens >= MIN_PREFILL_CHUNK and not plan.decode and seconds > 0:
+                rate = plan.prefill_tokens / seconds
+                old = self.measured_prefill_tps
+                self.measured_prefill_tps = rate if old is None else 0.5 * (old + rate)
             return
         contended = self.director.others_busy(self.name)
         if contended != plan.contended:

@@ -17,6 +17,7 @@ online from contended steps (engine/core/costmodel.py).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -57,10 +58,17 @@ def _join(batch: DecodeBatch, model: nn.Module, ids: list[int], params: Sampling
     batch.add(Request(list(ids), params), sampler, caches, first)
 
 
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    seconds: float
+    prefill_tps: float  # of its second prompt (its first paid for allocation, or a JIT)
+
+
 def warm_up(model: nn.Module, solo: bool = True, steps: int = 3,
-            cancelled=_never) -> float:
-    """One pass through every kernel serving uses; returns its seconds.
-    Raises StartCancelled between its parts once `cancelled()` is true."""
+            cancelled=_never) -> WarmUp:
+    """One pass through every kernel serving uses: how long it took, and the
+    prefill rate it saw (a lane without a cost model sizes its first prefill
+    steps by it). Raises StartCancelled between its parts once `cancelled()`."""
     started = time.perf_counter()
     batch = DecodeBatch(model, solo)
 
@@ -72,13 +80,15 @@ def warm_up(model: nn.Module, solo: bool = True, steps: int = 3,
 
     _join(batch, model, PROMPT, SamplingParams())
     run(steps)  # a lone request (its own caches: no mask)
-    _join(batch, model, PROMPT[:40],
+    t = time.perf_counter()
+    _join(batch, model, PROMPT[:64],
           SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, seed=0))
+    prefill_tps = 64 / max(time.perf_counter() - t, 1e-6)
     run(steps)  # two rows of different lengths: batch caches, a mask, sampling
     batch.keep([1])  # back to one
     run(steps)
     batch.keep([])
-    return time.perf_counter() - started
+    return WarmUp(time.perf_counter() - started, prefill_tps)
 
 
 def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,

@@ -179,8 +179,10 @@ class Lane:
         try:
             self._set_phase("warming up")
             self.runner.start()
-            self.warm_up_seconds = warm_up(self.runner.model, self.config.solo_decode,
-                                           cancelled=self._stop_starting)
+            warm = warm_up(self.runner.model, self.config.solo_decode,
+                           cancelled=self._stop_starting)
+            self.warm_up_seconds = warm.seconds
+            self.scheduler.measured_prefill_tps = warm.prefill_tps
             if self.failed or self._closing:
                 return False
             if self.calibrate_at_start:
