@@ -76,8 +76,8 @@ class Engine:
         `warm_up_s`: a lane not serving this long after it started is turned
         off, with the reason shown. `watchdog_s`: the least time a step may run
         before the watchdog dumps every thread's stack and fails the lane's
-        requests (it allows ten times the step its cost model expects, if
-        more). `cost_store`: a JSON file where lanes' learned contention is
+        requests (it allows ten times the longest step the lane's cost model
+        expects, or twenty times its warm-up, if more). `cost_store`: a JSON file where lanes' learned contention is
         kept between runs (engine/runtime/coststore.py)."""
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):

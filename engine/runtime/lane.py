@@ -308,6 +308,8 @@ class Lane:
                 self._wakeup.wait(0.01)
 
     def _fail(self, exc: Exception, when: str) -> None:
+        if self.failed is not None:  # the watchdog gave up first: its reason stands
+            return
         message = f"{self.name.upper()} lane failed {when}: {type(exc).__name__}: {exc}"
         traceback.print_exc()
         self.scheduler.fail(message)
