@@ -25,7 +25,11 @@ def load_engine(source: str) -> "Engine":
     window is already on screen."""
     from engine import Engine
 
-    return Engine.load(source, worker_nice=ENGINE_NICE)
+    from .store.journal import cache_dir
+
+    # What the lanes learn of each other (contention) is kept for the next start.
+    return Engine.load(source, worker_nice=ENGINE_NICE,
+                       cost_store=str(cache_dir() / "lane-costs.json"))
 
 
 class EngineLoader(QObject):
