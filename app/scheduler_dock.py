@@ -94,6 +94,7 @@ class LanePlots(ThemedPlots):
         self._util: dict[str, np.ndarray] = {}
         self._tps: dict[str, np.ndarray] = {}
         self._curves: dict[str, tuple] = {}
+        self._dirty = True  # pushed samples not drawn yet
         self.util_plot = self.addPlot(title="utilisation %")
         self.util_plot.setYRange(0, 100)
         self.util_plot.setXRange(-HISTORY_S, 0)
@@ -116,12 +117,15 @@ class LanePlots(ThemedPlots):
         pen = pg.mkPen(LANE_COLORS.get(kind, "#888"), width=1)
         self._curves[name] = (self.util_plot.plot(self._t, self._util[name], pen=pen, name=name),
                               self.tps_plot.plot(self._t, self._tps[name], pen=pen))
+        self._dirty = True
 
     def push(self, sample) -> None:
         if sample.lane not in self._util:
             return
         for buf, value in ((self._util[sample.lane], sample.busy_fraction * 100),
                            (self._tps[sample.lane], sample.tokens_per_s)):
+            if value or buf.any():  # a minute of idle zeros scrolls into itself: no redraw
+                self._dirty = True
             buf[:-1] = buf[1:]
             # Samples come every 100 ms, shorter than one step on a slow lane;
             # a light exponential smoothing shows the trend, not step aliasing.
@@ -132,6 +136,11 @@ class LanePlots(ThemedPlots):
         return float(self._util[lane][-1]), float(self._tps[lane][-1])
 
     def redraw(self) -> None:
+        """Draw what changed since the last redraw; nothing while hidden or
+        while every lane has been idle for the whole minute shown."""
+        if not self._dirty or not self.isVisible():
+            return
+        self._dirty = False
         for name, (util_curve, tps_curve) in self._curves.items():
             util_curve.setData(self._t, self._util[name], skipFiniteCheck=True)
             tps_curve.setData(self._t, self._tps[name], skipFiniteCheck=True)
@@ -189,11 +198,13 @@ class SystemPlots(ThemedPlots):
             mem = self.engine.memory()
             values.update(active=mem["active"] / 2**20, peak=mem["peak"] / 2**20,
                           kv=(mem["kv"] + mem["prefix_cache"]) / 2**20)
+        shown = self.isVisible()
         for key, value in values.items():
             buf = self._series[key]
             buf[:-1] = buf[1:]
             buf[-1] = value
-            self._curves[key].setData(self._t, buf, skipFiniteCheck=True)
+            if shown:  # recorded either way; drawn only where someone can see it
+                self._curves[key].setData(self._t, buf, skipFiniteCheck=True)
 
     def latest(self, key: str) -> float:
         return float(self._series[key][-1])

@@ -238,3 +238,39 @@ def test_a_lane_card_says_when_its_lane_is_still_warming_up(qtbot, window):
     assert card.numbers.text() == "warming up: not routed to until ready · 2 queued"
     window.scheduler.on_lane_sample(sample("serving"))
     assert "busy" in card.numbers.text() and "warming" not in card.numbers.text()
+
+
+def test_idle_plots_are_not_redrawn(qtbot, window):
+    """A minute of idle zeros is not redrawn 20 times a second (idle CPU),
+    and a hidden dock draws nothing; activity draws again."""
+    from engine.core.events import LaneSample
+
+    plots = window.scheduler.plots
+    window.show()
+    qtbot.waitUntil(plots.isVisible)
+    drawn = []
+    curve = plots._curves["gpu"][0]
+    real = curve.setData
+    curve.setData = lambda *a, **k: drawn.append(1) or real(*a, **k)
+
+    def sample(busy):
+        return LaneSample(lane="gpu", device="gpu", busy_fraction=busy, tokens_per_s=0.0,
+                          batch_size=0, queue_depth=0, kv_bytes=0, prefix_cache_bytes=0)
+
+    for buf in (plots._util["gpu"], plots._tps["gpu"], plots._util["cpu"], plots._tps["cpu"]):
+        buf[:] = 0.0  # a minute of idleness
+    plots.redraw()
+    drawn.clear()
+    plots.push(sample(0.0))
+    plots.redraw()
+    assert drawn == []  # nothing changed on screen
+    plots.push(sample(0.5))
+    plots.redraw()
+    assert drawn == [1]
+    plots.push(sample(0.5))
+    window.scheduler.hide()
+    plots.redraw()
+    assert drawn == [1]  # hidden: drawn when shown again
+    window.scheduler.show()
+    plots.redraw()
+    assert drawn == [1, 1]
