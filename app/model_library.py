@@ -43,11 +43,12 @@ class ModelLibrary(QDialog):
 
     def __init__(self, store, budget_bytes: int, has_gpu: bool, default_path: Path | None,
                  parent: QWidget | None = None, hub_cache: str | None = None,
-                 hub_endpoint: str | None = None):
+                 hub_endpoint: str | None = None, dense_faster_on_cpu: bool | None = None):
         super().__init__(parent)
         self.setWindowTitle("Model library")
         self.resize(980, 460)
         self.store, self.budget_bytes, self.has_gpu = store, budget_bytes, has_gpu
+        self.dense_faster_on_cpu = dense_faster_on_cpu  # the loaded engine's probe
         self.default_path, self.hub_cache = default_path, hub_cache
         self.entries: list[ModelEntry] = []
         self.table = QTableWidget(0, len(COLUMNS))
@@ -129,7 +130,8 @@ class ModelLibrary(QDialog):
         for path in self.store.setting(ADDED_KEY, []) or []:
             entries.append(describe_path(Path(path)))
         for entry in entries:
-            judge(entry, self.budget_bytes, self.has_gpu)
+            judge(entry, self.budget_bytes, self.has_gpu,
+                  dense_faster_on_cpu=self.dense_faster_on_cpu)
         self.entries = entries
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
@@ -265,15 +267,18 @@ def library_for(window, **kwargs) -> ModelLibrary:
     from engine.models.loader import default_model_path
 
     budget, has_gpu, engine = psutil.virtual_memory().available, False, window.engine
+    dense = None
     if engine is not None:
         plan = engine.memory_plan
         budget += plan.shared_weight_bytes + sum(lp.weight_bytes for lp in plan.lanes)
         has_gpu = any(lp.device == "gpu" for lp in plan.lanes)
+        dense = plan.dense_faster_on_cpu
     try:
         default = default_model_path()
     except Exception:  # this copy has no bundled model
         default = None
-    library = ModelLibrary(window.store, budget, has_gpu, default, window, **kwargs)
+    library = ModelLibrary(window.store, budget, has_gpu, default, window,
+                           dense_faster_on_cpu=dense, **kwargs)
     library.load_requested.connect(window.load_model)
     library.download_requested.connect(window.download_model)
     if engine is not None:

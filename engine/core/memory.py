@@ -139,6 +139,10 @@ class MemoryPlan:
     shared_weight_bytes: int
     prefix_cache_bytes: int
     lanes: tuple[LanePlan, ...]
+    # What the load-time probe measured on this machine: does a float32 copy
+    # decode faster on the CPU than quantized weights (None: not probed).
+    # The model library judges other models with it (catalog.judge).
+    dense_faster_on_cpu: bool | None = None
 
     @property
     def planned_bytes(self) -> int:

@@ -106,8 +106,12 @@ def describe_gguf(path: Path, origin: str = "added", name: str | None = None) ->
         kv_heads = int(meta.get(f"{arch}.attention.head_count_kv") or heads)
         head_dim = int(meta.get(f"{arch}.attention.key_length")
                        or int(meta[f"{arch}.embedding_length"]) // heads)
+        # Tandem computes in the dtype the float tensors promote to: a GGUF's
+        # norms are F32 (llama.cpp keeps them so), and then so is its KV.
+        kv_bytes = 4 if any(t.type == "F32" for t in tensors) else 2
         entry.shape = ModelShape(num_layers=int(meta[f"{arch}.block_count"]),
-                                 num_kv_heads=kv_heads, head_dim=head_dim, kv_dtype_bytes=2,
+                                 num_kv_heads=kv_heads, head_dim=head_dim,
+                                 kv_dtype_bytes=kv_bytes,
                                  weight_bytes=sum(t.nbytes for t in tensors),
                                  dense_params=entry.parameters,
                                  context_length=entry.context_length or 4096,
@@ -134,14 +138,19 @@ def _gguf_quantization(tensors, meta) -> str:
     return max(by_type, key=by_type.get) if by_type else "?"
 
 
-def judge(entry: ModelEntry, budget_bytes: int, has_gpu: bool, unified: bool = True) -> None:
+def judge(entry: ModelEntry, budget_bytes: int, has_gpu: bool, unified: bool = True,
+          dense_faster_on_cpu: bool | None = None) -> None:
     """Set the entry's verdict: runs hybrid / runs GPU-only / runs CPU-only /
-    does not fit, with the plan's numbers."""
+    does not fit, with the plan's numbers: the plan the engine would make at
+    load, a CPU lane of a quantized model asking for its float32 copy where
+    this machine's probe (`MemoryPlan.dense_faster_on_cpu`, from the engine
+    loaded now) measured it faster, as engine/runtime/placement.py does."""
     if entry.problem or entry.shape is None:
         entry.verdict, entry.verdict_detail = "cannot load", entry.problem or "unknown format"
         return
-    lanes = [LaneRequest("gpu", "gpu"), LaneRequest("cpu", "cpu")] if has_gpu else [
-        LaneRequest("cpu", "cpu")]
+    cpu = (LaneRequest("cpu", "cpu", "float32", True)
+           if entry.shape.is_quantized and dense_faster_on_cpu else LaneRequest("cpu", "cpu"))
+    lanes = [LaneRequest("gpu", "gpu"), cpu] if has_gpu else [cpu]
     plan = plan_memory(entry.shape, lanes, budget_bytes, unified_memory=unified)
     on = [lp for lp in plan.lanes if lp.enabled]
     needed = entry.shape.weight_bytes + 512 * 2**20

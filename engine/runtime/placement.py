@@ -9,6 +9,7 @@ gives a lane its own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 
 import mlx.core as mx
@@ -63,6 +64,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
         converted = plan_memory(shape, sharing, budget, unified_memory=unified)
         if converted.lanes[0].weight_format == wanted:
             plan = converted
+    if probed:
+        plan = dataclasses.replace(plan, dense_faster_on_cpu=probed[0])
     models: dict[str, object] = {}
     first = plan.lanes[0]
     if first.weight_format not in ("shared", loaded.weight_format):
