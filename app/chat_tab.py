@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QToolButton,
-                               QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSpinBox,
+                               QToolButton, QVBoxLayout, QWidget)
 
 from .transcript import Transcript
 
@@ -141,6 +141,11 @@ class ChatTab(QWidget):
                                     "resend (or use the Edit link under any message)")
         self.footer = QLabel("")
         self.footer.setObjectName("answerFooter")
+        # A long stats line or message wraps within the row: it never widens
+        # the window (it grew from 1200 to 1572 px after a first answer).
+        self.footer.setWordWrap(True)
+        self.footer.setMinimumWidth(120)
+        self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
         buttons = QHBoxLayout()
         buttons.addWidget(self.footer, 1)

@@ -373,3 +373,23 @@ def test_a_search_with_no_hits_says_so_and_regenerate_clears_the_old_stats(qtbot
     assert tab.footer.text() == ""  # the old answer's stats went with it
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert "tokens" in tab.footer.text()
+
+
+def test_a_long_stats_line_never_widens_the_window(qtbot, window):
+    """The footer beside the buttons wraps: after an answer (and with a long
+    message there) the window's minimum width stays what it was."""
+    window.show()
+    tab = window.chat_tabs()[0]
+    before = window.minimumSizeHint().width()
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert tab.footer.text()
+    tab.footer.setText("prefill GPU · decode CPU · " * 20 + "stopped: length")
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()  # the layout takes the new text in
+    tab.layout().invalidate()
+    window.layout().activate()
+    assert tab.minimumSizeHint().width() < 800
+    assert window.minimumSizeHint().width() <= max(before, 1200)
