@@ -8,7 +8,6 @@ safe from any thread.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import traceback
@@ -25,6 +24,7 @@ from .core.params import SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
+from .delivery import Delivery
 from .handle import RequestHandle
 from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
@@ -34,12 +34,10 @@ from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 from .runtime.placement import plan_lanes
 from .runtime.prefix import PrefixCache
+from .watchdog import WARM_UP_S, WATCHDOG_S, watch
 
 Observer = Callable[[object], None]
-_STOP = object()  # ends the delivery thread
 FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
-WARM_UP_S = 300.0  # a lane not serving this long after it started is turned off
-WATCHDOG_S = 60.0  # the least time a step may run before the watchdog acts
 
 
 def gpu_available() -> bool:
@@ -94,10 +92,7 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self._ready = threading.Condition()
-        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._delivery = threading.Thread(target=self._deliver_events, name="engine-events",
-                                          daemon=True)
-        self._delivering = False  # until the thread starts, events are delivered at once
+        self._delivery = Delivery(self._deliver, worker_nice)  # handles and observers hear here
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
@@ -133,7 +128,6 @@ class Engine:
         del models
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
-        self._delivering = True
         self._delivery.start()
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
         # Every lane warms up at once on its own thread (calibration is timed
@@ -353,21 +347,11 @@ class Engine:
                 lane.refuse_work()
         for lane in self.lanes.values():
             lane.close()
-        self._stop_delivery()
+        self._delivery.stop()  # what is queued is delivered first
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
         self.prefix_cache.clear()
         self.model_info = None
         mx.clear_cache()
-
-    def _stop_delivery(self) -> None:
-        """Deliver what is queued (every request's `Finished` included), then
-        deliver at once from here on."""
-        if not self._delivering:
-            return
-        self._outbox.put(_STOP)
-        if threading.current_thread() is not self._delivery:
-            self._delivery.join()
-        self._delivering = False
 
     def __enter__(self) -> "Engine":
         return self
@@ -406,23 +390,7 @@ class Engine:
 
     # ---- internals ---------------------------------------------------------
     def _emit(self, event) -> None:
-        """Events leave on the delivery thread, in the order they were emitted
-        (after `close`, or on that thread itself, at once)."""
-        if self._delivering and threading.current_thread() is not self._delivery:
-            self._outbox.put(event)
-        else:
-            self._deliver(event)
-
-    def _deliver_events(self) -> None:
-        """The delivery thread: handles and observers hear events here, off
-        the lane threads, so that a lane starts its next step at once. A
-        lane's `StepTokens` becomes each request's `Token`."""
-        priority.lower_thread(self.worker_nice)
-        while True:
-            event = self._outbox.get()
-            if event is _STOP:
-                return
-            self._deliver(event)
+        self._delivery.emit(event)  # engine/delivery.py
 
     def _deliver(self, event) -> None:
         if isinstance(event, StepTokens):
@@ -457,56 +425,14 @@ class Engine:
         with self._ready:
             self._ready.notify_all()
 
-    def _watch(self, now: float) -> None:
-        """The watchdog, on the sampler thread: a lane that misses its start-up
-        deadline is turned off; a step that runs far longer than its lane's
-        cost model expects fails that lane's requests. Both dump every
-        thread's stack to stderr first (faulthandler), to say where it hung."""
-        for lane in self.lanes.values():
-            if lane.failed is not None:
-                continue
-            if not lane.ready.is_set():
-                started = lane.started_at or now
-                if now - started > lane.warm_up_s:
-                    why = (f"{lane.name.upper()} lane turned off: still {lane.phase} after "
-                           f"{now - started:.1f} s (start-up deadline {lane.warm_up_s:.3g} s); "
-                           "the other lanes serve")
-                    _dump_stacks(why)
-                    lane.fail_start(why)
-                continue
-            since = lane.in_step_since
-            if since is None:
-                continue
-            limit = self._step_limit(lane)
-            if now - since > limit:
-                why = (f"{lane.name.upper()} lane stopped by the watchdog: one step ran "
-                       f"{now - since:.1f} s (it allows {limit:.3g} s); its requests ended")
-                _dump_stacks(why)
-                lane.stall(why)
-
-    def _step_limit(self, lane: Lane) -> float:
-        """How long one step may run: `watchdog_s`, or ten times the longest
-        step the lane's cost model expects, or twenty times its warm-up (which
-        ran a 96-token prefill and a few decode steps; on a GPU it includes
-        compiling kernels, as a new shape's first step does), whichever is
-        longest."""
-        limit = max(self.watchdog_s, 20 * (lane.warm_up_seconds or 0.0))
-        cost = lane.cost
-        if cost is not None:
-            config = lane.config
-            longest = cost.step_s(max(lane.batch_size, 1), self.context_length,
-                                  max(config.prefill_chunk, config.prefill_chunk_busy),
-                                  contended=True)
-            limit = max(limit, 10 * longest)
-        return limit
-
     def _sample_lanes(self, interval: float) -> None:
         priority.lower_thread(self.worker_nice)
         last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
                 for name, lane in self.lanes.items()}
         while not self._sampler_stop.wait(interval):
             try:
-                self._watch(time.monotonic())
+                watch(self.lanes.values(), time.monotonic(), self.watchdog_s,
+                      self.context_length)
             except Exception:  # the watchdog must not stop the samples
                 traceback.print_exc()
             for name, lane in self.lanes.items():
@@ -526,16 +452,4 @@ class Engine:
                     queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                     prefix_cache_bytes=self.prefix_cache.nbytes, phase=lane.phase,
                     prefill_left=lane.scheduler.prefill_left))
-
-
-def _dump_stacks(why: str) -> None:
-    """Every thread's stack to stderr (the log), with why."""
-    import faulthandler
-    import sys
-
-    print(f"tandem watchdog: {why}; every thread's stack follows", file=sys.stderr, flush=True)
-    try:
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    except (AttributeError, ValueError, OSError):  # no real stderr (a windowed app)
-        pass
 
