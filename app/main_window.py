@@ -274,9 +274,17 @@ class MainWindow(QMainWindow):
         self.store.set_setting("window.geometry", bytes(self.saveGeometry().toBase64()).decode())
         self.store.set_setting("window.state", bytes(self.saveState().toBase64()).decode())
 
+    def request_quit(self) -> None:
+        """Quit, as the user asked (the menu, Ctrl+Q): busy work is asked about."""
+        self._quitting = True
+        self.close()
+
     def closeEvent(self, event):  # noqa: N802
         self.flush_streaming()
-        if not self.saving.confirm_quit(self):  # changes not saved yet: the user stays
+        asked, self._quitting = event.spontaneous() or getattr(self, "_quitting", False), False
+        streaming = sum(tab.is_streaming for tab in self.chat_tabs())
+        if (asked and not self.saving.confirm_busy(self, streaming, self.server.running)) or \
+                not self.saving.confirm_quit(self):  # the user stays
             event.ignore()
             return
         self.server.stop()

@@ -38,7 +38,7 @@ def build_menus(window) -> None:
     # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
     quit_keys = QKeySequence(QKeySequence.Quit)
     window.quit_action = action(chat, "Quit", quit_keys if not quit_keys.isEmpty() else "Ctrl+Q",
-                                window.close)
+                                window.request_quit)
     window.quit_action.setMenuRole(QAction.QuitRole)  # macOS: in the app menu, Cmd+Q
     engine_menu = window.menuBar().addMenu("&Engine")
     window.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",

@@ -95,6 +95,18 @@ class SavingStatus(QObject):
                 return choice == QUIT
             self.export(parent)
 
+    @staticmethod
+    def confirm_busy(parent, streaming: int, serving: bool) -> bool:
+        """False when the user keeps Tandem open: asked when answers are being
+        written or the local server runs (quitting stops both)."""
+        busy = ([f"{streaming} answer{'s are' if streaming > 1 else ' is'} still being "
+                 "written (what is written so far is kept, with Continue)"] if streaming else []) \
+            + (["the local server is running (its clients lose their answers)"] if serving else [])
+        if not busy:
+            return True
+        return ask(parent, "Quit Tandem?", "; ".join(busy).capitalize() + ".\n\nQuit anyway?",
+                   [QUIT, CANCEL]) == QUIT
+
     def export(self, parent) -> list[Path]:
         folder = QFileDialog.getExistingDirectory(parent, "Export every chat as Markdown to…")
         if not folder:

@@ -393,3 +393,23 @@ def test_a_long_stats_line_never_widens_the_window(qtbot, window):
     window.layout().activate()
     assert tab.minimumSizeHint().width() < 800
     assert window.minimumSizeHint().width() <= max(before, 1200)
+
+
+def test_quit_asks_while_an_answer_streams_and_cancel_keeps_it(qtbot, slow_window,
+                                                               monkeypatch):
+    from app import saving_status
+
+    window = slow_window
+    window.show()
+    tab = window.chat_tabs()[0]
+    tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
+    tab.send()
+    qtbot.waitUntil(lambda: bool(tab.streaming_text), timeout=30_000)  # tokens arrive
+    asked = []
+    monkeypatch.setattr(saving_status, "ask", lambda parent, title, text, buttons:
+                        asked.append(text) or saving_status.CANCEL)
+    window.quit_action.trigger()
+    assert asked and "1 answer is still being written" in asked[0]
+    assert window.isVisible() and tab.is_streaming  # Cancel: nothing stopped
+    window.close()  # a close from code (an app shutting down, a test) does not ask
+    assert len(asked) == 1 and not window.isVisible()
