@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSpinBox,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
+                               QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
+from .chat_settings import ChatSettings
 from .transcript import Transcript
 
 
@@ -60,54 +60,16 @@ class ChatTab(QWidget):
         self.settings_toggle.setCheckable(True)
         self.settings_toggle.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
         self.settings_toggle.setArrowType(Qt.RightArrow)
-        self.system_prompt = QLineEdit()
-        self.system_prompt.setPlaceholderText("System prompt (empty: the model's default)")
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setPrefix("temperature ")
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.05, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setValue(1.0)
-        self.top_p.setPrefix("top-p ")
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 32768)
-        self.max_tokens.setValue(1024)
-        self.max_tokens.setPrefix("max tokens ")
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 1000)
-        self.top_k.setPrefix("top-k ")
-        self.top_k.setSpecialValueText("top-k off")
-        self.min_p = QDoubleSpinBox()
-        self.min_p.setRange(0.0, 1.0)
-        self.min_p.setSingleStep(0.01)
-        self.min_p.setPrefix("min-p ")
-        self.repetition_penalty = QDoubleSpinBox()
-        self.repetition_penalty.setRange(1.0, 2.0)
-        self.repetition_penalty.setSingleStep(0.05)
-        self.repetition_penalty.setValue(1.0)
-        self.repetition_penalty.setPrefix("repeat penalty ")
-        self.model_defaults_button = QPushButton("Model defaults")
-        self.model_defaults_button.setToolTip(
-            "Sample as the model's own defaults say (generation_config.json or GGUF metadata, "
-            "else Tandem's); a new chat does until you change a setting")
-        self.model_defaults_button.clicked.connect(self._use_model_defaults)
-        # A chat follows the loaded model's sampling defaults until its
-        # settings are changed (then they are stored with the chat).
-        self.follows_model = True
-        self.settings_row = QWidget()
-        rows = QVBoxLayout(self.settings_row)
-        rows.setContentsMargins(0, 0, 0, 0)
-        rows.addWidget(self.system_prompt)
-        row = QHBoxLayout()
-        rows.addLayout(row)
-        for spin in self._spins().values():
-            row.addWidget(spin)
-            spin.valueChanged.connect(lambda _=None: self._user_changed())
-        row.addWidget(self.model_defaults_button)
-        row.addStretch(1)
-        self.system_prompt.editingFinished.connect(self.settings_changed.emit)
+        self.settings_row = ChatSettings()  # app/chat_settings.py
+        self.settings_row.changed.connect(self.settings_changed.emit)
+        self.settings_row.model_defaults_requested.connect(self.model_defaults_requested.emit)
+        self.system_prompt = self.settings_row.system_prompt
+        self.model_defaults_button = self.settings_row.model_defaults_button
+        spins = self.settings_row.spins
+        self.temperature, self.top_p, self.max_tokens = (
+            spins["temperature"], spins["top_p"], spins["max_tokens"])
+        self.top_k, self.min_p, self.repetition_penalty = (
+            spins["top_k"], spins["min_p"], spins["repetition_penalty"])
         self.settings_row.setVisible(False)
         self.settings_toggle.toggled.connect(self._toggle_settings)
         self.context_meter = QProgressBar()
@@ -186,46 +148,24 @@ class ChatTab(QWidget):
         self.settings_row.setVisible(shown)
         self.settings_toggle.setArrowType(Qt.DownArrow if shown else Qt.RightArrow)
 
-    def _spins(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "min_p": self.min_p, "repetition_penalty": self.repetition_penalty,
-                "max_tokens": self.max_tokens}
-
-    def _user_changed(self) -> None:
-        self.follows_model = False
-        self.settings_changed.emit()
-
-    def _use_model_defaults(self) -> None:
-        self.follows_model = True
-        self.settings_changed.emit()  # stored as "no settings of its own"
-        self.model_defaults_requested.emit()
+    @property
+    def follows_model(self) -> bool:
+        """Whether the chat samples as the loaded model's defaults say."""
+        return self.settings_row.follows_model
 
     def settings(self) -> dict:
         """The chat's sampling settings, as shown."""
-        return {key: (spin.value() if isinstance(spin, QSpinBox) else round(spin.value(), 3))
-                for key, spin in self._spins().items()}
+        return self.settings_row.sampling()
 
     def stored_settings(self) -> dict:
         """What is stored with the chat: nothing while it follows the model."""
-        return {} if self.follows_model else self.settings()
+        return self.settings_row.stored()
 
     def apply_settings(self, system_prompt: str, params: dict) -> None:
-        """The chat's stored settings; none: it follows the model's defaults."""
-        self.system_prompt.setText(system_prompt)
-        self.follows_model = not params
-        self.show_sampling(params)
+        self.settings_row.apply(system_prompt, params)
 
     def apply_model_defaults(self, defaults: dict) -> None:
-        """The loaded model's sampling defaults, if this chat follows them."""
-        if self.follows_model:
-            self.show_sampling(defaults)
-
-    def show_sampling(self, params: dict) -> None:
-        for key, spin in self._spins().items():
-            if key in params:
-                spin.blockSignals(True)
-                spin.setValue(params[key])
-                spin.blockSignals(False)
+        self.settings_row.apply_model_defaults(defaults)
 
     def conversation(self) -> list[dict[str, str]]:
         """The messages to send: the system prompt (if any) and the chat."""
