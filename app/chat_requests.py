@@ -79,13 +79,18 @@ class ChatRequests(QObject):
         store = window.store
         tab.request_id = handle.request_id
         self._tab_of[handle.request_id] = tab
+        # Each message follows the one before it in the tab: after an edit or
+        # a regenerate that makes it a new version (a branch), nothing deleted.
         if not tab.resend_without_user:
-            tab.messages[-1]["id"] = store.add_message(tab.chat_id, "user",
-                                                       messages[-1]["content"])
+            tab.messages[-1]["id"] = store.add_message(
+                tab.chat_id, "user", messages[-1]["content"],
+                parent_id=tab.parent_id(len(tab.messages) - 1))
         tab.resend_without_user = False
         if tab.continue_from is None:
             tab.answer_message_id = store.add_message(tab.chat_id, "assistant", "",
-                                                      complete=False)
+                                                      complete=False,
+                                                      parent_id=tab.messages[-1]["id"])
+        tab.set_versions(store.versions(tab.chat_id))
         tab.show_context(len(handle.request.prompt_ids), window.engine.context_length)
         if sum(m["role"] == "user" for m in messages) == 1:
             window.retitle(tab, " ".join(messages[-1]["content"].split())[:40])

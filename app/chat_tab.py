@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
@@ -32,14 +32,15 @@ class ChatTab(QWidget):
     stop_requested = Signal()
     settings_changed = Signal()  # system prompt or sampling settings edited
     model_defaults_requested = Signal()  # "Model defaults": show the model's again
-    # Edit or Regenerate dropped this stored message and every later one: the
-    # window deletes them from the database (the id of the first dropped row).
-    truncated = Signal(int)
+    # ‹ › under a message with versions: show the version with this stored id
+    # (the window loads its branch from the database).
+    version_requested = Signal(int)
     INTERRUPTED = "⚠ interrupted: the app or the tab closed while it was being written"
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
                  messages: list[dict[str, str]] | None = None,
-                 footers: dict[int, str] | None = None, parent: QWidget | None = None):
+                 footers: dict[int, str] | None = None,
+                 versions: dict[int, list[int]] | None = None, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
         self.chat_id = chat_id
@@ -50,6 +51,12 @@ class ChatTab(QWidget):
         self._stale = False
         # {"role", "content", "id"}: id is the stored row (None until stored).
         self.messages: list[dict] = [dict(m) for m in messages or []]
+        # Message id -> the ids of its versions (itself included), for ‹ 2/3 ›.
+        self.versions: dict[int, list[int]] = dict(versions or {})
+        self.editing: int | None = None  # the user message being edited (index)
+        self._draft = ""  # the composer's text before an edit, back on Esc
+        # The shown branch before an edit or regenerate was sent: back if it fails.
+        self._before: tuple[list[dict], dict[int, str]] | None = None
         self.streaming_text: str | None = None  # the answer being generated
         self.request_id: str | None = None
         self.stats_lines: list[str] = []
@@ -90,6 +97,20 @@ class ChatTab(QWidget):
         self.transcript.refused.connect(self._refuse_link)
         self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
         self.composer = Composer()
+        # Editing a message changes nothing until the edit is sent; this row
+        # says so and cancels (as Esc does).
+        self.edit_banner = QLabel("Editing your message: Send makes it a new version (the "
+                                  "old one stays, ‹ › switches). Esc cancels.")
+        self.edit_banner.setWordWrap(True)
+        self.edit_banner.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.cancel_edit_button = QPushButton("Cancel edit")
+        self.cancel_edit_button.clicked.connect(self.cancel_edit)
+        self.edit_row = QWidget()
+        edit_layout = QHBoxLayout(self.edit_row)
+        edit_layout.setContentsMargins(0, 0, 0, 0)
+        edit_layout.addWidget(self.edit_banner, 1)
+        edit_layout.addWidget(self.cancel_edit_button)
+        self.edit_row.setVisible(False)
         self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
         self.composer.setFixedHeight(80)
         self.send_button = QPushButton("Send")
@@ -119,6 +140,7 @@ class ChatTab(QWidget):
         layout.addLayout(header)
         layout.addWidget(self.settings_row)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.edit_row)
         layout.addWidget(self.composer)
         layout.addLayout(buttons)
 
@@ -136,6 +158,11 @@ class ChatTab(QWidget):
         text = self.composer.toPlainText().strip()
         if not text or not self.send_button.isEnabled() or self.is_streaming:
             return
+        if self.editing is not None:  # the edit becomes a new version of that message
+            index = self.editing
+            self._end_edit()
+            self._branch_at(index)
+            self.render()
         self.composer.clear()
         self.messages.append({"role": "user", "content": text})
         self.transcript.add_message(len(self.messages) - 1, self.messages[-1], None)
@@ -193,22 +220,26 @@ class ChatTab(QWidget):
         if index is not None:
             self.edit_message(index)
 
-    def _drop_from(self, index: int) -> None:
-        """Forget messages[index:] here and, through `truncated`, in the store."""
-        dropped = self.messages[index:]
+    def _branch_at(self, index: int) -> None:
+        """Show the conversation before messages[index]: the next message sent
+        is a new version of it. The store keeps the old branch (ids are kept,
+        nothing is deleted); `_before` brings it back here if the request fails."""
+        self._before = ([dict(m) for m in self.messages], dict(self.footers))
         del self.messages[index:]
         self.footers = {i: f for i, f in self.footers.items() if i < index}
-        ids = [m.get("id") for m in dropped if m.get("id") is not None]
-        if ids:
-            self.truncated.emit(min(ids))
+
+    def parent_id(self, index: int) -> int | None:
+        """The stored message messages[index] follows (None: it is the first)."""
+        return self.messages[index - 1].get("id") if index > 0 else None
 
     def regenerate_answer(self, index: int) -> None:
-        """Answer again from the conversation before answer `index`; the
-        answers and messages after it go (as in every chat app)."""
+        """Answer again from the conversation before answer `index`: a new
+        version of that answer (the old one and what followed it stay, ‹ ›)."""
         if (self.is_streaming or not 0 <= index < len(self.messages)
                 or self.messages[index]["role"] != "assistant"):
             return
-        self._drop_from(index)
+        self.cancel_edit()
+        self._branch_at(index)
         self.resend_without_user = True  # its user turn is already stored
         self.streaming_text = ""
         self._set_streaming(True)
@@ -236,21 +267,60 @@ class ChatTab(QWidget):
 
     def message_actions(self, index: int, message: dict) -> list[tuple[str, str]]:
         if message["role"] == "user":
-            return [("edit", "Edit")]
-        if message.get("interrupted"):
-            return [("continue", "Continue"), ("regen", "Regenerate")]
-        return [("regen", "Regenerate")]
+            actions = [("edit", "Edit")]
+        elif message.get("interrupted"):
+            actions = [("continue", "Continue"), ("regen", "Regenerate")]
+        else:
+            actions = [("regen", "Regenerate")]
+        return actions + [("copymsg", "Copy")]
+
+    def version(self, index: int) -> tuple[int, int] | None:
+        """(which, of how many) versions messages[index] is, when it has others."""
+        ids = self.versions.get(self.messages[index].get("id"))
+        return (ids.index(self.messages[index]["id"]) + 1, len(ids)) if ids else None
 
     def edit_message(self, index: int) -> None:
-        """Put user message `index` back in the composer; it and everything
-        after it go, and sending the edited text continues from there."""
+        """Put user message `index` in the composer to edit. Nothing changes
+        until it is sent (then it is a new version of that message); Esc or
+        Cancel edit puts back what the composer held."""
         if (self.is_streaming or not 0 <= index < len(self.messages)
                 or self.messages[index]["role"] != "user"):
             return
-        text = self.messages[index]["content"]
-        self._drop_from(index)
-        self.composer.setPlainText(text)
+        if self.editing is None:
+            self._draft = self.composer.toPlainText()
+        self.editing = index
+        self.composer.setPlainText(self.messages[index]["content"])
+        self.composer.moveCursor(QTextCursor.End)
         self.composer.setFocus()
+        self.edit_row.setVisible(True)
+
+    def cancel_edit(self) -> bool:
+        """Leave editing, the conversation as it was. False when not editing."""
+        if self.editing is None:
+            return False
+        self._end_edit()
+        self.composer.setPlainText(self._draft)
+        self.composer.setFocus()
+        return True
+
+    def _end_edit(self) -> None:
+        self.editing = None
+        self.edit_row.setVisible(False)
+
+    def set_versions(self, versions: dict[int, list[int]]) -> None:
+        """The store's versions changed (an edit or regenerate was stored)."""
+        if versions != self.versions:
+            self.versions = dict(versions)
+            self.render()
+
+    def show_history(self, messages: list[dict], footers: dict[int, str],
+                     versions: dict[int, list[int]]) -> None:
+        """Show another branch of the conversation (‹ ›), as the store has it."""
+        if self.is_streaming:
+            return
+        self.cancel_edit()
+        self.messages = [dict(m) for m in messages]
+        self.footers, self.versions = dict(footers), dict(versions)
         self.render()
         self._set_streaming(False)
 
@@ -282,15 +352,28 @@ class ChatTab(QWidget):
                                   "id": self.answer_message_id})
             index = len(self.messages) - 1
             self.footers[index] = format_footer(finished)
-            self.transcript.add_message(index, self.messages[index], self.footers[index])
+            self.transcript.add_message(index, self.messages[index], self.footers[index],
+                                        self.message_actions(index, self.messages[index]),
+                                        version=self.version(index))
         self.streaming_text = None
         self.request_id = None
+        self._before = None
         self.footer.setText(format_footer(finished))
         self._set_streaming(False)
 
     def fail(self, message: str) -> None:
-        """The request could not start: drop the pending answer, keep the text."""
-        if self.continue_from is not None:  # the interrupted answer stays as it was
+        """The request could not start: drop the pending answer, keep the text
+        (an edit or a regenerate: the branch shown before it comes back)."""
+        if self._before is not None:
+            if not self.resend_without_user and self.messages[-1]["role"] == "user":
+                # An edit: still being edited, its text in the composer.
+                self.composer.setPlainText(self.messages[-1]["content"])
+                self.editing = len(self.messages) - 1
+                self.edit_row.setVisible(True)
+            self.messages, self.footers = self._before
+            self._before = None
+            self.resend_without_user = False
+        elif self.continue_from is not None:  # the interrupted answer stays as it was
             self.messages.append({"role": "assistant", "content": self.continue_from,
                                   "id": self.answer_message_id, "interrupted": True})
             self.continue_from = None
@@ -322,7 +405,8 @@ class ChatTab(QWidget):
         self._stale = False
         footers = {i: self.INTERRUPTED for i, m in enumerate(self.messages)
                    if m.get("interrupted")} | self.footers
-        self.transcript.show_messages(self.messages, footers, self.message_actions)
+        self.transcript.show_messages(self.messages, footers, self.message_actions,
+                                      self.version)
         if self.is_streaming:
             self.transcript.show_streaming(self.streaming_text)
 
@@ -331,8 +415,15 @@ class ChatTab(QWidget):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
         elif kind == "copymsg" and 0 <= index < len(self.messages):
             QGuiApplication.clipboard().setText(self.messages[index]["content"])
-        elif self.is_streaming and kind in ("edit", "regen", "continue"):
-            self.footer.setText("Stop the answer first, then edit or regenerate.")
+        elif self.is_streaming and kind in ("edit", "regen", "continue", "prev", "next"):
+            self.footer.setText("Stop the answer first, then edit, regenerate or switch "
+                                "versions.")
+        elif kind in ("prev", "next") and 0 <= index < len(self.messages):
+            ids = self.versions.get(self.messages[index].get("id"), [])
+            at = ids.index(self.messages[index]["id"]) + (1 if kind == "next" else -1) if ids \
+                else -1
+            if 0 <= at < len(ids):
+                self.version_requested.emit(ids[at])
         elif kind == "continue":
             self.continue_answer(index)
         elif kind == "edit":

@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabWidget
 
 from .bridge import EngineBridge
+from .chat_history import load_history, show_version
 from .chat_requests import ChatRequests
 from .chat_tab import ChatTab
 from .engine_session import EngineSession
@@ -125,15 +126,9 @@ class MainWindow(QMainWindow):
                 self.tabs.setCurrentWidget(tab)
                 return tab
         chat = self.store.chat(chat_id)
-        stored = self.store.messages(chat_id)
-        # An answer still marked incomplete was cut (the app was killed, or its
-        # tab closed mid-stream): it shows as interrupted, with Continue.
-        messages = [{"role": m.role, "content": m.content, "id": m.id,
-                     "interrupted": m.role == "assistant" and not m.complete}
-                    for m in stored]
-        footers = {i: m.stats["footer"] for i, m in enumerate(stored)
-                   if m.stats and m.stats.get("footer")}
-        tab = ChatTab(chat.title, chat_id=chat_id, messages=messages, footers=footers)
+        history = load_history(self.store, chat_id)
+        tab = ChatTab(chat.title, chat_id=chat_id, messages=history.messages,
+                      footers=history.footers, versions=history.versions)
         tab.apply_settings(chat.system_prompt, chat.params)
         if self.engine is not None:
             tab.apply_model_defaults(self.engine.generation_defaults.as_dict())
@@ -144,10 +139,9 @@ class MainWindow(QMainWindow):
             t.apply_model_defaults(self.engine.generation_defaults.as_dict())))
         tab.send_requested.connect(lambda messages, t=tab: self.requests.submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self.requests.stop(t))
-        tab.truncated.connect(self.store.delete_messages_from)
+        tab.version_requested.connect(lambda message_id, t=tab: show_version(self, t, message_id))
         tab.set_ready(self.engine is not None)
-        last = next((m.stats for m in reversed(stored) if m.stats), None) or {}
-        tab.context_used = last.get("prompt_tokens", 0) + last.get("output_tokens", 0)
+        tab.context_used = history.context_used
         if self.engine is not None:
             tab.show_context(tab.context_used, self.engine.context_length)
         self.tabs.addTab(tab, tab.title)

@@ -29,7 +29,8 @@ def build_menus(window) -> None:
     window.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
                                   lambda: export_current(window))
     chat.addSeparator()
-    window.stop_action = action(chat, "Stop", "Esc", lambda: stop_current(window))
+    window.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
+                                lambda: stop_current(window))
     window.next_action = action(chat, "Next tab", QKeySequence.NextChild,
                                 lambda: cycle_tab(window, 1))
     window.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
@@ -63,8 +64,10 @@ def close_current(window) -> None:
 
 
 def stop_current(window) -> None:
-    if window.current_tab() is not None:
-        window.stop(window.current_tab())
+    """Esc: stop the answer being written; when none is, cancel an edit."""
+    tab = window.current_tab()
+    if tab is not None and (tab.is_streaming or not tab.cancel_edit()):
+        window.stop(tab)
 
 
 def cycle_tab(window, step: int) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import (QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
+from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
                            QTextDocumentFragment, QTextFormat)
 from PySide6.QtWidgets import QTextBrowser
 
@@ -133,9 +133,10 @@ class Transcript(QTextBrowser):
 
     # ---- rendering -----------------------------------------------------------
     def show_messages(self, messages: list[dict], footers: dict[int, str],
-                      actions=None) -> None:
+                      actions=None, versions=None) -> None:
         """Render the whole conversation (opening a chat, edit, regenerate).
-        `actions(index, message)`: the (kind, label) links under a message."""
+        `actions(index, message)`: the (kind, label) links under a message;
+        `versions(index)`: (which, of how many) versions it is, or None."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         self.document().clear()
@@ -143,16 +144,17 @@ class Transcript(QTextBrowser):
         self._stream_start = None
         for index, message in enumerate(messages):
             self.add_message(index, message, footers.get(index),
-                             actions(index, message) if actions else None, keep_scroll=False)
+                             actions(index, message) if actions else None, keep_scroll=False,
+                             version=versions(index) if versions else None)
         if at_bottom:
             bar.setValue(bar.maximum())
 
     def add_message(self, index: int, message: dict, footer: str | None,
                     actions: list[tuple[str, str]] | None = None,
-                    keep_scroll: bool = True) -> None:
+                    keep_scroll: bool = True, version: tuple[int, int] | None = None) -> None:
         """Append one finished message with its footer and action links
         ((kind, label); by default Edit under a question, Regenerate under an
-        answer)."""
+        answer), after '‹ 2/3 ›' (links `prev` and `next`) when `version`."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
@@ -165,26 +167,44 @@ class Transcript(QTextBrowser):
             hidden = len(content) - SHOWN_CHARS
             content = (f"{content[:SHOWN_CHARS]}\n\n*… {hidden:,} more characters are not "
                        "shown here; the whole message is kept and sent.*")
-            actions.append(("copymsg", "Copy the whole message"))
+            if not any(kind == "copymsg" for kind, _ in actions):
+                actions.append(("copymsg", "Copy the whole message"))
         body = self._with_copy_links(content) or "*(nothing was written)*"
         cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         italic = QTextCharFormat()
         italic.setFontItalic(True)
+        if version:
+            which, count = version
+            self._link(cursor, "prev", index, "‹", which > 1, italic)
+            cursor.insertText(f" {which}/{count} ", italic)
+            self._link(cursor, "next", index, "›", which < count, italic)
+            cursor.insertText(" · ", italic)
         if footer:
             cursor.insertText(f"{footer} · ", italic)
         for number, (kind, label) in enumerate(actions):
             if number:
                 cursor.insertText(" · ", italic)
-            link = QTextCharFormat()
-            link.setAnchor(True)
-            link.setAnchorHref(self.action_href(kind, index))
-            link.setForeground(self.palette().link())
-            link.setFontUnderline(True)
-            cursor.insertText(label, link)
+            self._link(cursor, kind, index, label)
         cursor.setCharFormat(QTextCharFormat())
         if keep_scroll and at_bottom:
             bar.setValue(bar.maximum())
+
+    def _link(self, cursor: QTextCursor, kind: str, index: int, label: str,
+              live: bool = True, plain: QTextCharFormat | None = None) -> None:
+        """One of the app's own links (or, not `live`, its label as plain text)."""
+        if not live:
+            cursor.insertText(label, plain or QTextCharFormat())
+            return
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(self.action_href(kind, index))
+        link.setForeground(self.palette().link())
+        link.setFontUnderline(True)
+        if kind in ("prev", "next"):  # a one-glyph link: make it easy to hit
+            link.setFontWeight(QFont.Bold)
+            link.setFontPointSize(self.font().pointSizeF() * 1.4)
+        cursor.insertText(label, link)
 
     def show_streaming(self, text: str) -> None:
         """Show (or update) the answer being generated. Finished paragraphs are

@@ -7,7 +7,8 @@ from PySide6.QtCore import Qt
 from tests.windows import open_window as _open_window
 
 
-def test_regenerate_and_edit_last_message(qtbot, window):
+def test_regenerate_and_edit_last_message_keep_versions(qtbot, tiny_model_dir, db):
+    window = _open_window(qtbot, tiny_model_dir, db)
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("hello world")
     tab.send()
@@ -19,13 +20,68 @@ def test_regenerate_and_edit_last_message(qtbot, window):
     stored = window.store.messages(tab.chat_id)
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[1].content == tab.messages[-1]["content"] == first_answer  # greedy
+    assert len(window.store.all_messages(tab.chat_id)) == 3  # the first answer stays
+    assert tab.version(1) == (2, 2) and "‹ 2/2 ›" in tab.transcript.toPlainText()
+    meter = tab.context_meter.value()
+    # Edit: nothing changes until the edit is sent; Esc puts the draft back.
+    tab.composer.setPlainText("a draft")
     qtbot.mouseClick(tab.edit_button, Qt.LeftButton)
-    assert tab.composer.toPlainText() == "hello world" and tab.messages == []
-    assert window.store.messages(tab.chat_id) == []
+    assert tab.composer.toPlainText() == "hello world" and len(tab.messages) == 2
+    assert not tab.edit_row.isHidden() and tab.editing == 0
+    assert len(window.store.all_messages(tab.chat_id)) == 3
+    assert tab.context_meter.value() == meter
+    window.stop_action.trigger()  # Esc
+    assert tab.editing is None and tab.edit_row.isHidden()
+    assert tab.composer.toPlainText() == "a draft" and len(tab.messages) == 2
+    tab.edit_message(0)
+    qtbot.mouseClick(tab.cancel_edit_button, Qt.LeftButton)  # Cancel edit, the same
+    assert tab.composer.toPlainText() == "a draft" and tab.editing is None
+    tab.edit_message(0)
     tab.composer.setPlainText("café")
     tab.send()
+    assert tab.edit_row.isHidden() and [m["content"] for m in tab.messages] == ["café"]
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert [m.content for m in window.store.messages(tab.chat_id)][0] == "café"
+    assert tab.version(0) == (2, 2) and tab.version(1) is None
+    # ‹ goes back to the first question, with its newest answer.
+    _click_link(qtbot, tab, "prev", 0)
+    assert [m["content"] for m in tab.messages] == ["hello world", first_answer]
+    assert tab.version(0) == (1, 2) and tab.version(1) == (2, 2)
+    assert tab.footers[1] in tab.transcript.toPlainText()
+    # An edit that cannot be sent (longer than the context) changes nothing:
+    # the branch stays, the text stays in the composer, still an edit.
+    tab.edit_message(0)
+    long_text = " ".join(["river"] * 2000)
+    tab.composer.setPlainText(long_text)
+    tab.send()
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
+    assert tab.footer.text().startswith("⚠") and tab.composer.toPlainText() == long_text
+    assert [m["content"] for m in tab.messages] == ["hello world", first_answer]
+    assert tab.editing == 0 and not tab.edit_row.isHidden()
+    assert len(window.store.all_messages(tab.chat_id)) == 5
+    window.stop_action.trigger()
+    window.close()
+    again = _open_window(qtbot, tiny_model_dir, db)  # the branch shown is kept
+    restored = again.chat_tabs()[0]
+    assert [m["content"] for m in restored.messages] == ["hello world", first_answer]
+    _click_link(qtbot, restored, "next", 0)
+    assert [m["content"] for m in restored.messages][0] == "café"
+    again.close()
+
+
+def test_esc_stops_an_answer_being_written(qtbot, tiny_model_dir, db):
+    from tests.windows import paced_cpu_engine
+
+    window = _open_window(qtbot, tiny_model_dir, db, factory=paced_cpu_engine(0.05))
+    tab = window.chat_tabs()[0]
+    tab.max_tokens.setValue(400)
+    tab.composer.setPlainText("hello world")
+    tab.send()
+    qtbot.waitUntil(lambda: bool(tab.streaming_text), timeout=60_000)
+    window.stop_action.trigger()  # Esc
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+    assert window.store.messages(tab.chat_id)[-1].stats["reason"] == "cancelled"
+    window.close()
 
 
 def test_chat_settings_apply_persist_and_context_meter(qtbot, tiny_model_dir, db):
@@ -131,16 +187,16 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
         qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert [m.role for m in w.store.messages(tab.chat_id)] == ["user", "assistant"] * 3
     first_answer = tab.messages[1]["content"]
-    # Regenerate the first answer: what came after it goes, here and stored.
+    # Regenerate the first answer: a new version; the rest stays in the old one.
     _click_link(qtbot, tab, "regen", 1)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     stored = w.store.messages(tab.chat_id)
     assert [m.content for m in stored] == ["first question", first_answer]  # greedy
     assert tab.conversation() == [{"role": m.role, "content": m.content} for m in stored]
-    # Edit the first question: it returns to the composer, the rest goes.
+    assert len(w.store.all_messages(tab.chat_id)) == 7
+    # Edit the first question: in the composer; sent, it is a new first message.
     _click_link(qtbot, tab, "edit", 0)
-    assert tab.composer.toPlainText() == "first question" and tab.messages == []
-    assert w.store.messages(tab.chat_id) == []
+    assert tab.composer.toPlainText() == "first question" and len(tab.messages) == 2
     tab.composer.setPlainText("first question, edited")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
@@ -149,4 +205,10 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
     (restored,) = [t for t in again.chat_tabs() if t.chat_id == tab.chat_id]
     assert [m["content"] for m in restored.messages][0] == "first question, edited"
     assert restored.conversation() == tab.conversation()
+    # Nothing was lost: back to the first question, then to its first answer's
+    # branch: the whole first conversation is there.
+    _click_link(qtbot, restored, "prev", 0)
+    _click_link(qtbot, restored, "prev", 1)
+    assert [m["content"] for m in restored.messages][::2] == [
+        "first question", "second question", "third question"]
     again.close()

@@ -40,7 +40,7 @@ def test_chats_crud_search_and_cascade(store):
     assert store.messages(a.id) == []
 
 
-def test_messages_stream_and_truncate(store):
+def test_messages_stream(store):
     chat = store.create_chat()
     store.add_message(chat.id, "user", "hi")
     answer = store.add_message(chat.id, "assistant", "", complete=False)
@@ -50,8 +50,69 @@ def test_messages_stream_and_truncate(store):
     assert [(m.role, m.content, m.complete) for m in msgs] == [
         ("user", "hi", True), ("assistant", "Hello!", True)]
     assert msgs[1].stats == {"footer": "12 tokens"}
-    store.delete_messages_from(answer)
-    assert [m.content for m in store.messages(chat.id)] == ["hi"]
+    assert msgs[1].parent_id == msgs[0].id and msgs[0].parent_id is None
+
+
+def test_branches_keep_every_version(store, tmp_path):
+    chat = store.create_chat()
+    q1 = store.add_message(chat.id, "user", "q1")
+    a1 = store.add_message(chat.id, "assistant", "a1")
+    q2 = store.add_message(chat.id, "user", "q2")
+    a2 = store.add_message(chat.id, "assistant", "a2")
+    # Regenerate a1: a sibling answer; the path shown ends there.
+    a1b = store.add_message(chat.id, "assistant", "a1, again", parent_id=q1)
+    assert [m.content for m in store.messages(chat.id)] == ["q1", "a1, again"]
+    assert store.versions(chat.id) == {a1: [a1, a1b], a1b: [a1, a1b]}
+    # Edit the first question: a second root.
+    q1b = store.add_message(chat.id, "user", "q1 edited", parent_id=None)
+    store.add_message(chat.id, "assistant", "a1 for the edit")
+    assert [m.content for m in store.messages(chat.id)] == ["q1 edited", "a1 for the edit"]
+    assert store.versions(chat.id)[q1b] == [q1, q1b]
+    # Back to the first version: below it, its newest branch.
+    store.show_version(q1)
+    assert [m.content for m in store.messages(chat.id)] == ["q1", "a1, again"]
+    store.show_version(a1)
+    assert [m.id for m in store.messages(chat.id)] == [q1, a1, q2, a2]
+    assert len(store.all_messages(chat.id)) == 7  # nothing was deleted
+    assert [c.id for c in store.chats("a1 for the")] == [chat.id]  # search sees every branch
+    again = ChatStore(tmp_path / "tandem.db")  # the shown path is stored
+    assert [m.id for m in again.messages(chat.id)] == [q1, a1, q2, a2]
+    again.close()
+    with pytest.raises(KeyError):
+        store.show_version(12345)
+
+
+def _version_1_file(path):
+    """A database as Tandem wrote it before branches (schema version 1)."""
+    import sqlite3
+
+    con = sqlite3.connect(path, isolation_level=None)
+    con.executescript(MIGRATIONS[0])
+    con.execute("PRAGMA user_version = 1")
+    con.execute("INSERT INTO chats VALUES (1, 'old', '', '{}', 0, 0)")
+    con.execute("INSERT INTO chats VALUES (2, 'empty', '', '{}', 0, 0)")
+    for i, (role, text) in enumerate([("user", "q1"), ("assistant", "a1"), ("user", "q2"),
+                                      ("assistant", "a2")]):
+        con.execute("INSERT INTO messages (id, chat_id, role, content, created_at) "
+                    "VALUES (?, 1, ?, ?, 0)", (10 + i, role, text))
+    con.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_version_1_database_becomes_a_tree_losing_nothing(tmp_path, read_only):
+    path = tmp_path / "v1.db"
+    _version_1_file(path)
+    store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
+    try:
+        assert store.schema_version == len(MIGRATIONS) == 2
+        shown = store.messages(1)
+        assert [m.content for m in shown] == ["q1", "a1", "q2", "a2"]
+        assert [m.parent_id for m in shown] == [None, 10, 11, 12]
+        assert store.versions(1) == {} and store.messages(2) == []
+        store.add_message(1, "assistant", "a2, again", parent_id=12)  # works on the copy too
+        assert [m.content for m in store.messages(1)][-1] == "a2, again"
+    finally:
+        store.close()
 
 
 def test_settings_tabs_and_schema(store, tmp_path):

@@ -43,19 +43,18 @@ def _tab(qtbot, messages):
 def test_links_in_message_text_never_trigger_actions(qtbot, opened):
     tab = _tab(qtbot, [{"role": "user", "content": "hi"},
                        {"role": "assistant", "content": HOSTILE}])
-    truncated = []
-    tab.truncated.connect(truncated.append)
-    own = {tab.transcript.action_href("edit", 0), tab.transcript.action_href("regen", 1)}
+    own = {tab.transcript.action_href(kind, index) for kind, index in
+           [("edit", 0), ("regen", 1), ("copymsg", 0), ("copymsg", 1)]}
     foreign = [h for h in _anchors(tab) if h not in own]
     assert len(foreign) == 5, foreign
     for href in foreign:
         tab.transcript.anchorClicked.emit(QUrl(href))
         assert "Not opened" in tab.footer.text()
-    assert truncated == [] and len(tab.messages) == 2 and tab.composer.toPlainText() == ""
+    assert tab.editing is None and len(tab.messages) == 2 and tab.composer.toPlainText() == ""
     assert opened == []  # file: and javascript: never reach the desktop
     # The app's own link still works.
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("edit", 0)))
-    assert truncated == [1] and tab.composer.toPlainText() == "hi"
+    assert tab.editing == 0 and tab.composer.toPlainText() == "hi" and len(tab.messages) == 2
 
 
 @pytest.mark.parametrize("choice, expected", [(QMessageBox.Cancel, []),

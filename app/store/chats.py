@@ -51,6 +51,10 @@ class Message:
     complete: bool
     stats: dict[str, Any] | None
     created_at: float
+    parent_id: int | None = None  # the message it follows (None: a first message)
+
+
+LEAF = object()  # add_message's default parent: the end of the chat's shown path
 
 
 class ChatStore:
@@ -256,17 +260,26 @@ class ChatStore:
         self._write([("DELETE FROM chats WHERE id = ?", (chat_id,))])
 
     # ---- messages -----------------------------------------------------------
+    # A chat is a tree: a message's parent is the one it follows, an edited
+    # question or a regenerated answer is a sibling of the one it replaces,
+    # and the chat's leaf ends the path shown (schema version 2). Nothing is
+    # deleted by an edit or a regenerate.
     def add_message(self, chat_id: int, role: str, content: str, complete: bool = True,
-                    stats: dict[str, Any] | None = None) -> int:
+                    stats: dict[str, Any] | None = None, parent_id: Any = LEAF) -> int:
+        """Add a message after `parent_id` (by default the end of the shown
+        path; None: a new first message) and show its path."""
         now = time.time()
+        if parent_id is LEAF:
+            parent_id = self.leaf(chat_id)
         message_id = self._next_message
         self._next_message += 1
         self._write([
-            ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
+             "parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
              (message_id, chat_id, role, content, int(complete),
-              json.dumps(stats) if stats else None, now)),
-            ("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))])
+              json.dumps(stats) if stats else None, now, parent_id)),
+            ("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
+             (now, message_id, chat_id))])
         return message_id
 
     def update_message(self, message_id: int, content: str, complete: bool | None = None,
@@ -282,18 +295,53 @@ class ChatStore:
         self._write([(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?",
                       (*args, message_id))])
 
-    def delete_messages_from(self, message_id: int) -> None:
-        """Drop a message and everything after it in its chat (edit, regenerate)."""
-        rows = self._read("SELECT chat_id FROM messages WHERE id = ?", (message_id,))
-        if rows:
-            self._write([("DELETE FROM messages WHERE chat_id = ? AND id >= ?",
-                          (rows[0]["chat_id"], message_id))])
+    def leaf(self, chat_id: int) -> int | None:
+        """The last message of the chat's shown path (None: no messages)."""
+        rows = self._read("SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE "
+                          "chat_id = chats.id)) AS leaf FROM chats WHERE id = ?", (chat_id,))
+        return rows[0]["leaf"] if rows else None
 
     def messages(self, chat_id: int) -> list[Message]:
-        rows = self._read("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
-        return [Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
-                        json.loads(r["stats"]) if r["stats"] else None, r["created_at"])
-                for r in rows]
+        """The shown path, first message first (one branch of the tree)."""
+        rows = self._read(
+            "WITH RECURSIVE path(id) AS ("
+            " SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE chat_id = chats.id))"
+            " FROM chats WHERE id = ?"
+            " UNION ALL SELECT m.parent_id FROM messages m JOIN path ON m.id = path.id"
+            " WHERE m.parent_id IS NOT NULL)"
+            " SELECT messages.* FROM messages JOIN path USING (id)"
+            " WHERE messages.chat_id = ? ORDER BY messages.id", (chat_id, chat_id))
+        return [_message(r) for r in rows]
+
+    def all_messages(self, chat_id: int) -> list[Message]:
+        """Every message of every branch, oldest first."""
+        return [_message(r) for r in self._read(
+            "SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))]
+
+    def versions(self, chat_id: int) -> dict[int, list[int]]:
+        """For each message with other versions: its versions' ids (itself
+        included), oldest first. Versions share a parent."""
+        siblings: dict[int | None, list[int]] = {}
+        for r in self._read("SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id",
+                            (chat_id,)):
+            siblings.setdefault(r["parent_id"], []).append(r["id"])
+        return {i: ids for ids in siblings.values() if len(ids) > 1 for i in ids}
+
+    def show_version(self, message_id: int) -> None:
+        """Show the path through `message_id`: below it, the newest branch."""
+        rows = self._read("SELECT chat_id FROM messages WHERE id = ?", (message_id,))
+        if not rows:
+            raise KeyError(f"no message {message_id}")
+        chat_id = rows[0]["chat_id"]
+        children: dict[int, int] = {}  # parent -> its newest child
+        for r in self._read("SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id",
+                            (chat_id,)):
+            if r["parent_id"] is not None:
+                children[r["parent_id"]] = r["id"]
+        leaf = message_id
+        while leaf in children:
+            leaf = children[leaf]
+        self._write([("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf, chat_id))])
 
     # ---- settings and tabs ----------------------------------------------------
     def setting(self, key: str, default: Any = None) -> Any:
@@ -327,6 +375,12 @@ class ChatStore:
             if m.stats and m.stats.get("footer"):
                 lines += [f"*{m.stats['footer']}*", ""]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _message(r: sqlite3.Row) -> Message:
+    return Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
+                   json.loads(r["stats"]) if r["stats"] else None, r["created_at"],
+                   r["parent_id"])
 
 
 def _chat(row: sqlite3.Row) -> Chat:

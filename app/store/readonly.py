@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from .schema import TABLES, create_schema
+from .schema import BACKFILL_V2, TABLES, create_schema
 
 OPEN_WAIT_S = 1.0
 
@@ -73,12 +73,17 @@ def read_only_copy(path: str | Path) -> tuple[sqlite3.Connection, int]:
     source = connect_read_only(path)
     lost = 0
     try:
+        version = source.execute("PRAGMA user_version").fetchone()[0]
         for table in TABLES:
-            columns = ", ".join(r[1] for r in memory.execute(f"PRAGMA table_info({table})"))
+            there = {r[1] for r in source.execute(f"PRAGMA table_info({table})")}
+            columns = ", ".join(r[1] for r in memory.execute(f"PRAGMA table_info({table})")
+                                if r[1] in there)  # an older file lacks the newer columns
             rows, damaged = _readable_rows(source, f"SELECT {columns} FROM {table}")
             marks = ", ".join("?" * len(columns.split(", ")))
             memory.executemany(f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})", rows)
             lost += damaged
+        if version < 2:  # a version-1 chat is a line: link it as migrating it would
+            memory.executescript(BACKFILL_V2)
     finally:
         source.close()
     memory.execute("PRAGMA foreign_keys = ON")

@@ -9,6 +9,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+# Version 2's data step, also run on a read-only copy of a version-1 file:
+# each message's parent is the one before it in its chat (a v1 chat is a
+# line), and the chat's leaf is its last message.
+BACKFILL_V2 = """
+    UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
+                                     WHERE p.chat_id = messages.chat_id AND p.id < messages.id);
+    UPDATE chats SET leaf_id = (SELECT MAX(id) FROM messages WHERE chat_id = chats.id);
+"""
+
 MIGRATIONS = [
     # version 1
     """
@@ -37,6 +46,14 @@ MIGRATIONS = [
         is_current INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # version 2: conversations are trees. A message's parent is the message it
+    # answers or follows (NULL for a first message); an edit or a regenerate
+    # adds a sibling, so nothing is deleted. The chat's leaf ends the path shown.
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+    ALTER TABLE chats ADD COLUMN leaf_id INTEGER;
+    CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
+    """ + BACKFILL_V2,
 ]
 
 TABLES = ("chats", "messages", "settings", "open_tabs")
