@@ -90,6 +90,23 @@ def test_migrated_request_gives_the_same_greedy_tokens(make_engine, tiny_loaded)
     assert done.output_tokens == len(handle.request.output_ids)
 
 
+def test_a_sampled_request_moves_between_lanes(make_engine, tiny_loaded):
+    """Its PRNG key travels evaluated: a key still lazy on the first lane's
+    stream failed the second lane's step ('There is no Stream(cpu, 1) in
+    current thread') once chats sampled by default."""
+    engine = make_engine(_two_lanes(), policy=PingPong())
+    for lane in engine.lanes.values():
+        lane.reconsider_every = 1
+    handles = [engine.submit(prompt_ids=prompt_of(tiny_loaded, text), params=SamplingParams(
+        max_tokens=60, temperature=1.0, top_p=0.9, repetition_penalty=1.1, seed=seed))
+        for seed, text in enumerate(TEXTS)]
+    for handle in handles:
+        done = handle.result(60)
+        assert done.reason in ("stop", "length"), done.error
+        assert done.lanes[:2] == (("prefill", "gpu"), ("decode", "cpu"))
+        assert done.output_tokens == len(handle.request.output_ids) > 1
+
+
 def test_mode_switch_mid_flight_completes_every_request_once(make_engine, tiny_loaded):
     engine = make_engine(_two_lanes(), policy=LeastLoadedPolicy(), mode="hybrid")
     counter = TokenCounter(engine)

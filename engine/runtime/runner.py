@@ -138,7 +138,8 @@ class ModelRunner:
         handoffs = {}
         for request, _ in plan.moves:
             state = self._take(request, rows, gone)
-            mx.eval(arrays_of(state.caches), state.next_token)  # before another thread reads it
+            # All of it computed before another lane's thread reads it.
+            mx.eval(arrays_of(state.caches), state.next_token, state.sampler.arrays)
             handoffs[request.request_id] = state
         if gone:
             self.batch.keep([i for i in range(len(self.batch)) if i not in gone])

@@ -36,6 +36,14 @@ class TokenSampler:
     def is_plain_greedy(self) -> bool:
         return self.params.is_greedy and not self._processors
 
+    @property
+    def arrays(self) -> list[mx.array]:
+        """Its device state (the PRNG key). Evaluate before another lane's
+        thread uses the sampler: MLX cannot run, on one thread, work still
+        recorded on another thread's stream ('There is no Stream(cpu, 1) in
+        current thread'); a split's key stays lazy after its sibling ran."""
+        return [self._key]
+
     def sample(self, logits: mx.array, context: mx.array | None) -> mx.array:
         """Pick a token from one row of logits (shape (1, V)); returns shape (1,)."""
         for processor in self._processors:
