@@ -15,6 +15,18 @@ from .chat_tab import ChatTab, format_footer
 from .prompt_prep import PromptPreparer
 
 
+def title_from(text: str, limit: int = 40) -> str:
+    """A chat's title from its first question: whole words, '…' when cut."""
+    words, title = " ".join(text.split()), ""
+    if len(words) <= limit:
+        return words
+    for word in words.split(" "):
+        if len(title) + len(word) + 1 > limit:
+            break
+        title = f"{title} {word}" if title else word
+    return (title or words[:limit]) + "…"
+
+
 class ChatRequests(QObject):
     """The window's requests: `submit`, `stop`, `forget` (a closed tab)."""
 
@@ -24,6 +36,7 @@ class ChatRequests(QObject):
         self._tab_of: dict[str, ChatTab] = {}  # request id -> the tab it streams into
         self._title_of: dict[str, str] = {}  # request id -> its tab's title (dock labels)
         self._chat_of: dict[str, int] = {}  # request id -> its chat
+        self._answer_of: dict[str, int] = {}  # request id -> its stored answer
         self._preparer = PromptPreparer(self)
         self._preparer.ready.connect(self._start)
         bridge = window.bridge
@@ -93,9 +106,11 @@ class ChatRequests(QObject):
         tab.set_versions(store.versions(tab.chat_id))
         tab.show_context(len(handle.request.prompt_ids), window.engine.context_length)
         if sum(m["role"] == "user" for m in messages) == 1:
-            window.retitle(tab, " ".join(messages[-1]["content"].split())[:40])
+            window.retitle(tab, title_from(messages[-1]["content"]))
         self._title_of[handle.request_id] = tab.title
         self._chat_of[handle.request_id] = tab.chat_id
+        if tab.answer_message_id is not None:
+            self._answer_of[handle.request_id] = tab.answer_message_id
 
     def _on_tokens(self, request_id: str, text: str) -> None:
         tab = self._tab_of.get(request_id)
@@ -127,7 +142,9 @@ class ChatRequests(QObject):
     def _on_routed(self, event) -> None:
         dock = self._window.scheduler
         dock.timeline.routed(event.request_id, self.label(event) or event.request_id,
-                             event.phase, event.lane, event.time)
+                             event.phase, event.lane, event.time, event.reason,
+                             row=event.tab_id or event.request_id)
+        dock.timeline_view.refresh()
         dock.add_decision(event.time, self.label(event), event.phase, event.lane,
                           event.reason, event.request_id)
 
@@ -138,15 +155,19 @@ class ChatRequests(QObject):
 
     def _on_migrated(self, event) -> None:
         dock = self._window.scheduler
-        dock.timeline.migrated(event.request_id, event.to_lane, event.time)
+        dock.timeline.migrated(event.request_id, event.to_lane, event.time, event.reason)
         dock.add_decision(event.time, self.label(event), "move",
                           f"{event.from_lane} -> {event.to_lane}", event.reason,
                           event.request_id)
 
     def _bring_forward(self, request_id: str) -> None:
+        """A request picked in the dock: its chat comes forward at its answer."""
         chat_id = self._chat_of.get(request_id)
         if chat_id is not None:
             try:
-                self._window.open_chat(chat_id)
+                tab = self._window.open_chat(chat_id)
             except KeyError:  # the chat was deleted since
-                pass
+                return
+            answer = self._answer_of.get(request_id)
+            if answer is not None and not tab.is_streaming:
+                tab.scroll_to(answer)

@@ -124,14 +124,14 @@ class ChatTab(QWidget):
                                     "resend (or use the Edit link under any message)")
         self.footer = QLabel("")
         self.footer.setObjectName("answerFooter")
-        # A long stats line or message wraps within the row: it never widens
+        # A long stats line or message wraps within its row: it never widens
         # the window (it grew from 1200 to 1572 px after a first answer).
         self.footer.setWordWrap(True)
         self.footer.setMinimumWidth(120)
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
         buttons = QHBoxLayout()
-        buttons.addWidget(self.footer, 1)
+        buttons.addStretch(1)
         buttons.addWidget(self.edit_button)
         buttons.addWidget(self.regenerate_button)
         buttons.addWidget(self.stop_button)
@@ -142,6 +142,7 @@ class ChatTab(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.edit_row)
         layout.addWidget(self.composer)
+        layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
         layout.addLayout(buttons)
 
         self.composer.submitted.connect(self.send)
@@ -312,6 +313,14 @@ class ChatTab(QWidget):
         if versions != self.versions:
             self.versions = dict(versions)
             self.render()
+
+    def scroll_to(self, message_id: int) -> bool:
+        """Show stored message `message_id` (False: not in the branch shown)."""
+        index = next((i for i, m in enumerate(self.messages) if m.get("id") == message_id), None)
+        if index is None or not self.transcript.scroll_to_message(index):
+            return False
+        self.transcript.setFocus()
+        return True
 
     def show_history(self, messages: list[dict], footers: dict[int, str],
                      versions: dict[int, list[int]]) -> None:

@@ -51,6 +51,7 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabsClosable(True)
         self.tabs.setMovable(True)
+        self.tabs.setElideMode(Qt.ElideRight)  # titles shrink so every tab stays in view
         self.tabs.tabCloseRequested.connect(lambda i: self.close_tab(self.tabs.widget(i)))
         self.setCentralWidget(self.tabs)
         self.sidebar = ChatSidebar(self.store)
@@ -144,7 +145,7 @@ class MainWindow(QMainWindow):
         tab.context_used = history.context_used
         if self.engine is not None:
             tab.show_context(tab.context_used, self.engine.context_length)
-        self.tabs.addTab(tab, tab.title)
+        self.tabs.setTabToolTip(self.tabs.addTab(tab, tab.title), tab.title)
         self.tabs.setCurrentWidget(tab)
         tab.composer.setFocus()  # typing goes to the new chat at once
         self._save_tabs()
@@ -187,6 +188,7 @@ class MainWindow(QMainWindow):
         self.store.update_chat(tab.chat_id, title=title)
         tab.title = title
         self.tabs.setTabText(self.tabs.indexOf(tab), title)
+        self.tabs.setTabToolTip(self.tabs.indexOf(tab), title)
         self.sidebar.refresh()
 
     def toggle_mode(self) -> None:

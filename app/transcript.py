@@ -108,6 +108,7 @@ class Transcript(QTextBrowser):
         self.setDocument(_InertDocument(self))
         self.highlighter = CodeHighlighter(self.document())
         self.code_blocks: list[str] = []
+        self.message_starts: dict[int, int] = {}  # message index -> its document position
         self._stream_start: int | None = None  # where the streaming answer begins
         self._stable = 0  # how much of the streaming answer is rendered for good
         self._tail_start = 0  # where its paragraph being written begins
@@ -141,6 +142,7 @@ class Transcript(QTextBrowser):
         at_bottom = bar.value() >= bar.maximum() - 4
         self.document().clear()
         self.code_blocks = []
+        self.message_starts = {}
         self._stream_start = None
         for index, message in enumerate(messages):
             self.add_message(index, message, footers.get(index),
@@ -159,6 +161,7 @@ class Transcript(QTextBrowser):
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         self._separate(cursor)
+        self.message_starts[index] = cursor.position()
         user = message["role"] == "user"
         content = message["content"]
         actions = list(actions) if actions is not None else (
@@ -205,6 +208,17 @@ class Transcript(QTextBrowser):
             link.setFontWeight(QFont.Bold)
             link.setFontPointSize(self.font().pointSizeF() * 1.4)
         cursor.insertText(label, link)
+
+    def scroll_to_message(self, index: int) -> bool:
+        """Scroll so that message `index` starts at the top of the view."""
+        position = self.message_starts.get(index)
+        if position is None:
+            return False
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(position)
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.value() + self.cursorRect(cursor).top())
+        return True
 
     def show_streaming(self, text: str) -> None:
         """Show (or update) the answer being generated. Finished paragraphs are

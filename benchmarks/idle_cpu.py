@@ -47,7 +47,7 @@ def main() -> int:
     args = parser.parse_args()
     app = QApplication([])  # noqa: F841
     from app.main_window import MainWindow
-    from app.scheduler_dock import LanePlots
+    from app.lane_plots import LanePlots
     from app.store import ChatStore
 
     window = MainWindow(store=ChatStore(Path(tempfile.mkdtemp()) / "t.db"))

@@ -33,7 +33,7 @@ def _send_all(qtbot, window, tabs, texts):
 
 def _logged_lanes(dock, phase="prefill"):
     rows = range(dock.log.rowCount())
-    return [dock.log.item(r, 3).text() for r in rows if dock.log.item(r, 2).text() == phase]
+    return [dock.log.item(r, 3).text().lower() for r in rows if dock.log.item(r, 2).text() == phase]
 
 
 def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, window):
@@ -108,33 +108,39 @@ def test_decision_reasons_read_in_full_and_idle_rates_start_at_zero(qtbot, windo
     assert low == 0 and high >= 1
 
 
-def test_timeline_has_a_row_per_request_with_lane_segments(qtbot, window):
+def test_timeline_has_a_row_per_chat_and_a_click_opens_the_answer(qtbot, window):
     tabs = [window.chat_tabs()[0], window.new_chat()]
     _send_all(qtbot, window, tabs, ["hello world", "café"])
+    _send_all(qtbot, window, tabs[:1], ["and then?"])  # a second request of the first chat
     timeline = window.scheduler.timeline
-    qtbot.waitUntil(lambda: len(timeline.tracks) == 2
+    qtbot.waitUntil(lambda: len(timeline.tracks) == 3
                     and all(t.finished for t in timeline.tracks.values()), timeout=10_000)
     for track in timeline.tracks.values():
         phases = [s.phase for s in track.segments]
         assert phases[0] == "prefill" and "decode" in phases
         assert all(s.end is not None and s.end >= s.start for s in track.segments)
-        assert track.label in {"hello world", "café"}
+        assert track.segments[0].reason  # the router's reason, for the hover
+    rows = timeline.row_tracks()
+    assert [label for label, _ in rows] == ["hello world", "café"]  # one row per chat
+    assert [len(tracks) for _, tracks in rows] == [2, 1]
     view = window.scheduler.timeline_view
-    assert view.minimumHeight() >= view.ROW * 2
+    window.show()
+    view.span_s = 10.0  # the tiny model's answers take milliseconds: zoom in on them
+    lane_colours = {view.color(lane, phase).name() for lane in ("gpu", "cpu")
+                    for phase in ("prefill", "decode")}
     image = view.grab().toImage()
-    # Something was drawn in a lane colour on the first row.
-    y = view.ROW // 2
-    colours = {image.pixelColor(x, y).name() for x in range(view.LABEL, image.width(), 3)}
-    assert colours & {view.color(lane, phase).name() for lane in ("gpu", "cpu")
-                      for phase in ("prefill", "decode")}
-    # Clicking a row brings its tab forward.
-    first_id = next(iter(timeline.tracks))
-    tab_of_first = [t for t in tabs if t.title == timeline.tracks[first_id].label][0]
-    window.tabs.setCurrentWidget([t for t in tabs if t is not tab_of_first][0])
+    y = view.AXIS + view.ROW // 2
+    colours = {image.pixelColor(x, y).name() for x in range(view.LABEL, image.width())}
+    assert colours & lane_colours  # something drawn in a lane colour on the first row
+    # Clicking a request brings its chat forward, at that answer.
+    window.tabs.setCurrentWidget(tabs[1])
+    scrolled = []
+    tabs[0].scroll_to = lambda message_id: scrolled.append(message_id)
     with qtbot.waitSignal(view.request_selected) as blocker:
-        qtbot.mouseClick(view, Qt.LeftButton, pos=QPoint(view.LABEL + 2, y))
-    assert blocker.args == [first_id]
-    assert window.tabs.currentWidget() is tab_of_first
+        qtbot.mouseClick(view, Qt.LeftButton, pos=QPoint(4, y))  # the row's label
+    assert blocker.args == [rows[0][1][-1].request_id]  # its latest request
+    assert window.tabs.currentWidget() is tabs[0]
+    assert scrolled == [window.store.messages(tabs[0].chat_id)[-1].id]  # that answer
 
 
 def test_system_plots_show_cpu_and_engine_memory(qtbot, window):

@@ -156,3 +156,22 @@ def test_a_huge_paste_shows_its_start_and_keeps_all_of_it(qtbot):
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("copymsg", 0)))
     assert QGuiApplication.clipboard().text() == huge
     assert tab.conversation()[-1]["content"] == huge  # all of it goes to the model
+
+
+def test_scroll_to_a_message_puts_it_at_the_top(qtbot):
+    tab = _tab(qtbot, [{"role": "user" if i % 2 == 0 else "assistant",
+                        "content": f"message {i}\n\n" + "a line of text\n\n" * 8}
+                       for i in range(12)])
+    tab.resize(500, 300)
+    tab.show()
+    qtbot.waitExposed(tab)
+    bar = tab.transcript.verticalScrollBar()
+    assert bar.maximum() > 0
+    assert tab.scroll_to(7)  # stored id 7: the eighth message
+    start = tab.transcript.message_starts[6]
+    from PySide6.QtGui import QTextCursor
+
+    cursor = QTextCursor(tab.transcript.document())
+    cursor.setPosition(start)
+    assert abs(tab.transcript.cursorRect(cursor).top()) <= 2 and bar.value() > 0
+    assert not tab.scroll_to(999)  # not in the branch shown
