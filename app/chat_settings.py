@@ -8,7 +8,7 @@ with the chat. "Model defaults" goes back to following the model.
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLineEdit, QPushButton, QSpinBox,
+from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QLineEdit, QPushButton, QSpinBox,
                                QVBoxLayout, QWidget)
 
 # key, integer?, minimum, maximum, step, initial value, prefix (in the row's order)
@@ -50,13 +50,15 @@ class ChatSettings(QWidget):
         rows = QVBoxLayout(self)
         rows.setContentsMargins(0, 0, 0, 0)
         rows.addWidget(self.system_prompt)
-        row = QHBoxLayout()
-        rows.addLayout(row)
-        for spin in self.spins.values():
-            row.addWidget(spin)
+        # Three to a row: one row of six (and the button) made the chat at
+        # least 856 px wide, wider than the window leaves it beside the docks.
+        grid = QGridLayout()
+        rows.addLayout(grid)
+        for i, spin in enumerate(self.spins.values()):
+            grid.addWidget(spin, i // 3, i % 3)
             spin.valueChanged.connect(lambda _=None: self._user_changed())
-        row.addWidget(self.model_defaults_button)
-        row.addStretch(1)
+        grid.addWidget(self.model_defaults_button, 0, 3)
+        grid.setColumnStretch(4, 1)
         self.system_prompt.editingFinished.connect(self.changed.emit)
 
     def _user_changed(self) -> None:

@@ -393,6 +393,10 @@ def test_a_long_stats_line_never_widens_the_window(qtbot, window):
     window.layout().activate()
     assert tab.minimumSizeHint().width() < 800
     assert window.minimumSizeHint().width() <= max(before, 1200)
+    # Nor do the chat's settings when shown (one row of them needed 856 px).
+    tab.settings_toggle.click()
+    QApplication.processEvents()
+    assert not tab.settings_row.isHidden() and tab.minimumSizeHint().width() < 600
 
 
 def test_quit_asks_while_an_answer_streams_and_cancel_keeps_it(qtbot, slow_window,
