@@ -29,6 +29,7 @@ from .handle import RequestHandle
 from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
+from .runtime.allocator import return_freed_memory
 from .runtime.cachekinds import cache_profile
 from .runtime.coststore import CostStore
 from .runtime.lane import Lane
@@ -352,6 +353,7 @@ class Engine:
         self.prefix_cache.clear()
         self.model_info = None
         mx.clear_cache()
+        return_freed_memory()  # Linux: glibc kept it, and the process stayed at its peak
 
     def __enter__(self) -> "Engine":
         return self
@@ -424,6 +426,9 @@ class Engine:
                 self.lanes[target].wake()
         with self._ready:
             self._ready.notify_all()
+        # Loading and warming up freed temporaries (a weight conversion's, a
+        # closed engine's buffers freed meanwhile): give them back (Linux).
+        return_freed_memory()
 
     def _sample_lanes(self, interval: float) -> None:
         priority.lower_thread(self.worker_nice)

@@ -53,8 +53,12 @@ def test_close_frees_the_model_and_its_memory(tiny_model_dir, tiny_loaded):
     assert mx.get_active_memory() - baseline < 0.1 * loaded_bytes
 
 
-def test_loading_five_times_does_not_grow_memory(tiny_model_dir, tiny_loaded):
-    sizes = []
+def test_loading_five_times_does_not_grow_memory_or_threads(tiny_model_dir, tiny_loaded):
+    """Nor threads and streams: a closed engine's lane thread runs the next
+    engine's lane (engine/runtime/lanethreads.py); each load left one behind."""
+    from engine.runtime import lanethreads
+
+    sizes, threads = [], []
     for _ in range(5):
         engine = Engine.load(str(tiny_model_dir), lanes=[LaneSpec("cpu", "cpu")])
         engine.generate(prompt_ids=prompt_of(tiny_loaded, "hi"),
@@ -63,7 +67,9 @@ def test_loading_five_times_does_not_grow_memory(tiny_model_dir, tiny_loaded):
         del engine
         gc.collect()
         sizes.append(mx.get_active_memory())
+        threads.append(lanethreads.count())
     assert sizes[-1] <= sizes[1] + (1 << 16)
+    assert threads[-1] == threads[0]
 
 
 def test_a_lane_that_fails_at_start_up_is_routed_around(make_engine, tiny_loaded, monkeypatch):

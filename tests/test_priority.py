@@ -21,7 +21,7 @@ def test_worker_nice_lowers_engine_threads_but_not_the_caller(make_engine, tiny_
                            params=SamplingParams(max_tokens=4))
     assert handle.result(timeout=60).output_tokens == 4  # it still generates
     lane = next(iter(engine.lanes.values()))
-    assert priority.niceness(lane._thread.native_id) == caller + 3
+    assert priority.niceness(lane.thread_id) == caller + 3
     assert priority.niceness(engine._sampler.native_id) == caller + 3
     if blas.loaded_blas and os.cpu_count() > 1:
         assert blas.blas_thread_ids, "OpenBLAS's worker threads were not recorded"
@@ -35,4 +35,4 @@ def test_default_engine_threads_keep_the_callers_priority(make_engine):
     caller = priority.niceness()
     engine = make_engine()
     lane = next(iter(engine.lanes.values()))
-    assert priority.niceness(lane._thread.native_id) == caller
+    assert priority.niceness(lane.thread_id) == caller

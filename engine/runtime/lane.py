@@ -19,13 +19,14 @@ from ..core.costmodel import CostModel
 from ..core.director import Director
 from ..core.events import Calibrated, EngineErrorEvent
 from ..core.laneconfig import LaneConfig
-from ..core.priority import lower_thread
 from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepOutcome, StepPlan, StepResult
 from .calibration import StartCancelled, calibrate, warm_up
+from . import lanethreads
 from .handoff import Handoff
+from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .runner import ModelRunner
 
@@ -72,9 +73,7 @@ class Lane:
         self._paced = threading.Event()  # set on close: a paced step ends at once
         self._closing = False
         self.kv_bytes = 0  # as of the last step (read by the sampler thread)
-        # The thread's target holds the lane only while it runs (see _thread_main).
-        self._thread = threading.Thread(target=_thread_main, args=([self._run],),
-                                        name=f"lane-{name}", daemon=True)
+        self._thread: LaneThread | None = None  # once started (engine/runtime/lanethreads.py)
 
     # ---- what the engine, the router and tests read --------------------------------
     @property
@@ -126,7 +125,12 @@ class Lane:
     # ---- any thread -------------------------------------------------------------------
     def start(self) -> None:
         self.started_at = time.monotonic()
-        self._thread.start()
+        self._thread = lanethreads.start(self._run, self.device, self.nice, f"lane-{self.name}")
+
+    @property
+    def thread_id(self) -> int | None:
+        """The kernel id of the thread the lane runs on (once started)."""
+        return self._thread.native_id if self._thread is not None else None
 
     def wake(self) -> None:
         with self._wakeup:
@@ -152,15 +156,14 @@ class Lane:
             self._closing = True
             self._paced.set()
             self._wakeup.notify()
-        if self._thread.is_alive():
+        if self._thread is not None:
             self._stopped.wait(timeout)
         else:
             self._end_all("cancelled")
 
     # ---- the lane thread ----------------------------------------------------------------
-    def _run(self) -> None:
-        lower_thread(self.nice)  # before the stream exists: its thread inherits it
-        stream = mx.new_stream(mx.Device(mx.gpu if self.device == "gpu" else mx.cpu))
+    def _run(self, stream: mx.Stream) -> None:
+        """The lane's life on its thread and stream (kept for the next lane)."""
         with mx.stream(stream):
             if self._start_up():
                 self._loop()
@@ -320,18 +323,3 @@ class Lane:
         self.runner.drop_all()
         for request in requests:
             self.director.finish(request, reason, self.name, error=error)
-
-
-def _thread_main(holder: list[Callable[[], None]]) -> None:
-    """Run a lane, then park without holding it.
-
-    With MLX 0.32 on Linux a thread that used its own stream can abort the
-    process from its thread-exit destructors when it ends near interpreter
-    shutdown, so lane threads never end. The parked thread holds no reference
-    to its lane, so a closed engine's model and KV are freed."""
-    run = holder.pop()
-    try:
-        run()
-    finally:
-        del run
-    threading.Event().wait()
