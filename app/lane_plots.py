@@ -169,7 +169,7 @@ class SystemPlots(ThemedPlots):
         super().__init__(parent)
         import psutil
 
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(170)
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         n = HISTORY_S * 1000 // self.INTERVAL_MS
@@ -194,10 +194,10 @@ class SystemPlots(ThemedPlots):
         }
         self.apply_palette()
         self.engine = None
-        self._timer = QTimer(self)
-        self._timer.setInterval(self.INTERVAL_MS)
-        self._timer.timeout.connect(self.sample)
-        self._timer.start()
+        self.timer = QTimer(self)  # the dock's memory line follows it too
+        self.timer.setInterval(self.INTERVAL_MS)
+        self.timer.timeout.connect(self.sample)
+        self.timer.start()
 
     def sample(self) -> None:
         values = {"cpu": self._process.cpu_percent(None)}

@@ -17,6 +17,7 @@ from .chat_history import load_history, show_version
 from .chat_requests import ChatRequests
 from .chat_tab import ChatTab
 from .engine_session import EngineSession
+from .layout_state import restore_layout, save_layout
 from .local_server import LocalServer
 from .menus import build_menus
 from .paths import default_db_path
@@ -76,7 +77,7 @@ class MainWindow(QMainWindow):
         build_status_bar(self)
         self._restore_tabs()
         build_menus(self)
-        self._restore_layout()
+        restore_layout(self)
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_EVERY_MS)
         self._flush_timer.timeout.connect(self.flush_streaming)
@@ -221,6 +222,7 @@ class MainWindow(QMainWindow):
 
     def _save_tabs(self) -> None:
         current = self.tabs.currentWidget()
+        self.scheduler.set_open_chats(self.tabs.count())
         self.store.save_open_tabs([t.chat_id for t in self.chat_tabs()],
                                   current.chat_id if current is not None else None)
 
@@ -257,19 +259,6 @@ class MainWindow(QMainWindow):
         background (at exit), so no MLX work is left when the process ends."""
         self.session.wait(timeout)
 
-    def _restore_layout(self) -> None:
-        from PySide6.QtCore import QByteArray
-
-        geometry, state = self.store.setting("window.geometry"), self.store.setting("window.state")
-        if geometry:
-            self.restoreGeometry(QByteArray.fromBase64(geometry.encode()))
-        if state:
-            self.restoreState(QByteArray.fromBase64(state.encode()))
-
-    def _save_layout(self) -> None:
-        self.store.set_setting("window.geometry", bytes(self.saveGeometry().toBase64()).decode())
-        self.store.set_setting("window.state", bytes(self.saveState().toBase64()).decode())
-
     def request_quit(self) -> None:
         """Quit, as the user asked (the menu, Ctrl+Q): busy work is asked about."""
         self._quitting = True
@@ -285,7 +274,7 @@ class MainWindow(QMainWindow):
             return
         self.server.stop()
         self._save_tabs()
-        self._save_layout()
+        save_layout(self)
         self.saving.detach()  # this window is going; the store may outlive it
         self.bridge.detach()
         self.session.shut()

@@ -7,9 +7,11 @@ import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QGridLayout, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QStyledItemDelegate, QStyleOptionViewItem,
+                               QPushButton, QSplitter, QStyledItemDelegate, QStyleOptionViewItem,
                                QTableWidget, QTableWidgetItem,
                                QTabWidget, QVBoxLayout, QWidget)
+
+from engine.core.memory import format_bytes
 
 from .lane_plots import LaneCard, LanePlots, SystemPlots
 from .timeline import Timeline, TimelinePanel, TimelineView
@@ -84,15 +86,29 @@ class SchedulerDock(QWidget):
         self.memory = QLabel("")
         self.memory.setWordWrap(True)
         self.memory.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        # What is used now, beside the plan's limits (which read as alarming alone).
+        self.usage = QLabel("")
+        self.usage.setWordWrap(True)
+        self.open_chats = 0
+        self._plan = None
         layout = QVBoxLayout(self)
         layout.addLayout(switch)
         layout.addLayout(self.cards_box)
-        layout.addWidget(self.memory)
         self.system_plots = SystemPlots()
+        self.system_plots.timer.timeout.connect(self.show_usage)
         plot_tabs = QTabWidget()
         plot_tabs.addTab(self.plots, "Lanes")
-        plot_tabs.addTab(self.system_plots, "CPU && memory")
-        layout.addWidget(plot_tabs, 2)
+        memory_tab = QWidget()  # the plan and what is in use, above their plots
+        memory_layout = QVBoxLayout(memory_tab)
+        memory_layout.setContentsMargins(4, 4, 4, 4)
+        memory_layout.addWidget(self.memory)
+        memory_layout.addWidget(self.usage)
+        memory_layout.addWidget(self.system_plots, 1)
+        plot_tabs.addTab(memory_tab, "CPU && memory")
+        self.splitter = QSplitter(Qt.Vertical)  # plots over timeline, as the user drags it
+        self.splitter.setObjectName("scheduler.plots-timeline")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(plot_tabs)
         self.timeline = Timeline()
         self.timeline_view = TimelineView(self.timeline)
         self.timeline_view.request_selected.connect(self.request_selected.emit)
@@ -101,7 +117,10 @@ class SchedulerDock(QWidget):
         lower = QTabWidget()
         lower.addTab(self.timeline_panel, "Routing timeline")
         lower.addTab(decisions, "Decisions")
-        layout.addWidget(lower, 2)
+        self.splitter.addWidget(lower)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        layout.addWidget(self.splitter, 1)
         self._started = time.monotonic()
         self._timer = QTimer(self)
         self._timer.setInterval(50)
@@ -161,8 +180,32 @@ class SchedulerDock(QWidget):
 
     def show_memory_plan(self, plan) -> None:
         """The engine's memory plan, one line each (engine/core/memory.py)."""
+        self._plan = plan
         self.memory.setText("\n".join(plan.describe()))
+        self.show_usage()
         self.memory.setToolTip("\n".join(f"{lp.name.upper()}: {lp.reason}" for lp in plan.lanes))
+
+    def set_open_chats(self, count: int) -> None:
+        self.open_chats = count
+        self.show_usage()
+
+    def show_usage(self) -> None:
+        """'In use now: 551.0 MiB (KV and prefix cache 38.0 MiB); 3 open chats
+        at their full context would need 1.1 GiB of KV'."""
+        engine, plan = self.system_plots.engine, self._plan
+        if engine is None or plan is None or not self.isVisible():
+            return
+        try:
+            mem = engine.memory()
+        except Exception:  # the engine is closing
+            return
+        line = (f"In use now: {format_bytes(mem['active'])} (KV and prefix cache "
+                f"{format_bytes(mem['kv'] + mem['prefix_cache'])})")
+        if plan.full_chat_bytes and self.open_chats:
+            chats = "1 open chat" if self.open_chats == 1 else f"{self.open_chats} open chats"
+            line += (f"; {chats} at the full context would need "
+                     f"{format_bytes(self.open_chats * plan.full_chat_bytes)} of KV")
+        self.usage.setText(line)
 
     def show_lane_failed(self, lane: str, why: str) -> None:
         card = self.cards.get(lane)

@@ -177,13 +177,35 @@ def test_plan_never_exceeds_the_budget_when_the_weights_fit(unified):
                     assert not lane.enabled or lane.kv_budget_bytes >= min_kv
 
 
-def test_describe_mentions_budget_and_kv_per_token():
+def test_describe_says_what_a_chat_costs_and_that_kv_is_a_limit():
     shape = shape_from_config(LLAMA3_8B_4BIT)
-    lines = plan_memory(shape, [GPU, cpu()], 16 * GIB).describe()
+    plan = plan_memory(shape, [GPU, cpu()], 16 * GIB)
+    lines = plan.describe()
     text = "\n".join(lines)
-    assert lines[0].startswith("Budget 16.0 GiB")
-    assert "shared by GPU and CPU" in lines[0]
-    assert "128.0 KiB per token" in text
+    assert lines[0].startswith("Weights ") and "shared by GPU and CPU" in lines[0]
+    context = shape.context_length
+    assert f"128.0 KiB per token: a full {context:,}-token chat takes " in text
+    full = plan.lane("gpu").kv_budget_bytes // (context * 128 * 1024)
+    assert f"(~{full:,} full chats)" in text
+    assert lines[-1].startswith("Memory is taken as chats grow, never reserved: at most ")
+    assert lines[-1].endswith("of the 16.0 GiB free at load")
+    assert "Planned" not in text and "Budget" not in text
+
+
+def test_kv_is_planned_for_what_the_lanes_slots_can_hold():
+    """The default model (8,192-token context) on a roomy machine: KV beyond
+    slots x context is never used, so it is not planned (nor a prefix cache
+    larger than all of it)."""
+    shape = shape_from_config(SMOLLM2_135M)
+    roomy = plan_memory(shape, [LaneRequest("gpu", "gpu", max_sequences=4),
+                                LaneRequest("cpu", "cpu", max_sequences=2)], 64 * GIB)
+    full = shape.context_length * shape.kv_bytes_per_token
+    assert roomy.lane("gpu").kv_budget_bytes == 4 * full
+    assert roomy.lane("cpu").kv_budget_bytes == 2 * full
+    assert roomy.prefix_cache_bytes == 6 * full
+    assert roomy.planned_bytes < 8 * GIB and "(~4 full chats)" in "\n".join(roomy.describe())
+    unbounded = plan_memory(shape, [GPU, cpu()], 64 * GIB)
+    assert unbounded.lane("gpu").kv_budget_bytes > 40 * full
 
 
 def test_format_bytes():

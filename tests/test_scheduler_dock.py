@@ -6,6 +6,7 @@ from PySide6.QtCore import QPoint, Qt
 from app.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
+from engine.core.memory import format_bytes
 from engine.core.router import LeastLoadedPolicy
 from engine.models.loader import load_model
 from tests.windows import open_window
@@ -187,6 +188,13 @@ def test_the_dock_shows_the_memory_plan_and_a_lane_left_off(qtbot, tiny_model_di
         assert list(w.engine.lanes) == ["gpu"]
         assert "KV" in dock.memory.text() and "per token" in dock.memory.text()
         assert dock.memory.text() == "\n".join(plan.describe())
+        # Beside the plan's limits, what is used now and what the open chats could take.
+        w.new_chat()
+        w.show()
+        dock.show_usage()
+        assert dock.usage.text().startswith("In use now: ")
+        full = format_bytes(2 * plan.context_length * plan.kv_bytes_per_token)
+        assert f"2 open chats at the full context would need {full} of KV" in dock.usage.text()
         card = dock.cards["cpu"]
         assert card.numbers.text().startswith("off:") and "KV" in card.numbers.text()
         assert not card.isEnabled()

@@ -304,10 +304,17 @@ def test_loading_another_model_stops_streaming_answers(qtbot, slow_window, tiny_
 def test_window_layout_is_saved_and_restored(qtbot, tiny_model_dir, db):
     first = _open_window(qtbot, tiny_model_dir, db)
     first.resize(700, 500)  # within the offscreen screen, which restoring clamps to
+    splitter = first.scheduler.splitter
+    default = splitter.sizes()
+    splitter.setSizes([default[0] + 120, default[1] - 120])  # the user drags the dock's splitter
+    dragged = splitter.sizes()
+    assert abs(dragged[0] - default[0]) > 60, (default, dragged)
     first.close()
     again = _open_window(qtbot, tiny_model_dir, db)
     assert (again.width(), again.height()) == (700, 500)
     assert again.store.setting("window.state")
+    restored = again.scheduler.splitter.sizes()
+    assert all(abs(a - b) <= 2 for a, b in zip(restored, dragged)), (restored, dragged)
     again.close()
 
 

@@ -117,6 +117,7 @@ class LaneRequest:
     device: str  # "gpu" or "cpu"
     own_format: str | None = None
     own_format_faster: bool | None = None
+    max_sequences: int | None = None  # its batch slots: KV beyond slots x context is never used
 
 
 @dataclass(slots=True, frozen=True)
@@ -143,6 +144,7 @@ class MemoryPlan:
     # decode faster on the CPU than quantized weights (None: not probed).
     # The model library judges other models with it (catalog.judge).
     dense_faster_on_cpu: bool | None = None
+    context_length: int = 0  # the model's: a "full chat" in describe()
 
     @property
     def planned_bytes(self) -> int:
@@ -157,24 +159,43 @@ class MemoryPlan:
                 return lane
         raise KeyError(name)
 
+    @property
+    def full_chat_bytes(self) -> int:
+        """KV of one chat at the model's whole context (0: context unknown)."""
+        return self.context_length * self.kv_bytes_per_token
+
+    def chats(self, kv_bytes: int) -> str:
+        """'~35 full chats' (or '~432,947 tokens' when the context is unknown)."""
+        if self.full_chat_bytes:
+            return f"~{kv_bytes // self.full_chat_bytes:,} full chats"
+        return f"~{kv_bytes // max(self.kv_bytes_per_token, 1):,} tokens"
+
     def describe(self) -> list[str]:
-        """Short lines for people: budget, weights, KV per token, each lane."""
+        """Short lines for people: the weights, what a chat costs, each lane's
+        room, and that KV is a limit memory grows to, never reserved."""
         readers = [lane.name.upper() for i, lane in enumerate(self.lanes)
                    if i == 0 or (lane.enabled and lane.weight_format == "shared")]
-        lines = [f"Budget {format_bytes(self.budget_bytes)}; weights "
-                 f"{format_bytes(self.shared_weight_bytes)} (shared by {' and '.join(readers)})",
-                 f"KV {format_bytes(self.kv_bytes_per_token)} per token; prefix cache "
-                 f"{format_bytes(self.prefix_cache_bytes)}"]
+        primary = self.lanes[0].weight_format
+        lines = [f"Weights {format_bytes(self.shared_weight_bytes)}"
+                 + (f" ({primary})" if primary not in ("shared", "off") else "")
+                 + f", shared by {' and '.join(readers)}" if len(readers) > 1 else
+                 f"Weights {format_bytes(self.shared_weight_bytes)}"
+                 + (f" ({primary})" if primary not in ("shared", "off") else "")]
+        per_chat = (f": a full {self.context_length:,}-token chat takes "
+                    f"{format_bytes(self.full_chat_bytes)}" if self.full_chat_bytes else "")
+        lines.append(f"KV {format_bytes(self.kv_bytes_per_token)} per token{per_chat}")
         for lane in self.lanes:
             if not lane.enabled:
                 lines.append(f"{lane.name.upper()}: {lane.reason}")
                 continue
-            tokens = lane.kv_budget_bytes // max(self.kv_bytes_per_token, 1)
             own = f" (own copy {format_bytes(lane.weight_bytes)})" if lane.weight_bytes else ""
-            lines.append(f"{lane.name.upper()}: {lane.weight_format} weights{own}, KV "
-                         f"{format_bytes(lane.kv_budget_bytes)} (~{tokens:,} tokens)")
-        lines.append(f"Planned {format_bytes(self.planned_bytes)} of "
-                     f"{format_bytes(self.budget_bytes)}")
+            lines.append(f"{lane.name.upper()}: {lane.weight_format} weights{own}; KV up to "
+                         f"{format_bytes(lane.kv_budget_bytes)} "
+                         f"({self.chats(lane.kv_budget_bytes)})")
+        lines.append(f"Prefix cache up to {format_bytes(self.prefix_cache_bytes)}")
+        lines.append(f"Memory is taken as chats grow, never reserved: at most "
+                     f"{format_bytes(self.planned_bytes)} of the "
+                     f"{format_bytes(self.budget_bytes)} free at load")
         return lines
 
 
@@ -288,9 +309,16 @@ def plan_memory(shape: ModelShape, lanes: list[LaneRequest], budget_bytes: int,
                         f"{format_bytes(min_kv)} a lane should have; the engine runs this "
                         f"lane alone.")
     reasons[primary.name] = primary_why
+    # A lane cannot use more KV than its slots hold at the model's context,
+    # nor the prefix cache more than every lane's KV together.
+    for r in active:
+        if r.max_sequences:
+            kv[r.name] = min(kv[r.name], r.max_sequences * shape.context_length * kv_per_token)
+    prefix = min(prefix, sum(kv[r.name] for r in active))
     enabled = {r.name for r in active}
     plans = tuple(LanePlan(r.name, r.device, r.name in enabled,
                            formats.get(r.name, "off") if r.name in enabled else "off",
                            extras.get(r.name, 0), kv.get(r.name, 0) if r.name in enabled else 0,
                            reasons[r.name]) for r in lanes)
-    return MemoryPlan(budget_bytes, kv_per_token, shared, prefix, plans)
+    return MemoryPlan(budget_bytes, kv_per_token, shared, prefix, plans,
+                      context_length=shape.context_length)

@@ -14,7 +14,7 @@ import functools
 
 import mlx.core as mx
 
-from ..core.laneconfig import LaneSpec
+from ..core.laneconfig import LaneConfig, LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
 from .weights import dense_faster_on_cpu, machine_budget, model_shape
@@ -25,15 +25,16 @@ def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
     out = []
     for spec in specs:
         fmt = spec.weight_format
+        slots = (spec.config or LaneConfig()).max_batch
         if fmt == "auto":
             if spec.device == "cpu" and quantized:
-                out.append(LaneRequest(spec.name, spec.device, "float32", probe()))
+                out.append(LaneRequest(spec.name, spec.device, "float32", probe(), slots))
             else:
-                out.append(LaneRequest(spec.name, spec.device))
+                out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
         elif fmt == loaded.weight_format:
-            out.append(LaneRequest(spec.name, spec.device))
+            out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
         else:  # asked for by name: no probe needed, only room
-            out.append(LaneRequest(spec.name, spec.device, fmt, True))
+            out.append(LaneRequest(spec.name, spec.device, fmt, True, slots))
     return out
 
 
@@ -60,7 +61,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
         # Lanes that want the primary's own format share it once the primary
         # converts in place (two CPU lanes: one float32 copy, not two).
         sharing = [r if i == 0 or r.own_format != wanted or r.device != requests[0].device
-                   else LaneRequest(r.name, r.device) for i, r in enumerate(requests)]
+                   else LaneRequest(r.name, r.device, max_sequences=r.max_sequences)
+                   for i, r in enumerate(requests)]
         converted = plan_memory(shape, sharing, budget, unified_memory=unified)
         if converted.lanes[0].weight_format == wanted:
             plan = converted

@@ -1,0 +1,42 @@
+"""The window's layout kept between runs: its geometry, its docks and the
+splitters inside them (Qt's saveState covers the docks, not a dock's own
+splitters), as settings in the chat database."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray
+from PySide6.QtWidgets import QSplitter
+
+
+def _splitters(window) -> dict[str, QSplitter]:
+    """Every named splitter in the window (objectName is the key)."""
+    return {s.objectName(): s for s in window.findChildren(QSplitter) if s.objectName()}
+
+
+def save_layout(window) -> None:
+    store = window.store
+    store.set_setting("window.geometry", _text(window.saveGeometry()))
+    store.set_setting("window.state", _text(window.saveState()))
+    store.set_setting("window.splitters",
+                      {name: _text(s.saveState()) for name, s in _splitters(window).items()})
+
+
+def restore_layout(window) -> None:
+    store = window.store
+    geometry, state = store.setting("window.geometry"), store.setting("window.state")
+    if geometry:
+        window.restoreGeometry(_bytes(geometry))
+    if state:
+        window.restoreState(_bytes(state))
+    saved = store.setting("window.splitters") or {}
+    for name, splitter in _splitters(window).items():
+        if isinstance(saved, dict) and isinstance(saved.get(name), str):
+            splitter.restoreState(_bytes(saved[name]))
+
+
+def _text(data: QByteArray) -> str:
+    return bytes(data.toBase64()).decode()
+
+
+def _bytes(text: str) -> QByteArray:
+    return QByteArray.fromBase64(text.encode())
