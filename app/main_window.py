@@ -83,7 +83,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.timeout.connect(self.flush_streaming)
         self._flush_timer.start()
 
-        self.server = LocalServer(self)
+        self.server = LocalServer(self, store=self.store)
         self.server.state_changed.connect(self.server_label.setText)
         self.bridge.lane_failed.connect(self.scheduler.show_lane_failed)
         self.session = EngineSession(self, engine_factory, fallback_model)
@@ -95,8 +95,10 @@ class MainWindow(QMainWindow):
 
     def show_engine(self, engine: Engine) -> None:
         """A newly loaded engine is the window's now: say so everywhere."""
-        if self.server.running:  # the API follows the window's model
-            self.server.start(engine)
+        why = self.server.on_engine(engine)  # the API follows the window's model
+        if why:
+            self.statusBar().showMessage(f"Local server not started: {why}", 10_000)
+        self.server_action.setChecked(self.server.running)
         self.model_label.setText(engine.model_info.label)
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lane_info())
         self.device_label.setText(devices)

@@ -9,6 +9,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
 from .paths import file_name_for
+from .server_settings import open_server_settings
 
 
 def build_menus(window) -> None:
@@ -50,6 +51,8 @@ def build_menus(window) -> None:
     window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
                                   window.toggle_server)
     window.server_action.setCheckable(True)
+    window.server_settings_action = action(engine_menu, "Local server settings…", "",
+                                           lambda: open_server_settings(window))
     view = window.menuBar().addMenu("&View")  # a closed dock comes back from here
     for dock in (window.chats_dock, window.scheduler_dock):
         view.addAction(dock.toggleViewAction())

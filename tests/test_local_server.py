@@ -1,11 +1,18 @@
 """The app's Local server under offscreen Qt: a request from the `openai`
 client joins the window's engine next to a chat tab, shows up in the routing
-timeline and the decision log labelled as an API request, and in no tab."""
+timeline and the decision log labelled as an API request, and in no tab; its
+settings (port, an API key kept in the OS keyring, start with Tandem)."""
 
 import threading
 
 import httpx
+import keyring
 import openai
+import pytest
+from keyring.backend import KeyringBackend
+from keyring.backends import fail
+
+from app import keys
 
 from tests.test_server import _free_port
 from tests.windows import open_window, paced_cpu_engine
@@ -69,3 +76,106 @@ def test_the_server_is_off_until_asked_and_says_when_the_port_is_taken(qtbot, ti
         assert not window.server.running and not window.server_action.isChecked()
         assert "in use" in window.statusBar().currentMessage()
     window.close()
+
+
+class MemoryKeyring(KeyringBackend):
+    """An OS keyring stand-in for tests."""
+
+    priority = 1
+
+    def __init__(self):
+        super().__init__()
+        self.saved: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service, name):
+        return self.saved.get((service, name))
+
+    def set_password(self, service, name, secret):
+        self.saved[(service, name)] = secret
+
+    def delete_password(self, service, name):
+        self.saved.pop((service, name), None)
+
+
+def _keyring_fixture(backend):
+    previous = keyring.get_keyring()
+    keyring.set_keyring(backend)
+    keys._session.clear()
+    yield backend
+    keyring.set_keyring(previous)
+    keys._session.clear()
+
+
+@pytest.fixture
+def memory_keyring():
+    yield from _keyring_fixture(MemoryKeyring())
+
+
+@pytest.fixture
+def no_keyring():
+    """A headless Linux (and CI): keyring's backend that fails every call."""
+    yield from _keyring_fixture(fail.Keyring())
+
+
+def _status(url, key=None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"{url}/models", headers=headers, timeout=10).status_code
+
+
+def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
+        qtbot, tiny_model_dir, tmp_path, memory_keyring):
+    from app.server_settings import open_server_settings
+
+    db = tmp_path / "settings.db"
+    window = open_window(qtbot, tiny_model_dir, db)
+    dialog = open_server_settings(window)
+    port = _free_port()
+    dialog.port.setValue(port)
+    assert dialog.url.text() == f"http://127.0.0.1:{port}/v1"
+    assert dialog.key.text() == ""
+    dialog.require_key.setChecked(True)  # a key is made at once
+    key = dialog.key.text()
+    assert key.startswith("tandem-") and len(key) > 30
+    assert "keyring" in dialog.where.text() and "session only" not in dialog.where.text()
+    dialog.start_with.setChecked(True)
+    dialog.accept()
+    assert memory_keyring.saved == {("Tandem", "local-server-api-key"): key}
+    assert window.store.setting("local_server") == {
+        "port": port, "require_key": True, "start_with_tandem": True}
+    assert not window.server.running  # settings alone start nothing
+    window.toggle_server(True)
+    url = window.server.url
+    assert window.server.running and "key required" in window.server_label.text()
+    assert _status(url) == 401 and _status(url, "wrong") == 401 and _status(url, key) == 200
+    window.close()
+    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert key.encode() not in files  # never in the database (or its journal)
+    again = open_window(qtbot, tiny_model_dir, db)  # starts with Tandem, same port and key
+    qtbot.waitUntil(lambda: again.server.running, timeout=10_000)
+    assert again.server_action.isChecked() and again.server.port == port
+    assert _status(url, key) == 200 and _status(url) == 401
+    again.close()
+
+
+def test_without_a_keyring_the_key_lasts_the_session_and_the_user_is_told(
+        qtbot, tiny_model_dir, tmp_path, no_keyring):
+    from app.server_settings import open_server_settings
+
+    db = tmp_path / "nokeyring.db"
+    window = open_window(qtbot, tiny_model_dir, db)
+    dialog = open_server_settings(window)
+    assert "session only" in dialog.where.text()
+    dialog.port.setValue(_free_port())
+    dialog.require_key.setChecked(True)
+    dialog.start_with.setChecked(True)
+    key = dialog.key.text()
+    dialog.accept()
+    assert "session only" in window.statusBar().currentMessage()
+    window.toggle_server(True)
+    assert _status(window.server.url, key) == 200
+    window.close()
+    keys._session.clear()  # a restart: the key is gone
+    again = open_window(qtbot, tiny_model_dir, db)
+    assert not again.server.running and not again.server_action.isChecked()
+    assert "needs an API key" in again.statusBar().currentMessage()
+    again.close()

@@ -1,0 +1,76 @@
+"""Secrets (API keys) in the OS keyring, never in the database or a log.
+
+The `keyring` package picks the system's store: Keychain on macOS, the
+Secret Service (GNOME Keyring, KWallet) on Linux desktops, Credential
+Manager on Windows. Where there is none (a headless Linux, CI) a key lives
+for this session only, and `persistent()` says so, for the user to be told.
+Used by the Local server's key; remote lanes' keys will use it too.
+"""
+
+from __future__ import annotations
+
+SERVICE = "Tandem"
+_session: dict[str, str] = {}  # keys kept in memory where no keyring exists
+
+
+def _keyring():
+    try:
+        import keyring
+        from keyring.backends import fail
+
+        backend = keyring.get_keyring()
+        if isinstance(backend, fail.Keyring):
+            return None
+        return keyring
+    except Exception:  # not installed, or a backend that fails to load
+        return None
+
+
+def persistent() -> bool:
+    """Whether keys outlive this session (an OS keyring is there)."""
+    return _keyring() is not None
+
+
+def backend_name() -> str:
+    ring = _keyring()
+    if ring is None:
+        return "none"
+    return type(ring.get_keyring()).__name__
+
+
+def get(name: str) -> str | None:
+    """The key called `name`, or None."""
+    if name in _session:
+        return _session[name]
+    ring = _keyring()
+    if ring is None:
+        return None
+    try:
+        return ring.get_password(SERVICE, name)
+    except Exception:  # a locked or broken keyring: as if none were stored
+        return None
+
+
+def put(name: str, secret: str) -> bool:
+    """Keep `secret` as `name`. True if it is in the OS keyring; False if it
+    is kept for this session only (no keyring, or the keyring refused)."""
+    ring = _keyring()
+    if ring is not None:
+        try:
+            ring.set_password(SERVICE, name, secret)
+            _session.pop(name, None)
+            return True
+        except Exception:
+            pass
+    _session[name] = secret
+    return False
+
+
+def forget(name: str) -> None:
+    _session.pop(name, None)
+    ring = _keyring()
+    if ring is not None:
+        try:
+            ring.delete_password(SERVICE, name)
+        except Exception:  # not there, or the keyring refused
+            pass
