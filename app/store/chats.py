@@ -269,15 +269,18 @@ class ChatStore:
         """Add a message after `parent_id` (by default the end of the shown
         path; None: a new first message) and show its path."""
         now = time.time()
-        if parent_id is LEAF:
-            parent_id = self.leaf(chat_id)
         message_id = self._next_message
         self._next_message += 1
+        # The end of the shown path is looked up when the write runs (in
+        # order with the writes before it), so adding never has to read.
+        parent = ("(SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE chat_id = ?)) "
+                  "FROM chats WHERE id = ?)", (chat_id, chat_id)) if parent_id is LEAF \
+            else ("?", (parent_id,))
         self._write([
             ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
-             "parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             f"parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, {parent[0]})",
              (message_id, chat_id, role, content, int(complete),
-              json.dumps(stats) if stats else None, now, parent_id)),
+              json.dumps(stats) if stats else None, now, *parent[1])),
             ("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
              (now, message_id, chat_id))])
         return message_id
@@ -302,15 +305,33 @@ class ChatStore:
         return rows[0]["leaf"] if rows else None
 
     def messages(self, chat_id: int) -> list[Message]:
-        """The shown path, first message first (one branch of the tree)."""
-        rows = self._read(
-            "WITH RECURSIVE path(id) AS ("
-            " SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE chat_id = chats.id))"
-            " FROM chats WHERE id = ?"
-            " UNION ALL SELECT m.parent_id FROM messages m JOIN path ON m.id = path.id"
-            " WHERE m.parent_id IS NOT NULL)"
-            " SELECT messages.* FROM messages JOIN path USING (id)"
-            " WHERE messages.chat_id = ? ORDER BY messages.id", (chat_id, chat_id))
+        """The shown path, first message first (one branch of the tree).
+
+        Where a message's parent is missing (rows lost on a damaged page, read
+        from the read-only copy) the path goes on from the newest message
+        before it, as a chat was a line before branches: nothing readable is
+        left out of view."""
+        links = {r["id"]: r["parent_id"] for r in self._read(
+            "SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))}
+        if not links:
+            return []
+        leaf = self.leaf(chat_id)
+        at = leaf if leaf in links else max(links)
+        ordered = sorted(links)
+        path = []
+        while at is not None:
+            path.append(at)
+            parent = links[at]
+            if parent is not None and parent not in links:  # lost: the newest before it
+                below = [i for i in ordered if i < parent]
+                parent = below[-1] if below else None
+            at = parent if parent is None or parent < at else None  # never loops
+        rows: list[sqlite3.Row] = []
+        path.reverse()
+        for start in range(0, len(path), 500):  # SQLite's bound-parameter limit
+            chunk = path[start:start + 500]
+            rows += self._read(f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(chunk))})"
+                               " ORDER BY id", tuple(chunk))
         return [_message(r) for r in rows]
 
     def all_messages(self, chat_id: int) -> list[Message]:
