@@ -25,6 +25,7 @@ class EngineBridge(QObject):
     routed = Signal(object)  # Routed
     migrated = Signal(object)  # Migrated
     tokens = Signal(str, str)  # request_id, text delta (coalesced)
+    thinking = Signal(str, str)  # request_id, a reasoning model's thinking delta (coalesced)
     finished = Signal(object)  # Finished
     lane_sample = Signal(object)  # LaneSample
     memory_planned = Signal(object)  # MemoryPlanned
@@ -65,9 +66,15 @@ class EngineBridge(QObject):
             events = list(self._pending)
             self._pending.clear()
         text: dict[str, list[str]] = {}
+        thought: dict[str, list[str]] = {}
         latest_sample: dict[str, LaneSample] = {}
 
         def flush_text(request_id: str | None = None) -> None:
+            # A request's thinking comes before its answer (so within a flush too).
+            for rid in [request_id] if request_id else list(thought):
+                parts = thought.pop(rid, None)
+                if parts:
+                    self.thinking.emit(rid, "".join(parts))
             for rid in [request_id] if request_id else list(text):
                 parts = text.pop(rid, None)
                 if parts:
@@ -75,7 +82,10 @@ class EngineBridge(QObject):
 
         for event in events:
             if isinstance(event, Token):
-                text.setdefault(event.request_id, []).append(event.text)
+                if event.reasoning:
+                    thought.setdefault(event.request_id, []).append(event.reasoning)
+                if event.text:
+                    text.setdefault(event.request_id, []).append(event.text)
             elif isinstance(event, LaneSample):
                 latest_sample[event.lane] = event
             elif isinstance(event, Finished):

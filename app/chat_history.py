@@ -22,7 +22,9 @@ def load_history(store: ChatStore, chat_id: int) -> History:
     # An answer still marked incomplete was cut (the app was killed, or its
     # tab closed mid-stream): it shows as interrupted, with Continue.
     messages = [{"role": m.role, "content": m.content, "id": m.id,
-                 "interrupted": m.role == "assistant" and not m.complete} for m in stored]
+                 "interrupted": m.role == "assistant" and not m.complete,
+                 "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s")}
+                for m in stored]
     footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                if m.stats and m.stats.get("footer")}
     last = next((m.stats for m in reversed(stored) if m.stats), None) or {}

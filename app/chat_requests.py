@@ -41,6 +41,7 @@ class ChatRequests(QObject):
         self._preparer.ready.connect(self._start)
         bridge = window.bridge
         bridge.tokens.connect(self._on_tokens)
+        bridge.thinking.connect(self._on_thinking)
         bridge.finished.connect(self._on_finished)
         bridge.routed.connect(self._on_routed)
         bridge.migrated.connect(self._on_migrated)
@@ -112,6 +113,11 @@ class ChatRequests(QObject):
         if tab.answer_message_id is not None:
             self._answer_of[handle.request_id] = tab.answer_message_id
 
+    def _on_thinking(self, request_id: str, text: str) -> None:
+        tab = self._tab_of.get(request_id)
+        if tab is not None:
+            tab.append_reasoning(text)
+
     def _on_tokens(self, request_id: str, text: str) -> None:
         tab = self._tab_of.get(request_id)
         if tab is not None:
@@ -126,13 +132,18 @@ class ChatRequests(QObject):
             return
         answer_id = tab.answer_message_id
         tab.finish(finished)
+        last = tab.messages[-1] if tab.messages else {}
         if window.engine is not None:
             tab.show_context(finished.prompt_tokens + finished.output_tokens,
                              window.engine.context_length)
         tab.answer_message_id = None
         if answer_id is not None:
-            text = tab.messages[-1]["content"] if tab.messages[-1]["role"] == "assistant" else ""
-            window.store.update_message(answer_id, text, complete=True, stats={
+            answered = last.get("role") == "assistant"
+            text = last["content"] if answered else ""
+            window.store.update_message(answer_id, text, complete=True,
+                                        reasoning=last.get("reasoning", "") if answered else "",
+                                        stats={
+                "thinking_s": last.get("thinking_s") if answered else None,
                 "footer": format_footer(finished), "reason": finished.reason,
                 "lanes": finished.lanes, "output_tokens": finished.output_tokens,
                 "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
+from . import thinking
 from .chat_settings import ChatSettings
 from .transcript import Transcript
 
@@ -58,6 +61,9 @@ class ChatTab(QWidget):
         # The shown branch before an edit or regenerate was sent: back if it fails.
         self._before: tuple[list[dict], dict[int, str]] | None = None
         self.streaming_text: str | None = None  # the answer being generated
+        self.streaming_reasoning = ""  # a reasoning model's thinking before it
+        self._thinking_since: float | None = None  # monotonic: when thinking began
+        self.thinking_s: float | None = None  # how long it thought (once the answer began)
         self.request_id: str | None = None
         self.stats_lines: list[str] = []
 
@@ -262,6 +268,8 @@ class ChatTab(QWidget):
         self.answer_message_id = message.get("id")
         self.resend_without_user = True
         self.streaming_text = message["content"]
+        self.streaming_reasoning = message.get("reasoning") or ""  # thought before the cut
+        self.thinking_s = message.get("thinking_s")
         self._set_streaming(True)
         self.render()
         self.send_requested.emit(self.conversation())
@@ -342,29 +350,61 @@ class ChatTab(QWidget):
         """Enable sending once a model is loaded."""
         self.send_button.setEnabled(ready and not self.is_streaming)
 
+    def append_reasoning(self, text: str) -> None:
+        """More of a reasoning model's thinking (before its answer)."""
+        if self.streaming_text is None:
+            return
+        if self._thinking_since is None:
+            self._thinking_since = time.monotonic()
+        self.streaming_reasoning += text
+        self._show_stream()
+
     def append_text(self, text: str) -> None:
         if self.streaming_text is None:
             return
+        if self.streaming_reasoning and self.thinking_s is None and text:
+            # The answer begins: the thoughts fold into one line (re-rendered).
+            self.thinking_s = time.monotonic() - (self._thinking_since or time.monotonic())
+            self.transcript.end_streaming()
         self.streaming_text += text
+        self._show_stream()
+
+    def _show_stream(self) -> None:
         if self.isVisible():  # background tabs catch up when shown
-            self.transcript.show_streaming(self.streaming_text)
+            self.transcript.show_streaming(self.stream_markdown())
         else:
             self._stale = True
+
+    def stream_markdown(self) -> str:
+        """What the streaming answer shows: its thinking first, if any."""
+        if not self.streaming_reasoning:
+            return self.streaming_text or ""
+        return thinking.live(self.streaming_reasoning, self.streaming_text or "",
+                             self.thinking_s)
+
+    def _reset_stream(self) -> None:
+        self.streaming_text = None
+        self.streaming_reasoning = ""
+        self._thinking_since = self.thinking_s = None
 
     def finish(self, finished) -> None:
         """The answer is complete (or stopped): keep it and show its stats."""
         answer = self.streaming_text or ""
         self.continue_from = None
         self.transcript.end_streaming()
-        if answer or finished.reason != "error":
+        reasoning = self.streaming_reasoning
+        if reasoning and self.thinking_s is None and self._thinking_since is not None:
+            self.thinking_s = time.monotonic() - self._thinking_since  # it never answered
+        if answer or reasoning or finished.reason != "error":
             self.messages.append({"role": "assistant", "content": answer,
-                                  "id": self.answer_message_id})
+                                  "id": self.answer_message_id, "reasoning": reasoning,
+                                  "thinking_s": self.thinking_s})
             index = len(self.messages) - 1
             self.footers[index] = format_footer(finished)
             self.transcript.add_message(index, self.messages[index], self.footers[index],
                                         self.message_actions(index, self.messages[index]),
                                         version=self.version(index))
-        self.streaming_text = None
+        self._reset_stream()
         self.request_id = None
         self._before = None
         self.footer.setText(format_footer(finished))
@@ -392,7 +432,7 @@ class ChatTab(QWidget):
             self.resend_without_user = False
         elif self.messages and self.messages[-1]["role"] == "user":
             self.composer.setPlainText(self.messages.pop()["content"])
-        self.streaming_text = None
+        self._reset_stream()
         self.request_id = None
         self.footer.setText(f"⚠ {message}")
         self._set_streaming(False)
@@ -401,7 +441,7 @@ class ChatTab(QWidget):
     # ---- rendering --------------------------------------------------------
     def showEvent(self, event):  # noqa: N802
         if self._stale and self.is_streaming:
-            self.transcript.show_streaming(self.streaming_text)
+            self.transcript.show_streaming(self.stream_markdown())
         self._stale = False
         super().showEvent(event)
 
@@ -417,10 +457,14 @@ class ChatTab(QWidget):
         self.transcript.show_messages(self.messages, footers, self.message_actions,
                                       self.version)
         if self.is_streaming:
-            self.transcript.show_streaming(self.streaming_text)
+            self.transcript.show_streaming(self.stream_markdown())
 
     def _on_action(self, kind: str, index: int) -> None:
-        if kind == "copy" and 0 <= index < len(self.code_blocks):
+        if kind == "think" and 0 <= index < len(self.messages):  # open / fold the thoughts
+            message = self.messages[index]
+            message["thinking_open"] = not message.get("thinking_open")
+            self.render()
+        elif kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
         elif kind == "copymsg" and 0 <= index < len(self.messages):
             QGuiApplication.clipboard().setText(self.messages[index]["content"])

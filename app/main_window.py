@@ -208,7 +208,8 @@ class MainWindow(QMainWindow):
         """Write every streaming answer's text so far (at least once a second)."""
         for tab in self.chat_tabs():
             if tab.is_streaming and tab.answer_message_id is not None:
-                self.store.update_message(tab.answer_message_id, tab.streaming_text or "")
+                self.store.update_message(tab.answer_message_id, tab.streaming_text or "",
+                                          reasoning=tab.streaming_reasoning)
 
     def _restore_tabs(self) -> None:
         ids, current = self.store.open_tabs()

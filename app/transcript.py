@@ -23,6 +23,7 @@ from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
                            QTextDocumentFragment, QTextFormat)
 from PySide6.QtWidgets import QTextBrowser
 
+from . import thinking
 from .highlight import CodeHighlighter
 
 MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
@@ -173,7 +174,27 @@ class Transcript(QTextBrowser):
             if not any(kind == "copymsg" for kind, _ in actions):
                 actions.append(("copymsg", "Copy the whole message"))
         body = self._with_copy_links(content) or "*(nothing was written)*"
-        cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
+        reasoning = "" if user else message.get("reasoning") or ""
+        if reasoning:  # a reasoning model's thoughts: one line that opens them
+            opened = bool(message.get("thinking_open"))
+            cursor.insertFragment(_fragment("**Assistant**"))
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._link(cursor, "think", index, ("▾ " if opened else "▸ ")
+                       + thinking.title(message.get("thinking_s"), bool(content)))
+            cursor.setCharFormat(QTextCharFormat())
+            if opened:  # plain text, indented and muted: thoughts, not the answer
+                indent = QTextBlockFormat()
+                indent.setLeftMargin(18)
+                muted = QTextCharFormat()
+                muted.setForeground(self.palette().placeholderText())
+                for paragraph in thinking.paragraphs(reasoning):
+                    cursor.insertBlock(indent, muted)
+                    cursor.insertText(paragraph, muted)
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cursor.insertFragment(_fragment(body if content else
+                                            "*(no answer: it stopped while thinking)*"))
+        else:
+            cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         italic = QTextCharFormat()
         italic.setFontItalic(True)

@@ -205,6 +205,12 @@ class Engine:
     def router_calls(self) -> int:
         return self.director.router_calls
 
+    @property
+    def thinks(self) -> bool:
+        """A reasoning model: its answers can begin with thinking (mlx-lm
+        infers the markers, `<think>` and kin, from the vocabulary)."""
+        return bool(getattr(self.tokenizer, "has_thinking", False))
+
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of `messages` in the model's chat template, ready to answer.
         Message text is data: text that spells a control token stays plain
@@ -234,9 +240,11 @@ class Engine:
 
     def submit(self, messages: list[dict[str, str]] | None = None,
                params: SamplingParams | None = None, tab_id: str | None = None,
-               prompt_ids: list[int] | None = None) -> RequestHandle:
-        """Queue a generation for `messages` (or raw `prompt_ids`)."""
-        from .runtime.textstream import TextStream
+               prompt_ids: list[int] | None = None, thinking: bool = True) -> RequestHandle:
+        """Queue a generation for `messages` (or raw `prompt_ids`). A reasoning
+        model's thinking comes apart from its answer (`Token.reasoning`,
+        `Finished.reasoning`) unless `thinking` is False (raw completions)."""
+        from .runtime.textstream import TextStream, starts_thinking
 
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
@@ -252,7 +260,8 @@ class Engine:
         request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
-        request.text = TextStream(self.tokenizer, params.stop)
+        request.text = TextStream(self.tokenizer, params.stop,
+                                  starts_thinking(self.tokenizer, ids) if thinking else None)
         lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(request, self.cancel)
         with self._lock:

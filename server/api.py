@@ -115,7 +115,8 @@ def _submit(state: ServerState, request: Request, job: Completion):
     try:
         if job.prompt is not None:  # /v1/completions: the raw prompt, as it is
             ids = list(engine.tokenizer.encode(job.prompt))
-            return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}")
+            return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}",
+                                 thinking=False)  # raw text: nothing is split out
         return engine.submit(job.messages, job.params, tab_id=f"api:{who}")
     except EngineError as e:
         if e.kind == "prompt-too-long":
@@ -230,7 +231,10 @@ def make_app(engine, config: ServerConfig | None = None,
         request.state.output_tokens = done.output_tokens  # for the access log
         if done.reason == "error":
             raise APIError(500, done.error or "generation failed", kind="server_error")
-        choice = ({"index": 0, "message": {"role": "assistant", "content": done.text},
+        message = {"role": "assistant", "content": done.text}
+        if done.reasoning:  # a reasoning model's thinking, as llama.cpp and vLLM return it
+            message["reasoning_content"] = done.reasoning
+        choice = ({"index": 0, "message": message,
                    "finish_reason": _finish_reason(done)} if chat else
                   {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
                    "logprobs": None})
@@ -272,10 +276,12 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
     """Server-sent events; a client gone away cancels the request at once."""
     chat, include_usage = job.chat, job.include_usage
 
-    def chunk(delta_or_text, finish=None, usage=None, first=False):
+    def chunk(delta_or_text, finish=None, usage=None, first=False, reasoning=None):
         if chat:
             delta = {"role": "assistant", "content": ""} if first else (
                 {"content": delta_or_text} if delta_or_text is not None else {})
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
         else:
             choices = [{"index": 0, "text": delta_or_text or "", "finish_reason": finish,
@@ -293,8 +299,11 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
         if chat:
             yield chunk(None, first=True)
         async for event in _events(handle):
-            if isinstance(event, Token) and event.text:
-                yield chunk(event.text)
+            if isinstance(event, Token) and (event.text or event.reasoning):
+                if chat and event.reasoning:
+                    yield chunk(event.text or None, reasoning=event.reasoning)
+                elif event.text:
+                    yield chunk(event.text)
             elif isinstance(event, Finished):
                 request.state.output_tokens = event.output_tokens  # for the access log
                 if event.reason == "error":

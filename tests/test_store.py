@@ -104,7 +104,7 @@ def test_a_version_1_database_becomes_a_tree_losing_nothing(tmp_path, read_only)
     _version_1_file(path)
     store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
     try:
-        assert store.schema_version == len(MIGRATIONS) == 2
+        assert store.schema_version == len(MIGRATIONS) == 3
         shown = store.messages(1)
         assert [m.content for m in shown] == ["q1", "a1", "q2", "a2"]
         assert [m.parent_id for m in shown] == [None, 10, 11, 12]
@@ -158,6 +158,12 @@ def test_export_markdown(store):
     assert md.startswith("# Export me\n")
     assert "## You\n\nShow code" in md and "```python\nprint(1)\n```" in md
     assert "> System: Be kind." in md and "*x*" in md
+    assert "<details>" not in md
+    store.add_message(chat.id, "user", "Think first")
+    answer = store.add_message(chat.id, "assistant", "")
+    store.update_message(answer, "42", reasoning="six times seven")
+    md = store.export_markdown(chat.id)
+    assert "<details><summary>Thinking</summary>\n\nsix times seven\n\n</details>\n\n42" in md
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -6,9 +6,9 @@ from engine.runtime.textstream import TextStream
 def _stream_all(loaded, text, stop=()):
     ids = loaded.tokenizer.encode(text, add_special_tokens=False)
     stream = TextStream(loaded.tokenizer, stop)
-    deltas = [stream.add(t) for t in ids]
+    deltas = [stream.add(t)[0] for t in ids]
     if not stream.stopped:
-        deltas.append(stream.finish())
+        deltas.append(stream.finish()[0])
     return deltas, stream
 
 

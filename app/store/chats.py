@@ -52,6 +52,7 @@ class Message:
     stats: dict[str, Any] | None
     created_at: float
     parent_id: int | None = None  # the message it follows (None: a first message)
+    reasoning: str = ""  # a reasoning model's thinking before this answer
 
 
 LEAF = object()  # add_message's default parent: the end of the chat's shown path
@@ -286,9 +287,13 @@ class ChatStore:
         return message_id
 
     def update_message(self, message_id: int, content: str, complete: bool | None = None,
-                       stats: dict[str, Any] | None = None) -> None:
+                       stats: dict[str, Any] | None = None,
+                       reasoning: str | None = None) -> None:
         """Rewrite a message (a streaming answer's flush, or its final text)."""
         sets, args = ["content = ?"], [content]
+        if reasoning is not None:
+            sets.append("reasoning = ?")
+            args.append(reasoning)
         if complete is not None:
             sets.append("complete = ?")
             args.append(int(complete))
@@ -392,7 +397,11 @@ class ChatStore:
             lines += [f"> System: {chat.system_prompt}", ""]
         for m in self.messages(chat_id):
             who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
-            lines += [f"## {who}", "", m.content, ""]
+            lines += [f"## {who}", ""]
+            if m.reasoning:  # folded, as in the app
+                lines += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "",
+                          "</details>", ""]
+            lines += [m.content, ""]
             if m.stats and m.stats.get("footer"):
                 lines += [f"*{m.stats['footer']}*", ""]
         return "\n".join(lines).rstrip() + "\n"
@@ -401,7 +410,7 @@ class ChatStore:
 def _message(r: sqlite3.Row) -> Message:
     return Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
                    json.loads(r["stats"]) if r["stats"] else None, r["created_at"],
-                   r["parent_id"])
+                   r["parent_id"], r["reasoning"])
 
 
 def _chat(row: sqlite3.Row) -> Chat:

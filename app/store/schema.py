@@ -54,6 +54,11 @@ MIGRATIONS = [
     ALTER TABLE chats ADD COLUMN leaf_id INTEGER;
     CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
     """ + BACKFILL_V2,
+    # version 3: a reasoning model's thinking, kept beside its answer (never
+    # sent back to the model as part of the answer).
+    """
+    ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 TABLES = ("chats", "messages", "settings", "open_tabs")

@@ -204,9 +204,11 @@ class Director:
             if reason in ("stop", "length") and request.num_output:
                 self.expected_output += 0.2 * (request.num_output - self.expected_output)
         stream, request.text = request.text, None
-        tail = stream.finish() if stream is not None and reason not in ("cancelled", "error") else ""
-        if tail:
-            self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "", self.clock()))
+        tail, thought = (stream.finish() if stream is not None
+                         and reason not in ("cancelled", "error") else ("", ""))
+        if tail or thought:
+            self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "",
+                            self.clock(), reasoning=thought))
         end = self.clock()
         first = request.first_token_at
         tpot = ((end - first) / (request.num_output - 1)
@@ -219,4 +221,5 @@ class Director:
             ttft_s=first - request.submitted_at if first is not None else None,
             time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
             lanes=tuple(request.lane_history), error=error, time=end,
-            prefix_note=request.prefix_note))
+            prefix_note=request.prefix_note,
+            reasoning=stream.reasoning if stream is not None else ""))

@@ -53,12 +53,14 @@ class Migrated(Event):
 
 @dataclass(slots=True, frozen=True)
 class Token(Event):
-    """One sampled token and the text it completes (may be '' mid-character)."""
+    """One sampled token and the text it completes (may be '' mid-character):
+    `text` of the answer, `reasoning` of a reasoning model's thinking."""
 
     token_id: int
     text: str
     lane: str
     time: float = field(default_factory=now)
+    reasoning: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -88,6 +90,7 @@ class Finished(Event):
     error: str | None = None
     time: float = field(default_factory=now)
     prefix_note: str | None = None  # set when the prefix cache cannot serve this model
+    reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -42,8 +42,9 @@ def settle(scheduler: "LaneScheduler", plan: StepPlan, outcome: StepOutcome,
         stream = request.text
         if stream is None or token in stop_ids:
             continue  # a stop token is never shown
-        text = stream.add(token)
-        tokens.append(Token(request.request_id, request.tab_id, token, text, lane, t))
+        text, reasoning = stream.add(token)
+        tokens.append(Token(request.request_id, request.tab_id, token, text, lane, t,
+                            reasoning=reasoning))
         if stream.stopped:  # a stop string: the answer ends here
             if reason is None:
                 stopped.append(request)
