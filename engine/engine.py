@@ -34,6 +34,7 @@ from .runtime.cachekinds import cache_profile
 from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 from .runtime.placement import plan_lanes
+from .runtime.textstream import thinking_format
 from .runtime.prefix import PrefixCache
 from .watchdog import WARM_UP_S, WATCHDOG_S, watch
 
@@ -84,6 +85,7 @@ class Engine:
         self.model_info = loaded
         self.generation_defaults = loaded.generation_defaults  # the model's own (gendefaults.py)
         self.tokenizer = loaded.tokenizer
+        self.thinking_format = thinking_format(loaded.tokenizer)  # None: it does not think
         self.context_length = loaded.context_length
         self.worker_nice = worker_nice
         self.watchdog_s = watchdog_s
@@ -207,9 +209,9 @@ class Engine:
 
     @property
     def thinks(self) -> bool:
-        """A reasoning model: its answers can begin with thinking (mlx-lm
-        infers the markers, `<think>` and kin, from the vocabulary)."""
-        return bool(getattr(self.tokenizer, "has_thinking", False))
+        """A reasoning model: its answers can begin with thinking (`<think>`
+        and the other markers mlx-lm infers, or gpt-oss's channels)."""
+        return self.thinking_format is not None
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of `messages` in the model's chat template, ready to answer.
@@ -244,7 +246,7 @@ class Engine:
         """Queue a generation for `messages` (or raw `prompt_ids`). A reasoning
         model's thinking comes apart from its answer (`Token.reasoning`,
         `Finished.reasoning`) unless `thinking` is False (raw completions)."""
-        from .runtime.textstream import TextStream, starts_thinking
+        from .runtime.textstream import TextStream
 
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
@@ -261,7 +263,7 @@ class Engine:
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop,
-                                  starts_thinking(self.tokenizer, ids) if thinking else None)
+                                  self.thinking_format if thinking else None, ids)
         lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(request, self.cancel)
         with self._lock:

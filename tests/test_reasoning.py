@@ -157,3 +157,34 @@ def test_thoughts_stream_then_fold_when_the_answer_starts(qtbot):
     shown = tab.transcript.toPlainText()
     assert "▸ Thought for" in shown and "The answer." in shown and "First I look." not in shown
     assert tab.thinking_s is not None
+
+
+def test_gpt_oss_channels_are_thinking_and_answer(tmp_path):
+    """gpt-oss writes its thinking in the harmony format's analysis channel
+    and its answer in the final one (the markers are special tokens, in the
+    decoded text): the same split, through a tokenizer with those tokens."""
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from engine.runtime.textstream import TextStream, thinking_format
+    from tests.tiny_model import CORPUS
+
+    harmony = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"] + harmony, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|return|>").save_pretrained(
+        tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    fmt = thinking_format(tokenizer)
+    assert fmt is not None
+    out = (f"<|channel|>analysis<|message|>{THOUGHT}<|end|>"
+           f"<|start|>assistant<|channel|>final<|message|>{ANSWER}")
+    stream = TextStream(tokenizer, (), fmt, tokenizer.encode("<|start|>assistant"))
+    parts = [stream.add(t) for t in tokenizer.encode(out)] + [stream.finish()]
+    assert "".join(p[0] for p in parts) == ANSWER
+    assert "".join(p[1] for p in parts) == stream.reasoning == THOUGHT

@@ -3,19 +3,61 @@ a reasoning model's thinking apart from its answer."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlx_lm.generate import TextStateMachine
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+# gpt-oss's harmony format: thinking is the "analysis" channel, the answer the
+# "final" one; the markers between them are dropped.
+HARMONY = {"normal": [("<|channel|>analysis<|message|>", "reasoning"),
+                      ("<|start|>assistant", "normal"),
+                      ("<|channel|>final<|message|>", "normal")],
+           "reasoning": [("<|end|>", "normal")]}
 
-def starts_thinking(tokenizer: TokenizerWrapper, prompt_ids: list[int]) -> bool | None:
-    """Where a reasoning model's answer begins: inside its thinking (True: the
-    chat template opened `<think>` at the end of the prompt, as DeepSeek-R1's
-    does), outside it (False: the model writes `<think>` itself, as Qwen3
-    does), or None for a model that does not think (mlx-lm infers the markers
-    from the vocabulary: `<think>`, `<|channel>thought`, ...)."""
-    if not getattr(tokenizer, "has_thinking", False):
+
+@dataclass(frozen=True)
+class ThinkingFormat:
+    """How a reasoning model marks its thinking: the text state machine's
+    transitions, and the marker tokens that say whether a prompt ends inside
+    thinking (a template that opens it for the model)."""
+
+    transitions: dict
+    opens: tuple[int, ...]
+    closes: tuple[int, ...]
+
+    def starts_inside(self, prompt_ids: list[int]) -> bool:
+        return _rfind(prompt_ids, self.opens) > _rfind(prompt_ids, self.closes)
+
+
+def thinking_format(tokenizer: TokenizerWrapper) -> ThinkingFormat | None:
+    """The model's thinking markers: those mlx-lm infers from the vocabulary
+    (`<think>`, `<|channel>thought`, ...), else gpt-oss's harmony channels;
+    None for a model that does not think. Read once per model (a vocabulary
+    can hold 200k entries)."""
+    if getattr(tokenizer, "has_thinking", False):
+        return ThinkingFormat({"normal": [(tokenizer.think_start, "reasoning")],
+                               "reasoning": [(tokenizer.think_end, "normal")]},
+                              tuple(tokenizer.think_start_tokens),
+                              tuple(tokenizer.think_end_tokens))
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:
         return None
-    return tokenizer.rfind_think_start(prompt_ids) > tokenizer.rfind_think_end(prompt_ids)
+    if all(t in vocab for t in ("<|channel|>", "<|message|>", "<|end|>", "<|start|>")):
+        encode = tokenizer.encode
+        return ThinkingFormat(HARMONY, tuple(encode(HARMONY["normal"][0][0],
+                                                    add_special_tokens=False)),
+                              tuple(encode("<|end|>", add_special_tokens=False)))
+    return None
+
+
+def _rfind(tokens: list[int], sequence: tuple[int, ...]) -> int:
+    n = len(sequence)
+    for i in range(len(tokens) - n, -1, -1):
+        if n and tuple(tokens[i:i + n]) == sequence:
+            return i
+    return -1
 
 
 class TextStream:
@@ -27,10 +69,11 @@ class TextStream:
     For a reasoning model (`thinking` not None) mlx-lm's text state machine
     splits the text at the thinking markers, which it strips: `add` returns
     (answer delta, thinking delta). Stop strings apply to the answer.
+    `prompt_ids` says whether the answer begins inside thinking.
     """
 
     def __init__(self, tokenizer: TokenizerWrapper, stop: tuple[str, ...] = (),
-                 thinking: bool | None = None):
+                 thinking: ThinkingFormat | None = None, prompt_ids: list[int] = ()):
         # A fresh streaming detokenizer, sharing the wrapper's token map.
         self._detok = tokenizer.detokenizer
         self._stop = stop
@@ -41,10 +84,9 @@ class TextStream:
         self.stopped = False
         self._machine = None
         if thinking is not None:
-            self._machine = TextStateMachine({
-                "normal": [(tokenizer.think_start, "reasoning")],
-                "reasoning": [(tokenizer.think_end, "normal")]})
-            self._state = self._machine.make_state("reasoning" if thinking else "normal")
+            self._machine = TextStateMachine(thinking.transitions)
+            inside = thinking.starts_inside(list(prompt_ids))
+            self._state = self._machine.make_state("reasoning" if inside else "normal")
 
     @property
     def text(self) -> str:
