@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabWidget
 
 from .bridge import EngineBridge
+from .chat_files import write_export
 from .chat_history import load_history, show_version
 from .chat_requests import ChatRequests
 from .chat_tab import ChatTab
@@ -199,10 +200,8 @@ class MainWindow(QMainWindow):
             self.set_mode("hybrid" if self.engine.mode == "gpu-only" else "gpu-only")
 
     def export_chat(self, tab: ChatTab, path: str | Path) -> Path:
-        """Write the chat as Markdown."""
-        path = Path(path)
-        path.write_text(self.store.export_markdown(tab.chat_id), encoding="utf-8")
-        return path
+        """Write the chat as Markdown (as JSON when `path` ends in .json)."""
+        return write_export(self.store, tab.chat_id, path)
 
     def flush_streaming(self) -> None:
         """Write every streaming answer's text so far (at least once a second)."""

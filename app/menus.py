@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from PySide6.QtCore import QStandardPaths, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog
 
-from .paths import file_name_for
+from .chat_files import export_current, import_chosen
 from .server_settings import open_server_settings
 
 
@@ -28,7 +25,10 @@ def build_menus(window) -> None:
     window.close_action = action(chat, "Close chat", QKeySequence.Close,
                                  lambda: close_current(window))
     window.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
-                                  lambda: export_current(window))
+                                  lambda: export_current(window, "md"))
+    window.export_json_action = action(chat, "Export as JSON…", "",
+                                       lambda: export_current(window, "json"))
+    window.import_action = action(chat, "Import chat…", "", lambda: import_chosen(window))
     chat.addSeparator()
     window.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
                                 lambda: stop_current(window))
@@ -77,16 +77,3 @@ def cycle_tab(window, step: int) -> None:
     tabs = window.tabs
     if tabs.count():
         tabs.setCurrentIndex((tabs.currentIndex() + step) % tabs.count())
-
-
-def export_current(window) -> None:
-    tab = window.current_tab()
-    if tab is None:
-        return
-    folder = (QStandardPaths.writableLocation(QStandardPaths.DocumentsLocation)
-              or str(Path.home()))  # not wherever the app was started from
-    name = file_name_for(tab.title)
-    path, _ = QFileDialog.getSaveFileName(window, "Export chat", str(Path(folder) / f"{name}.md"),
-                                          "Markdown (*.md)")
-    if path:
-        window.export_chat(tab, path)

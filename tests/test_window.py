@@ -240,7 +240,7 @@ def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, slow_window):
 def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
     from PySide6.QtGui import QKeySequence
 
-    import app.menus as menus
+    import app.chat_files as chat_files
 
     assert window.new_action.shortcut() == QKeySequence(QKeySequence.New)
     assert window.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")
@@ -259,7 +259,7 @@ def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     # Export… offers the Documents folder (or home), not the app's working directory.
     offered = []
-    monkeypatch.setattr(menus.QFileDialog, "getSaveFileName", staticmethod(
+    monkeypatch.setattr(chat_files.QFileDialog, "getSaveFileName", staticmethod(
         lambda parent, title, where, kinds: offered.append(where) or (str(tmp_path / "x.md"), "")))
     window.export_action.trigger()
     assert Path(offered[0]).is_absolute() and Path(offered[0]).parent != Path.cwd()

@@ -303,6 +303,27 @@ class ChatStore:
         self._write([(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?",
                       (*args, message_id))])
 
+    def add_tree(self, chat_id: int, messages: list[dict], leaf: int) -> dict[int, int]:
+        """Add messages ({id, parent, role, content, reasoning, complete,
+        stats}; parents first) in one transaction, renumbered; the branch
+        ending at `leaf` is shown. Returns the old id -> new id map."""
+        now = time.time()
+        new_id: dict[int, int] = {}
+        ops = []
+        for m in messages:
+            new_id[m["id"]] = message_id = self._next_message
+            self._next_message += 1
+            ops.append(("INSERT INTO messages (id, chat_id, role, content, complete, stats, "
+                        "created_at, parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (message_id, chat_id, m["role"], m["content"], int(m["complete"]),
+                         json.dumps(m["stats"]) if m["stats"] else None, now,
+                         new_id[m["parent"]] if m["parent"] is not None else None,
+                         m["reasoning"])))
+        ops.append(("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
+                    (now, new_id.get(leaf), chat_id)))
+        self._write(ops)
+        return new_id
+
     def leaf(self, chat_id: int) -> int | None:
         """The last message of the chat's shown path (None: no messages)."""
         rows = self._read("SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE "
