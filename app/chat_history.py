@@ -23,11 +23,13 @@ def load_history(store: ChatStore, chat_id: int) -> History:
     # tab closed mid-stream): it shows as interrupted, with Continue.
     messages = [{"role": m.role, "content": m.content, "id": m.id,
                  "interrupted": m.role == "assistant" and not m.complete,
-                 "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s")}
+                 "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s"),
+                 "attachments": (m.stats or {}).get("attachments")}
                 for m in stored]
     footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                if m.stats and m.stats.get("footer")}
-    last = next((m.stats for m in reversed(stored) if m.stats), None) or {}
+    last = next((m.stats for m in reversed(stored)
+                 if m.stats and "prompt_tokens" in m.stats), None) or {}
     return History(messages, footers, store.versions(chat_id),
                    last.get("prompt_tokens", 0) + last.get("output_tokens", 0))
 

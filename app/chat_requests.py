@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from engine import EngineError, SamplingParams
 
+from .attachment_bar import AttachmentLoader
 from .chat_tab import ChatTab, format_footer
 from .prompt_prep import PromptPreparer
 
@@ -39,6 +40,8 @@ class ChatRequests(QObject):
         self._answer_of: dict[str, int] = {}  # request id -> its stored answer
         self._preparer = PromptPreparer(self)
         self._preparer.ready.connect(self._start)
+        self._loader = AttachmentLoader(self)
+        self._loader.loaded.connect(self._attached)
         bridge = window.bridge
         bridge.tokens.connect(self._on_tokens)
         bridge.thinking.connect(self._on_thinking)
@@ -55,6 +58,21 @@ class ChatRequests(QObject):
             return
         # Tokenising runs off the GUI thread; the request starts in _start.
         self._preparer.start(tab, engine, messages, tab.continue_from)
+
+    def attach(self, tab: ChatTab, paths: list[str]) -> None:
+        """Read files for `tab` off the GUI thread and count their tokens with
+        the model's tokenizer (a rough count while no model is loaded)."""
+        engine = self._window.engine
+        tokenizer = engine.tokenizer if engine is not None else None
+        count = ((lambda text: len(tokenizer.encode(text))) if tokenizer is not None
+                 else (lambda text: len(text) // 3))
+        for path in paths:
+            tab.attachment_bar.pending += 1
+            self._loader.load(tab, path, count)
+
+    def _attached(self, tab: ChatTab, attachment) -> None:
+        if tab in self._window.chat_tabs():  # not closed meanwhile
+            tab.attached(attachment)
 
     def stop(self, tab: ChatTab) -> None:
         engine = self._window.engine
@@ -96,9 +114,11 @@ class ChatRequests(QObject):
         # Each message follows the one before it in the tab: after an edit or
         # a regenerate that makes it a new version (a branch), nothing deleted.
         if not tab.resend_without_user:
+            files = tab.messages[-1].get("attachments")
             tab.messages[-1]["id"] = store.add_message(
                 tab.chat_id, "user", messages[-1]["content"],
-                parent_id=tab.parent_id(len(tab.messages) - 1))
+                parent_id=tab.parent_id(len(tab.messages) - 1),
+                stats={"attachments": files} if files else None)
         tab.resend_without_user = False
         if tab.continue_from is None:
             tab.answer_message_id = store.add_message(tab.chat_id, "assistant", "",

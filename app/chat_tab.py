@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
 from . import thinking
+from .attach_files import join_message, split_message
+from .attachment_bar import AttachmentBar
 from .chat_settings import ChatSettings
 from .transcript import Transcript
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends; Shift+Enter inserts a new line."""
+    """Enter sends; Shift+Enter inserts a new line; files dropped (or pasted
+    as files) are attached, not typed in as their paths."""
 
     submitted = Signal()
+    files_dropped = Signal(list)  # local paths
+
+    @staticmethod
+    def _files(source) -> list[str]:
+        urls = source.urls() if source.hasUrls() else []
+        return [u.toLocalFile() for u in urls if u.isLocalFile()]
+
+    def canInsertFromMimeData(self, source):  # noqa: N802
+        return bool(self._files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source):  # noqa: N802
+        files = self._files(source)
+        if files:
+            self.files_dropped.emit(files)
+        else:
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, event):  # noqa: N802 (Qt naming)
         if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not (
@@ -32,6 +52,7 @@ class ChatTab(QWidget):
     the window submits to the engine and feeds events back."""
 
     send_requested = Signal(object)
+    attach_requested = Signal(list)  # local paths to read and attach
     stop_requested = Signal()
     settings_changed = Signal()  # system prompt or sampling settings edited
     model_defaults_requested = Signal()  # "Model defaults": show the model's again
@@ -57,7 +78,7 @@ class ChatTab(QWidget):
         # Message id -> the ids of its versions (itself included), for ‹ 2/3 ›.
         self.versions: dict[int, list[int]] = dict(versions or {})
         self.editing: int | None = None  # the user message being edited (index)
-        self._draft = ""  # the composer's text before an edit, back on Esc
+        self._draft: tuple[str, list] = ("", [])  # the composer before an edit, back on Esc
         # The shown branch before an edit or regenerate was sent: back if it fails.
         self._before: tuple[list[dict], dict[int, str]] | None = None
         self.streaming_text: str | None = None  # the answer being generated
@@ -124,6 +145,14 @@ class ChatTab(QWidget):
         self.stop_button.setEnabled(False)
         self.regenerate_button = QPushButton("Regenerate")
         self.edit_button = QPushButton("Edit last")
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setToolTip("Attach text, code, Markdown or PDF files (or drop "
+                                      "them on the chat)")
+        self.attach_button.clicked.connect(self._choose_files)
+        self.attachment_bar = AttachmentBar()
+        self.attachment_bar.changed.connect(self.check_fit)
+        self.composer.files_dropped.connect(self.attach_requested.emit)
+        self.setAcceptDrops(True)
         self.regenerate_button.setToolTip("Answer the last message again (or use the "
                                           "Regenerate link under any answer)")
         self.edit_button.setToolTip("Put your last message back in the composer to edit and "
@@ -137,6 +166,7 @@ class ChatTab(QWidget):
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
         buttons = QHBoxLayout()
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         buttons.addWidget(self.edit_button)
         buttons.addWidget(self.regenerate_button)
@@ -147,6 +177,7 @@ class ChatTab(QWidget):
         layout.addWidget(self.settings_row)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.edit_row)
+        layout.addWidget(self.attachment_bar)
         layout.addWidget(self.composer)
         layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
         layout.addLayout(buttons)
@@ -163,7 +194,13 @@ class ChatTab(QWidget):
     # ---- user actions -----------------------------------------------------
     def send(self) -> None:
         text = self.composer.toPlainText().strip()
-        if not text or not self.send_button.isEnabled() or self.is_streaming:
+        files = self.attachment_bar.files
+        if (not text and not files) or not self.send_button.isEnabled() or self.is_streaming:
+            return
+        if self.attachment_bar.pending:
+            self.footer.setText("Still reading the attached files…")
+            return
+        if not self.check_fit():
             return
         if self.editing is not None:  # the edit becomes a new version of that message
             index = self.editing
@@ -171,12 +208,56 @@ class ChatTab(QWidget):
             self._branch_at(index)
             self.render()
         self.composer.clear()
-        self.messages.append({"role": "user", "content": text})
+        content, record = join_message(text, files)
+        self.attachment_bar.clear()
+        self.messages.append({"role": "user", "content": content, "attachments": record})
         self.transcript.add_message(len(self.messages) - 1, self.messages[-1], None)
         self.streaming_text = ""
         self._set_streaming(True)
         self.transcript.show_streaming("")
         self.send_requested.emit(self.conversation())
+
+    # ---- attachments ----------------------------------------------------------
+    def _choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Attach files", str(Path.home()),
+            "Text, code, Markdown and PDF (*.txt *.md *.markdown *.py *.js *.ts *.json *.yaml "
+            "*.yml *.toml *.csv *.html *.css *.c *.h *.cpp *.rs *.go *.java *.sh *.sql *.pdf);;"
+            "All files (*)")
+        if paths:
+            self.attach_requested.emit(paths)
+
+    def dragEnterEvent(self, event):  # noqa: N802
+        if Composer._files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):  # noqa: N802
+        files = Composer._files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.attach_requested.emit(files)
+
+    def attached(self, attachment) -> None:
+        """A file read for this chat: attached, or why it cannot be."""
+        self.attachment_bar.pending = max(self.attachment_bar.pending - 1, 0)
+        if attachment.error:
+            self.footer.setText(f"⚠ {attachment.name} was not attached: {attachment.error}")
+        else:
+            self.attachment_bar.add(attachment)
+
+    def check_fit(self) -> bool:
+        """Whether the attached files fit in what the chat has left of the
+        model's context; if not, they are marked and the footer says so."""
+        context = self.context_meter.maximum() if self.context_meter.maximum() > 1 else 0
+        files = self.attachment_bar.tokens
+        fits = not context or not files or self.context_used + files < context
+        self.attachment_bar.mark_over(not fits)
+        if not fits:
+            self.footer.setText(
+                f"⚠ The attached files are ~{files:,} tokens: this chat already uses "
+                f"{self.context_used:,} of the model's {context:,}. Remove a file or start "
+                f"a new chat.")
+        return fits
 
     def _toggle_settings(self, shown: bool) -> None:
         self.settings_row.setVisible(shown)
@@ -296,9 +377,9 @@ class ChatTab(QWidget):
                 or self.messages[index]["role"] != "user"):
             return
         if self.editing is None:
-            self._draft = self.composer.toPlainText()
+            self._draft = (self.composer.toPlainText(), list(self.attachment_bar.files))
         self.editing = index
-        self.composer.setPlainText(self.messages[index]["content"])
+        self._put_back(self.messages[index])
         self.composer.moveCursor(QTextCursor.End)
         self.composer.setFocus()
         self.edit_row.setVisible(True)
@@ -308,10 +389,17 @@ class ChatTab(QWidget):
         if self.editing is None:
             return False
         self._end_edit()
-        self.composer.setPlainText(self._draft)
+        text, files = self._draft
+        self.composer.setPlainText(text)
+        self.attachment_bar.set_files(files)
         self.composer.setFocus()
         return True
 
+    def _put_back(self, message: dict) -> None:
+        """A user message back in the composer: its words, and its files attached."""
+        text, files = split_message(message["content"], message.get("attachments") or [])
+        self.composer.setPlainText(text)
+        self.attachment_bar.set_files(files)
     def _end_edit(self) -> None:
         self.editing = None
         self.edit_row.setVisible(False)
@@ -415,8 +503,8 @@ class ChatTab(QWidget):
         (an edit or a regenerate: the branch shown before it comes back)."""
         if self._before is not None:
             if not self.resend_without_user and self.messages[-1]["role"] == "user":
-                # An edit: still being edited, its text in the composer.
-                self.composer.setPlainText(self.messages[-1]["content"])
+                # An edit: still being edited, its text (and files) in the composer.
+                self._put_back(self.messages[-1])
                 self.editing = len(self.messages) - 1
                 self.edit_row.setVisible(True)
             self.messages, self.footers = self._before
@@ -431,7 +519,7 @@ class ChatTab(QWidget):
         elif self.resend_without_user:  # a regenerate: its user turn stays where it is
             self.resend_without_user = False
         elif self.messages and self.messages[-1]["role"] == "user":
-            self.composer.setPlainText(self.messages.pop()["content"])
+            self._put_back(self.messages.pop())
         self._reset_stream()
         self.request_id = None
         self.footer.setText(f"⚠ {message}")

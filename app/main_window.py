@@ -144,6 +144,7 @@ class MainWindow(QMainWindow):
             t.apply_model_defaults(self.engine.generation_defaults.as_dict())))
         tab.send_requested.connect(lambda messages, t=tab: self.requests.submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self.requests.stop(t))
+        tab.attach_requested.connect(lambda paths, t=tab: self.requests.attach(t, paths))
         tab.version_requested.connect(lambda message_id, t=tab: show_version(self, t, message_id))
         tab.set_ready(self.engine is not None)
         tab.context_used = history.context_used

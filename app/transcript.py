@@ -24,6 +24,7 @@ from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from . import thinking
+from .attach_files import describe_record, split_message
 from .highlight import CodeHighlighter
 
 MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
@@ -165,6 +166,9 @@ class Transcript(QTextBrowser):
         self.message_starts[index] = cursor.position()
         user = message["role"] == "user"
         content = message["content"]
+        files = (message.get("attachments") or []) if user else []
+        if files:  # the words are shown; each file is one line (the model reads it all)
+            content = split_message(content, files)[0]
         actions = list(actions) if actions is not None else (
             [("edit", "Edit")] if user else [("regen", "Regenerate")])
         if len(content) > SHOWN_CHARS:
@@ -194,7 +198,11 @@ class Transcript(QTextBrowser):
             cursor.insertFragment(_fragment(body if content else
                                             "*(no answer: it stopped while thinking)*"))
         else:
-            cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n{body}"))
+            cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n"
+                                            + (body if content or not files else "")))
+        for f in files:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cursor.insertText(f"File: {describe_record(f)}", QTextCharFormat())
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         italic = QTextCharFormat()
         italic.setFontItalic(True)

@@ -130,6 +130,17 @@ def _stats(raw: Any) -> dict | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and \
                 0 <= value < 1e7:
             out[key] = float(value)
+    files = raw.get("attachments")
+    if isinstance(files, list):
+        kept = [{"name": f["name"][:255], "size": f["size"], "tokens": f.get("tokens"),
+                 "start": f["start"], "end": f["end"]} for f in files[:100]
+                if isinstance(f, dict) and isinstance(f.get("name"), str)
+                and all(isinstance(f.get(k), int) and not isinstance(f.get(k), bool)
+                        and f[k] >= 0 for k in ("size", "start", "end"))
+                and f["start"] <= f["end"]
+                and (f.get("tokens") is None or isinstance(f.get("tokens"), int))]
+        if kept:
+            out["attachments"] = kept
     lanes = raw.get("lanes")
     if isinstance(lanes, list) and all(isinstance(p, list) and len(p) == 2 and
                                        all(isinstance(x, str) for x in p) for p in lanes):
