@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
@@ -527,6 +527,11 @@ class ChatTab(QWidget):
         self.render()
 
     # ---- rendering --------------------------------------------------------
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.PaletteChange and hasattr(self, "transcript"):
+            self.render()  # links and code colours are set when rendered
+        super().changeEvent(event)
+
     def showEvent(self, event):  # noqa: N802
         if self._stale and self.is_streaming:
             self.transcript.show_streaming(self.stream_markdown())

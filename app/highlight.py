@@ -10,6 +10,16 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import Comment, Keyword, Name, Number, Operator, String
 from pygments.util import ClassNotFound
 
+_DARK = [  # (token type, colour, bold) on a dark background (GitHub's dark set)
+    (Comment, "#8b949e", False),
+    (Keyword, "#ff7b72", True),
+    (String, "#a5d6ff", False),
+    (Number, "#79c0ff", False),
+    (Name.Function, "#d2a8ff", False),
+    (Name.Class, "#d2a8ff", True),
+    (Name.Builtin, "#79c0ff", False),
+    (Operator, "#ff7b72", False),
+]
 _STYLE = [  # (token type, colour, bold)
     (Comment, "#6a737d", False),
     (Keyword, "#d73a49", True),
@@ -43,9 +53,20 @@ class CodeHighlighter(QSyntaxHighlighter):
 
     def __init__(self, document):
         super().__init__(document)
-        self._formats = [(token, _format(color, bold)) for token, color, bold in _STYLE]
+        self._dark = None
+        self._formats = []
+
+    def _style(self) -> None:
+        from .theme import is_dark
+
+        dark = is_dark()
+        if dark != self._dark:  # the app's theme decides (set before a re-render)
+            self._dark = dark
+            self._formats = [(token, _format(color, bold))
+                             for token, color, bold in (_DARK if dark else _STYLE)]
 
     def format_for(self, token_type) -> QTextCharFormat | None:
+        self._style()
         for token, fmt in self._formats:
             if token_type in token:
                 return fmt

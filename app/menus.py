@@ -7,6 +7,7 @@ from PySide6.QtGui import QAction, QKeySequence
 
 from .chat_files import export_current, import_chosen
 from .server_settings import open_server_settings
+from .theme import build_theme_menu
 
 
 def build_menus(window) -> None:
@@ -56,6 +57,7 @@ def build_menus(window) -> None:
     view = window.menuBar().addMenu("&View")  # a closed dock comes back from here
     for dock in (window.chats_dock, window.scheduler_dock):
         view.addAction(dock.toggleViewAction())
+    build_theme_menu(window, view)
 
 
 # ---- what the Chat menu's actions do to the current tab ----------------------------------
