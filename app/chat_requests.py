@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from engine import EngineError, SamplingParams
 
+from . import tab_badges
 from .attachment_bar import AttachmentLoader
 from .chat_tab import ChatTab, format_footer
 from .prompt_prep import PromptPreparer
@@ -152,6 +153,7 @@ class ChatRequests(QObject):
             return
         answer_id = tab.answer_message_id
         tab.finish(finished)
+        tab_badges.finished(window, tab)
         last = tab.messages[-1] if tab.messages else {}
         if window.engine is not None:
             tab.show_context(finished.prompt_tokens + finished.output_tokens,

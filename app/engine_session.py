@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMainWindow
 from engine import EngineError
 
 from .engine_loader import EngineCloser, EngineLoader, load_engine
+from .status_bar import show_lanes_starting, show_loading
 
 if TYPE_CHECKING:
     from engine import Engine
@@ -41,7 +42,7 @@ class EngineSession(QObject):
 
     def load(self, source: str) -> None:
         self._requested = source
-        self._window.model_label.setText(f"Loading {source}…")
+        show_loading(self._window, f"Loading {source}…")
         self._loader.start(source)
 
     def set_mode(self, mode: str) -> str:
@@ -107,5 +108,6 @@ class EngineSession(QObject):
             self.load(fallback)
             return
         window.model_label.setText(window.engine.model_info.label if window.engine else "No model")
+        show_lanes_starting(window)  # the bar goes (or stays for the old engine's lanes)
         window.statusBar().showMessage(f"Could not load the model: {message}")
         window.model_failed.emit(message)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabWidget
 
+from . import tab_badges
 from .bridge import EngineBridge
 from .chat_files import write_export
 from .chat_history import load_history, show_version
@@ -24,7 +25,7 @@ from .menus import build_menus
 from .paths import default_db_path
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
-from .status_bar import build_status_bar, mode_text
+from .status_bar import build_status_bar, mode_text, show_lanes_starting
 from .store import ChatStore
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([chats_dock, scheduler_dock], [220, 460], Qt.Horizontal)
         self.bridge.lane_sample.connect(self.scheduler.on_lane_sample)
         self.requests = ChatRequests(self)
+        tab_badges.install(self)
         build_status_bar(self)
         self._restore_tabs()
         build_menus(self)
@@ -101,6 +103,7 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Local server not started: {why}", 10_000)
         self.server_action.setChecked(self.server.running)
         self.model_label.setText(engine.model_info.label)
+        show_lanes_starting(self)
         devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lane_info())
         self.device_label.setText(devices)
         self.mode_label.setText(mode_text(engine.mode))

@@ -30,6 +30,7 @@ def build_menus(window) -> None:
     window.export_json_action = action(chat, "Export as JSON…", "",
                                        lambda: export_current(window, "json"))
     window.import_action = action(chat, "Import chat…", "", lambda: import_chosen(window))
+    window.search_action = action(chat, "Search chats", "Ctrl+K", lambda: search_chats(window))
     chat.addSeparator()
     window.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
                                 lambda: stop_current(window))
@@ -79,3 +80,11 @@ def cycle_tab(window, step: int) -> None:
     tabs = window.tabs
     if tabs.count():
         tabs.setCurrentIndex((tabs.currentIndex() + step) % tabs.count())
+
+
+def search_chats(window) -> None:
+    """Ctrl+K: the chat list's search field, shown and ready to type in."""
+    window.chats_dock.show()
+    window.chats_dock.raise_()
+    window.sidebar.search.setFocus()
+    window.sidebar.search.selectAll()

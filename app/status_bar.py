@@ -3,7 +3,7 @@ wait to be saved, a missing OpenBLAS, and the Local server."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QLabel, QProgressBar
 
 from engine import openblas_advice
 
@@ -20,6 +20,11 @@ def build_status_bar(window) -> None:
     """The labels, as the window's `model_label`, `mode_label`,
     `device_label`, `blas_label`, `server_label`, and its `saving` status."""
     bar = window.statusBar()
+    window.load_progress = QProgressBar()  # busy while a model loads and its lanes warm up
+    window.load_progress.setRange(0, 0)
+    window.load_progress.setMaximumWidth(120)
+    window.load_progress.setVisible(False)
+    bar.addPermanentWidget(window.load_progress)
     window.model_label = QLabel("Loading model…")
     window.device_label = QLabel("")
     window.mode_label = QLabel("")
@@ -34,3 +39,31 @@ def build_status_bar(window) -> None:
         bar.showMessage(advice, 30_000)
     window.server_label = QLabel("")
     bar.addPermanentWidget(window.server_label)
+    window.bridge.lane_sample.connect(  # lanes warming up: the bar says which, until done
+        lambda _: not window.load_progress.isHidden() and show_lanes_starting(window))
+
+
+def show_loading(window, text: str) -> None:
+    """A model is loading: say so, with a busy bar."""
+    window.model_label.setText(text)
+    window.load_progress.setVisible(True)
+    window.load_progress.setToolTip(text)
+
+
+def show_lanes_starting(window) -> None:
+    """The engine is loaded; its lanes warm up (a GPU compiles its kernels):
+    the bar stays, and says which, until every lane serves (or failed)."""
+    engine = window.engine
+    if engine is None:
+        window.load_progress.setVisible(False)
+        return
+    starting = [f"{lane.name.upper()} {lane.phase}" for lane in engine.lane_info()
+                if lane.phase in ("starting", "warming up", "calibrating")]
+    window.load_progress.setVisible(bool(starting))
+    label = engine.model_info.label if engine.model_info is not None else ""
+    if starting:
+        text = "getting ready: " + ", ".join(starting)
+        window.load_progress.setToolTip(text)
+        window.model_label.setText(f"{label} ({text})")
+    else:
+        window.model_label.setText(label)

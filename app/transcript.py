@@ -20,7 +20,7 @@ import secrets
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
-                           QTextDocumentFragment, QTextFormat)
+                           QTextDocumentFragment, QTextFormat, QTextFrameFormat)
 from PySide6.QtWidgets import QTextBrowser
 
 from . import thinking
@@ -108,6 +108,7 @@ class Transcript(QTextBrowser):
         self.setOpenExternalLinks(False)
         self._key = secrets.token_hex(16)
         self.setDocument(_InertDocument(self))
+        self.document().setDocumentMargin(10)
         self.highlighter = CodeHighlighter(self.document())
         self.code_blocks: list[str] = []
         self.message_starts: dict[int, int] = {}  # message index -> its document position
@@ -165,6 +166,12 @@ class Transcript(QTextBrowser):
         self._separate(cursor)
         self.message_starts[index] = cursor.position()
         user = message["role"] == "user"
+        if user:  # your messages in a tinted box, set off from the answers
+            box = QTextFrameFormat()
+            box.setBackground(self.palette().alternateBase())
+            box.setPadding(6)
+            box.setBorder(0)
+            cursor = cursor.insertFrame(box).firstCursorPosition()
         content = message["content"]
         files = (message.get("attachments") or []) if user else []
         if files:  # the words are shown; each file is one line (the model reads it all)

@@ -1,5 +1,6 @@
 """The first window under offscreen Qt, driven by qtbot, on the real engine."""
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
 from app.store import ChatStore
+from tests.test_warm_up import held_warm_up  # noqa: F401 (a fixture)
 from tests.windows import open_window as _open_window
 from tests.windows import paced_cpu_engine
 
@@ -424,3 +426,47 @@ def test_quit_asks_while_an_answer_streams_and_cancel_keeps_it(qtbot, slow_windo
     assert window.isVisible() and tab.is_streaming  # Cancel: nothing stopped
     window.close()  # a close from code (an app shutting down, a test) does not ask
     assert len(asked) == 1 and not window.isVisible()
+
+
+def test_a_badge_when_a_background_tab_finishes_and_ctrl_k_searches(qtbot, window):
+    first, second = window.chat_tabs()[0], window.new_chat()
+    assert window.tabs.currentWidget() is second
+    first.composer.setPlainText("hello world")
+    first.send()
+    second.composer.setPlainText("café")
+    second.send()
+    qtbot.waitUntil(lambda: not first.is_streaming and not second.is_streaming, timeout=60_000)
+    index = window.tabs.indexOf(first)
+    assert first.unread and not window.tabs.tabIcon(index).isNull()
+    assert not getattr(second, "unread", False)  # finished in front: no badge
+    assert window.tabs.tabIcon(window.tabs.indexOf(second)).isNull()
+    window.tabs.setCurrentWidget(first)  # seen: the badge goes
+    assert not first.unread and window.tabs.tabIcon(index).isNull()
+    window.show()
+    window.chats_dock.hide()
+    window.search_action.trigger()  # Ctrl+K
+    assert window.chats_dock.isVisible()
+    qtbot.waitUntil(lambda: window.sidebar.search.hasFocus(), timeout=5_000)
+
+
+def test_the_status_bar_shows_loading_until_every_lane_serves(qtbot, tiny_model_dir, tmp_path,
+                                                              held_warm_up):
+    """Loading, then the lanes getting ready (a GPU compiling its kernels is
+    held here), then nothing: the bar goes when every lane serves."""
+    from engine import Engine
+    from engine.models.loader import load_model
+    from tests.test_warm_up import TWO
+
+    gate = held_warm_up["gpu"] = threading.Event()
+    w = MainWindow(str(tiny_model_dir), store=ChatStore(tmp_path / "l.db"),
+                   engine_factory=lambda source: Engine(load_model(source), lanes=TWO))
+    qtbot.addWidget(w)
+    assert not w.load_progress.isHidden() and w.model_label.text().startswith("Loading")
+    with qtbot.waitSignal(w.engine_ready, timeout=60_000):
+        pass
+    qtbot.waitUntil(lambda: "GPU warming up" in w.load_progress.toolTip(), timeout=10_000)
+    assert not w.load_progress.isHidden() and "getting ready" in w.model_label.text()
+    gate.set()
+    qtbot.waitUntil(lambda: w.load_progress.isHidden(), timeout=30_000)
+    assert w.model_label.text() == w.engine.model_info.label
+    w.close()
