@@ -14,6 +14,7 @@ from engine import EngineError, SamplingParams
 from . import tab_badges
 from .attachment_bar import AttachmentLoader
 from .chat_tab import ChatTab, format_footer
+from .hybrid_ledger import note as note_for
 from .prompt_prep import PromptPreparer
 
 
@@ -146,8 +147,18 @@ class ChatRequests(QObject):
 
     def _on_finished(self, finished) -> None:
         window = self._window
-        window.scheduler.timeline.finished(finished.request_id, finished.reason, finished.time)
-        window.scheduler.timeline_view.refresh()
+        dock = window.scheduler
+        outcome = dock.ledger.finished(finished.request_id, finished.reason, finished.e2e_s,
+                                       finished.time, finished.lanes, dock.gpu_lanes)
+        note = note_for(outcome, dock.ledger.summary(finished.time).median_error) \
+            if outcome else ""
+        dock.timeline.finished(finished.request_id, finished.reason, finished.time, note)
+        dock.timeline_view.refresh()
+        if outcome is not None:
+            dock.add_decision(finished.time, self.label(finished), "done",
+                              " → ".join(lane for _, lane in finished.lanes), note,
+                              finished.request_id)
+            dock.show_hybrid_summary()
         tab = self._tab_of.pop(finished.request_id, None)
         if tab is None:
             return
@@ -174,6 +185,9 @@ class ChatRequests(QObject):
     # ---- the Scheduler dock ---------------------------------------------------------
     def _on_routed(self, event) -> None:
         dock = self._window.scheduler
+        if event.phase == "prefill":
+            dock.ledger.routed(event.request_id, event.predicted_done_s, event.predicted_s,
+                               dock.gpu_lanes)
         dock.timeline.routed(event.request_id, self.label(event) or event.request_id,
                              event.phase, event.lane, event.time, event.reason,
                              row=event.tab_id or event.request_id)

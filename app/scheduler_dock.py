@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QButtonGroup, QGridLayout, QHBoxLayout, QHeaderVi
 
 from engine.core.memory import format_bytes
 
+from .hybrid_ledger import HybridLedger
 from .lane_plots import LaneCard, LanePlots, SystemPlots
 from .timeline import Timeline, TimelinePanel, TimelineView
 
@@ -46,6 +47,14 @@ class SchedulerDock(QWidget):
         switch.addWidget(self.gpu_only)
         switch.addWidget(self.hybrid)
         switch.addStretch(1)
+        # What hybrid bought (or, with one lane, why it is off and what it needs).
+        self.ledger = HybridLedger()
+        self.gpu_lanes: set[str] = set()
+        self.mode = "cpu-only"
+        self._hybrid_off = ""
+        self.hybrid_summary = QLabel("")
+        self.hybrid_summary.setWordWrap(True)
+        self.hybrid_summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.cards_box = QGridLayout()
         self.cards: dict[str, LaneCard] = {}
         self.plots = LanePlots()
@@ -93,6 +102,7 @@ class SchedulerDock(QWidget):
         self._plan = None
         layout = QVBoxLayout(self)
         layout.addLayout(switch)
+        layout.addWidget(self.hybrid_summary)
         layout.addLayout(self.cards_box)
         self.system_plots = SystemPlots()
         self.system_plots.timer.timeout.connect(self.show_usage)
@@ -151,15 +161,23 @@ class SchedulerDock(QWidget):
                 card.setToolTip((descriptions or {}).get(name, ""))
         self.timeline_view.lane_kinds = dict(lanes)
         has_gpu = any(kind == "gpu" for _, kind in lanes)
+        self.gpu_lanes = {name for name, kind in lanes if kind == "gpu"}
         self.gpu_only.setEnabled(has_gpu)
         self.hybrid.setEnabled(has_gpu and len(lanes) > 1)
         if not has_gpu:
             tip = "No GPU that MLX can use on this machine: the engine runs CPU-only."
+            self._hybrid_off = (
+                "Hybrid is off: no GPU that MLX can use here, so every request runs on the "
+                "CPU. It needs a GPU lane beside the CPU: Apple silicon (Metal), or an NVIDIA "
+                "GPU with MLX's CUDA build.")
         elif len(lanes) < 2:
             tip = "Hybrid needs a second lane: " + "; ".join(
                 f"{name.upper()} is off ({why})" for name, (_, why) in off.items())
+            self._hybrid_off = ("Hybrid is off: it needs a CPU lane beside the GPU, and "
+                                + ("; ".join(f"{name.upper()} is off: {why}" for name, (_, why)
+                                             in off.items()) or "this engine has none") + ".")
         else:
-            tip = ""
+            tip = self._hybrid_off = ""
         for button in (self.gpu_only, self.hybrid):
             button.setToolTip(tip)
         self.show_mode(mode)
@@ -213,8 +231,22 @@ class SchedulerDock(QWidget):
             card.show_off(why)
 
     def show_mode(self, mode: str) -> None:
+        self.mode = mode
         self.gpu_only.setChecked(mode == "gpu-only")
         self.hybrid.setChecked(mode == "hybrid")
+        self.show_hybrid_summary()
+
+    def show_hybrid_summary(self) -> None:
+        """What hybrid bought over the last minutes (estimates, said so), or
+        why it is off and what it would need."""
+        if self._hybrid_off:
+            text = self._hybrid_off
+        elif self.mode == "gpu-only":
+            text = ("GPU-only: every request runs on the GPU. Hybrid would send follow-ups "
+                    "and overflow to the CPU when the router predicts they finish sooner.")
+        else:
+            text = self.ledger.describe(time.monotonic())
+        self.hybrid_summary.setText(text)
 
     def on_lane_sample(self, sample) -> None:
         self.plots.push(sample)

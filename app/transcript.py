@@ -20,7 +20,7 @@ import secrets
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
-                           QTextDocumentFragment, QTextFormat, QTextFrameFormat)
+                           QTextDocumentFragment, QTextFormat)
 from PySide6.QtWidgets import QTextBrowser
 
 from . import thinking
@@ -166,12 +166,6 @@ class Transcript(QTextBrowser):
         self._separate(cursor)
         self.message_starts[index] = cursor.position()
         user = message["role"] == "user"
-        if user:  # your messages in a tinted box, set off from the answers
-            box = QTextFrameFormat()
-            box.setBackground(self.palette().alternateBase())
-            box.setPadding(6)
-            box.setBorder(0)
-            cursor = cursor.insertFrame(box).firstCursorPosition()
         content = message["content"]
         files = (message.get("attachments") or []) if user else []
         if files:  # the words are shown; each file is one line (the model reads it all)

@@ -88,6 +88,9 @@ def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):
         pass
     assert not w.scheduler.hybrid.isEnabled()
     assert "CPU-only" in w.scheduler.hybrid.toolTip()
+    summary = w.scheduler.hybrid_summary.text()  # why hybrid is off, and what it would need
+    assert summary.startswith("Hybrid is off: no GPU that MLX can use here")
+    assert "needs a GPU lane beside the CPU" in summary
     assert not w.toggle_mode_action.isEnabled()  # Ctrl+M: nothing to toggle
     assert "CPU-only" in w.toggle_mode_action.statusTip()
     assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
@@ -200,6 +203,8 @@ def test_the_dock_shows_the_memory_plan_and_a_lane_left_off(qtbot, tiny_model_di
         assert not card.isEnabled()
         assert dock.gpu_only.isEnabled() and not dock.hybrid.isEnabled()
         assert "CPU is off" in dock.hybrid.toolTip()
+        assert dock.hybrid_summary.text().startswith(
+            "Hybrid is off: it needs a CPU lane beside the GPU, and CPU is off: ")
         tab = w.chat_tabs()[0]
         tab.composer.setPlainText("hello")
         tab.send()

@@ -98,7 +98,8 @@ class Director:
             placement = self._decide(lambda: self.policy.place(self.request_view(request), views))
         event = Routed(request.request_id, request.tab_id, phase="prefill", lane=placement.lane,
                        reason=placement.reason, predicted_s=placement.predicted_s,
-                       cached_tokens=request.cached_tokens, time=self.clock())
+                       cached_tokens=request.cached_tokens, time=self.clock(),
+                       predicted_done_s=placement.predicted_done_s)
         return self.lanes[placement.lane], event
 
     def cancel_waiting(self, request: Request) -> bool:

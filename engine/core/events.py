@@ -38,6 +38,7 @@ class Routed(Event):
     predicted_s: dict[str, float] = field(default_factory=dict)
     cached_tokens: int = 0
     time: float = field(default_factory=now)
+    predicted_done_s: float | None = None  # the chosen plan's prediction (new requests)
 
 
 @dataclass(slots=True, frozen=True)

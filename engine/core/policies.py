@@ -203,7 +203,8 @@ class CostAwarePolicy:
         plan = p.name.upper() if p.name == d.name else f"{p.name.upper()} -> decode {d.name.upper()}"
         reason = (f"{warm}; {plan} done in {own:.1f} s (all on one lane: {times})"
                   + self._skipped(lanes, paying))
-        return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name)
+        return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name,
+                         predicted_done_s=own)
 
     def place_decode(self, request: RequestView, current: str,
                      lanes: list[LaneView]) -> Placement:

@@ -59,6 +59,9 @@ class Placement:
     reason: str
     predicted_s: dict[str, float] = field(default_factory=dict)
     decode_lane: str | None = None
+    # The chosen plan's predicted seconds to finish (its prefill lane, then
+    # its decode lane): what the app measures the predictor's error against.
+    predicted_done_s: float | None = None
 
 
 class Policy(Protocol):
