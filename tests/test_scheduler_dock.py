@@ -124,25 +124,25 @@ def test_timeline_has_a_row_per_chat_and_a_click_opens_the_answer(qtbot, window)
         assert phases[0] == "prefill" and "decode" in phases
         assert all(s.end is not None and s.end >= s.start for s in track.segments)
         assert track.segments[0].reason  # the router's reason, for the hover
-    rows = timeline.row_tracks()
-    assert [label for label, _ in rows] == ["hello world", "café"]  # one row per chat
-    assert [len(tracks) for _, tracks in rows] == [2, 1]
+    rows = timeline.row_tracks()  # one row per chat, in the order they were first routed
+    assert {label: len(tracks) for label, tracks in rows} == {"hello world": 2, "café": 1}
+    first_row = [label for label, _ in rows].index("hello world")
     view = window.scheduler.timeline_view
     window.show()
     view.span_s = 10.0  # the tiny model's answers take milliseconds: zoom in on them
     lane_colours = {view.color(lane, phase).name() for lane in ("gpu", "cpu")
                     for phase in ("prefill", "decode")}
     image = view.grab().toImage()
-    y = view.AXIS + view.ROW // 2
+    y = view.AXIS + first_row * view.ROW + view.ROW // 2
     colours = {image.pixelColor(x, y).name() for x in range(view.LABEL, image.width())}
-    assert colours & lane_colours  # something drawn in a lane colour on the first row
+    assert colours & lane_colours  # something drawn in a lane colour on that chat's row
     # Clicking a request brings its chat forward, at that answer.
     window.tabs.setCurrentWidget(tabs[1])
     scrolled = []
     tabs[0].scroll_to = lambda message_id: scrolled.append(message_id)
     with qtbot.waitSignal(view.request_selected) as blocker:
         qtbot.mouseClick(view, Qt.LeftButton, pos=QPoint(4, y))  # the row's label
-    assert blocker.args == [rows[0][1][-1].request_id]  # its latest request
+    assert blocker.args == [rows[first_row][1][-1].request_id]  # its latest request
     assert window.tabs.currentWidget() is tabs[0]
     assert scrolled == [window.store.messages(tabs[0].chat_id)[-1].id]  # that answer
 
