@@ -62,6 +62,21 @@ def engine_check(model: str = "default") -> int:
         return _fail(f"generation: {type(e).__name__}: {e}")
     finally:
         engine.close()
+    try:  # what the app loads on first use: in a bundle, collected or not
+        from . import keys
+        from .attach_files import read_attachment
+
+        report["keyring"] = keys.backend_name()
+        import pypdf  # noqa: F401 (a PDF's text, for attachments)
+
+        sample = Path(tempfile.mkdtemp(prefix="tandem-self-test-")) / "sample.md"
+        sample.write_text("# hello\n", encoding="utf-8")
+        attached = read_attachment(sample)
+        if attached.text != "# hello\n":
+            return _fail(f"attachments: {attached.error}")
+        report["attachments"] = "ok"
+    except Exception as e:
+        return _fail(f"optional parts: {type(e).__name__}: {e}")
     report.update(answer=done.text, reason=done.reason, output_tokens=done.output_tokens,
                   ttft_s=round(done.ttft_s or 0.0, 3),
                   tokens_per_s=round(done.tokens_per_s or 0.0, 1),

@@ -24,6 +24,8 @@ def build_status_bar(window) -> None:
     window.load_progress.setRange(0, 0)
     window.load_progress.setMaximumWidth(120)
     window.load_progress.setVisible(False)
+    window.load_label = QLabel("")  # what the bar waits for (the model label stays the model)
+    bar.addPermanentWidget(window.load_label)
     bar.addPermanentWidget(window.load_progress)
     window.model_label = QLabel("Loading model…")
     window.device_label = QLabel("")
@@ -60,10 +62,6 @@ def show_lanes_starting(window) -> None:
     starting = [f"{lane.name.upper()} {lane.phase}" for lane in engine.lane_info()
                 if lane.phase in ("starting", "warming up", "calibrating")]
     window.load_progress.setVisible(bool(starting))
-    label = engine.model_info.label if engine.model_info is not None else ""
-    if starting:
-        text = "getting ready: " + ", ".join(starting)
-        window.load_progress.setToolTip(text)
-        window.model_label.setText(f"{label} ({text})")
-    else:
-        window.model_label.setText(label)
+    text = "Getting ready: " + ", ".join(starting) if starting else ""
+    window.load_progress.setToolTip(text)
+    window.load_label.setText(text)
