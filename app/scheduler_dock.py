@@ -39,6 +39,9 @@ class SchedulerDock(QWidget):
         self._mode_group = QButtonGroup(self)
         for button in (self.gpu_only, self.hybrid):
             button.setCheckable(True)
+            # The mode in use stands out in light and dark alike.
+            button.setStyleSheet("QPushButton:checked { background: palette(highlight); "
+                                 "color: palette(highlighted-text); }")
             self._mode_group.addButton(button)
         self.gpu_only.clicked.connect(lambda: self.mode_requested.emit("gpu-only"))
         self.hybrid.clicked.connect(lambda: self.mode_requested.emit("hybrid"))
