@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QGridLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSplitter, QStyledItemDelegate, QStyleOptionViewItem,
                                QTableWidget, QTableWidgetItem,
@@ -18,6 +18,12 @@ from .lane_plots import LaneCard, LanePlots, SystemPlots
 from .timeline import Timeline, TimelinePanel, TimelineView
 
 LOG_ROWS = 500
+MODE_BUTTON_CSS = (  # palette() is read when applied: applied again when the theme changes
+    "QPushButton { background: palette(button); color: palette(button-text); "
+    "border: 1px solid palette(mid); border-radius: 3px; padding: 3px 12px; } "
+    "QPushButton:checked { background: palette(highlight); "
+    "color: palette(highlighted-text); border-color: palette(highlight); } "
+    "QPushButton:disabled { color: palette(mid); }")
 
 
 class OneLineDelegate(QStyledItemDelegate):
@@ -40,8 +46,7 @@ class SchedulerDock(QWidget):
         for button in (self.gpu_only, self.hybrid):
             button.setCheckable(True)
             # The mode in use stands out in light and dark alike.
-            button.setStyleSheet("QPushButton:checked { background: palette(highlight); "
-                                 "color: palette(highlighted-text); }")
+            button.setStyleSheet(MODE_BUTTON_CSS)
             self._mode_group.addButton(button)
         self.gpu_only.clicked.connect(lambda: self.mode_requested.emit("gpu-only"))
         self.hybrid.clicked.connect(lambda: self.mode_requested.emit("hybrid"))
@@ -232,6 +237,13 @@ class SchedulerDock(QWidget):
         card = self.cards.get(lane)
         if card is not None:
             card.show_off(why)
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.PaletteChange and hasattr(self, "hybrid"):
+            for button in (self.gpu_only, self.hybrid):
+                button.setStyleSheet("")
+                button.setStyleSheet(MODE_BUTTON_CSS)
+        super().changeEvent(event)
 
     def show_mode(self, mode: str) -> None:
         self.mode = mode
