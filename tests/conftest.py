@@ -86,3 +86,13 @@ def window(qtbot, tiny_model_dir, db):
     w = open_window(qtbot, tiny_model_dir, db)
     yield w
     w.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A chat store on a fresh database file, closed after the test."""
+    from app.store import ChatStore
+
+    s = ChatStore(tmp_path / "tandem.db")
+    yield s
+    s.close()

@@ -6,15 +6,7 @@ import json
 
 import pytest
 
-from app.store import ChatStore
 from app.store.chat_json import ImportError_, export_chat, import_chat, parse_chat
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ChatStore(tmp_path / "t.db")
-    yield s
-    s.close()
 
 
 def _tree(store):

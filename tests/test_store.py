@@ -9,13 +9,6 @@ import pytest
 from app.store import MIGRATIONS, ChatStore
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ChatStore(tmp_path / "tandem.db")
-    yield s
-    s.close()
-
-
 def test_chats_crud_search_and_cascade(store):
     a = store.create_chat("Paris trip", system_prompt="Be brief.", params={"temperature": 0.2})
     b = store.create_chat("Rust questions")
