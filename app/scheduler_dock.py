@@ -114,9 +114,9 @@ class SchedulerDock(QWidget):
         layout.addLayout(self.cards_box)
         self.system_plots = SystemPlots()
         self.system_plots.timer.timeout.connect(self.show_usage)
-        plot_tabs = QTabWidget()
+        self.plot_tabs = plot_tabs = QTabWidget()
         plot_tabs.addTab(self.plots, "Lanes")
-        memory_tab = QWidget()  # the plan and what is in use, above their plots
+        self.memory_tab = memory_tab = QWidget()  # the plan and what is in use, above its plots
         memory_layout = QVBoxLayout(memory_tab)
         memory_layout.setContentsMargins(4, 4, 4, 4)
         memory_layout.addWidget(self.memory)
@@ -141,7 +141,7 @@ class SchedulerDock(QWidget):
         layout.addWidget(self.splitter, 1)
         self._started = time.monotonic()
         self._timer = QTimer(self)
-        self._timer.setInterval(50)
+        self._timer.setInterval(200)  # a minute of history needs no more (the GUI thread draws it)
         self._timer.timeout.connect(self.plots.redraw)
         self._timer.start()
         self.set_engine_info([], "cpu-only")
@@ -219,8 +219,8 @@ class SchedulerDock(QWidget):
         """'In use now: 551.0 MiB (KV and prefix cache 38.0 MiB); 3 open chats
         at their full context would need 1.1 GiB of KV'."""
         engine, plan = self.system_plots.engine, self._plan
-        if engine is None or plan is None or not self.isVisible():
-            return
+        if engine is None or plan is None or not self.usage.isVisible():
+            return  # only where it can be read: the GUI thread has streams to draw
         try:
             mem = engine.memory()
         except Exception:  # the engine is closing

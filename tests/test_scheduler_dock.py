@@ -194,6 +194,7 @@ def test_the_dock_shows_the_memory_plan_and_a_lane_left_off(qtbot, tiny_model_di
         # Beside the plan's limits, what is used now and what the open chats could take.
         w.new_chat()
         w.show()
+        dock.plot_tabs.setCurrentWidget(dock.memory_tab)  # where it shows
         dock.show_usage()
         assert dock.usage.text().startswith("In use now: ")
         full = format_bytes(2 * plan.context_length * plan.kv_bytes_per_token)
