@@ -17,6 +17,16 @@ SMOOTHING = 0.3
 LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
 
 
+def nice_top(value: float) -> float:
+    """The axis top for `value`: at least 1, rounded up to 1, 2 or 5 x 10^k."""
+    import math
+
+    if value <= 1.0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
+
+
 def legend_title(title: str, entries: list[tuple[str, str]]) -> str:
     """'utilisation %  ■ gpu ■ cpu', each name in its line's colour."""
     keys = " ".join(f"<span style='color:{color}'>■&nbsp;{name}</span>"
@@ -154,8 +164,8 @@ class LanePlots(ThemedPlots):
         # From 0 to a little above the peak: never a negative axis, and an idle
         # minute shows 0..1 rather than auto-range's -0.4..0.4 around zero.
         peak = max((float(buf.max()) for buf in self._tps.values()), default=0.0)
-        top = max(1.0, peak * 1.15)
-        if top != self._tps_top:
+        top = nice_top(peak * 1.15)
+        if top != self._tps_top:  # rarely: a new range lays the whole plot out again
             self._tps_top = top
             self.tps_plot.setYRange(0, top, padding=0)
 

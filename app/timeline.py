@@ -4,8 +4,8 @@ record; `TimelineView` draws it and `TimelinePanel` adds the zoom and
 follow-now controls.
 
 At any zoom a bar stays readable: every request is outlined (two requests
-of one chat never merge into one block), a prefill is hatched, a bar is at
-least 3 px wide. Hover says what the bar is and why the router put it
+of one chat never merge into one block), a prefill is pale with a solid
+foot, a bar is at least 3 px wide. Hover says what the bar is and why the router put it
 there; a click selects its request (the window opens its chat at the
 answer). Times are `time.monotonic()` seconds, as engine events carry them;
 the axis labels them with the wall clock.
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QPainter, QPen
+from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QScrollArea, QToolButton, QToolTip,
                                QVBoxLayout, QWidget)
 
@@ -227,8 +227,9 @@ class TimelineView(QWidget):
             if rect.left() >= self.width():
                 continue
             painter.fillRect(rect, self.color(seg.lane, seg.phase))
-            if seg.phase == "prefill":  # hatched: a prefill reads as one at any zoom
-                painter.fillRect(rect, QBrush(self.color(seg.lane, "decode"), Qt.BDiagPattern))
+            if seg.phase == "prefill":  # a pale bar with a solid foot: a prefill at any zoom
+                painter.fillRect(QRectF(rect.left(), rect.bottom() - 2, rect.width(), 2),
+                                 self.color(seg.lane, "decode"))
             outline = rect if outline is None else outline.united(rect)
         if outline is not None:  # each request outlined: a chat's requests stay apart
             painter.setPen(QPen(self.palette().text().color(), 1))
@@ -340,7 +341,7 @@ class TimelinePanel(QWidget):
         self.follow.setToolTip("Keep the present at the right edge (drag the timeline to "
                                "look back; double-click it to follow again)")
         self.span = QLabel()
-        self.key = QLabel("hatched: prefill · solid: decode · blue GPU, orange CPU")
+        self.key = QLabel("pale: prefill · solid: decode · blue GPU, orange CPU")
         self.key.setWordWrap(True)
         self.zoom_out.clicked.connect(lambda: view.zoom(1.25))
         self.zoom_in.clicked.connect(lambda: view.zoom(0.8))
@@ -362,10 +363,11 @@ class TimelinePanel(QWidget):
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.key)
         self._show_view()
-        # Following now, the bars move: repaint while something is live, slowly
-        # otherwise (the axis still moves), never while hidden.
+        # Following now, the bars move: repaint while something is live (4 Hz:
+        # a bar grows a few pixels a second; the GUI thread draws the streams
+        # too), slowly otherwise (the axis still moves), never while hidden.
         self._timer = QTimer(self)
-        self._timer.setInterval(100)
+        self._timer.setInterval(250)
         self._timer.timeout.connect(self._tick)
         self._timer.start()
         self._ticks = 0
@@ -381,5 +383,5 @@ class TimelinePanel(QWidget):
         self._ticks += 1
         if not self.view.isVisible() or not self.view.follow:
             return
-        if self.view.timeline.live or self._ticks % 10 == 0:
+        if self.view.timeline.live or self._ticks % 8 == 0:
             self.view.update()

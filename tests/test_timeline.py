@@ -58,7 +58,7 @@ def test_rows_are_chats_and_each_request_is_its_own_bar(view):
     # Hover says what the bar is and why it is there.
     text = view.describe(*view.hit(view.x_of(940.5), y))
     assert "prefill on GPU" in text and "cold prompt: GPU" in text and "finished (stop)" in text
-    # Drawn in the lanes' colours: a hatched prefill, a solid decode.
+    # Drawn in the lanes' colours: a pale prefill, a solid decode.
     image = view.grab().toImage()
     colours = {image.pixelColor(x, y).name() for x in range(view.LABEL, image.width())}
     assert view.color("gpu", "decode").name() in colours
