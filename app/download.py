@@ -88,6 +88,8 @@ class Download(QObject):
         self.endpoint = endpoint
         self.cache_dir = cache_dir
         self._cancel = threading.Event()
+        self._lock = threading.Lock()  # the byte count, from the download threads
+        self._done = self._total = 0  # KiB
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -110,7 +112,12 @@ class Download(QObject):
                     raise DownloadCancelled()
                 result = super().update(n)
                 if self.unit == "B" and self.total:
-                    download._emit(download.progress, int(self.n) >> 10, int(self.total) >> 10)
+                    # Several download threads update the bar: what one emits
+                    # may arrive after a later count, so the count only grows.
+                    with download._lock:
+                        done = download._done = max(download._done, int(self.n) >> 10)
+                        total = download._total = max(download._total, int(self.total) >> 10)
+                    download._emit(download.progress, done, total)
                 return result
 
         try:
@@ -140,6 +147,8 @@ class Download(QObject):
             if self._cancel.is_set():
                 self._emit(self.failed, "Download cancelled.")
             else:
+                if self._total:  # all of it: the last word on the bar, whatever came late
+                    self._emit(self.progress, self._total, self._total)
                 self._emit(self.finished, path)
 
     def _emit(self, signal, *args) -> None:
