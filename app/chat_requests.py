@@ -13,7 +13,8 @@ from engine import EngineError, SamplingParams
 
 from . import tab_badges
 from .attachment_bar import AttachmentLoader
-from .chat_tab import ChatTab, format_footer
+from .chat_stream import format_footer
+from .chat_tab import ChatTab
 from .hybrid_ledger import note as note_for
 from .prompt_prep import PromptPreparer
 

@@ -1,53 +1,27 @@
-"""One chat: the conversation rendered as Markdown, a composer, Send and Stop."""
+"""One chat: the conversation rendered as Markdown, a composer, Send and Stop.
+
+The tab's versions (edit, regenerate, ‹ ›) are in app/chat_versions.py and
+its streaming answer in app/chat_stream.py: parts of ChatTab, kept apart."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QProgressBar,
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
-from . import thinking
-from .attach_files import join_message, split_message
+from .attach_files import join_message
 from .attachment_bar import AttachmentBar
 from .chat_settings import ChatSettings
+from .chat_stream import ChatStream
+from .chat_versions import ChatVersions
+from .composer import Composer
 from .transcript import Transcript
 
 
-class Composer(QPlainTextEdit):
-    """Enter sends; Shift+Enter inserts a new line; files dropped (or pasted
-    as files) are attached, not typed in as their paths."""
-
-    submitted = Signal()
-    files_dropped = Signal(list)  # local paths
-
-    @staticmethod
-    def _files(source) -> list[str]:
-        urls = source.urls() if source.hasUrls() else []
-        return [u.toLocalFile() for u in urls if u.isLocalFile()]
-
-    def canInsertFromMimeData(self, source):  # noqa: N802
-        return bool(self._files(source)) or super().canInsertFromMimeData(source)
-
-    def insertFromMimeData(self, source):  # noqa: N802
-        files = self._files(source)
-        if files:
-            self.files_dropped.emit(files)
-        else:
-            super().insertFromMimeData(source)
-
-    def keyPressEvent(self, event):  # noqa: N802 (Qt naming)
-        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not (
-                event.modifiers() & Qt.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(event)
-
-
-class ChatTab(QWidget):
+class ChatTab(ChatVersions, ChatStream, QWidget):
     """A conversation. Emits `send_requested(messages)` and `stop_requested()`;
     the window submits to the engine and feeds events back."""
 
@@ -295,140 +269,6 @@ class ChatTab(QWidget):
         self.context_meter.setRange(0, max(context_length, 1))
         self.context_meter.setValue(min(used, context_length))
 
-    def _last(self, role: str) -> int | None:
-        return next((i for i in range(len(self.messages) - 1, -1, -1)
-                     if self.messages[i]["role"] == role), None)
-
-    def _regenerate(self) -> None:
-        if self.messages and self.messages[-1]["role"] == "assistant":
-            self.regenerate_answer(len(self.messages) - 1)
-
-    def _edit(self) -> None:
-        index = self._last("user")
-        if index is not None:
-            self.edit_message(index)
-
-    def _branch_at(self, index: int) -> None:
-        """Show the conversation before messages[index]: the next message sent
-        is a new version of it. The store keeps the old branch (ids are kept,
-        nothing is deleted); `_before` brings it back here if the request fails."""
-        self._before = ([dict(m) for m in self.messages], dict(self.footers))
-        del self.messages[index:]
-        self.footers = {i: f for i, f in self.footers.items() if i < index}
-
-    def parent_id(self, index: int) -> int | None:
-        """The stored message messages[index] follows (None: it is the first)."""
-        return self.messages[index - 1].get("id") if index > 0 else None
-
-    def regenerate_answer(self, index: int) -> None:
-        """Answer again from the conversation before answer `index`: a new
-        version of that answer (the old one and what followed it stay, ‹ ›)."""
-        if (self.is_streaming or not 0 <= index < len(self.messages)
-                or self.messages[index]["role"] != "assistant"):
-            return
-        self.cancel_edit()
-        self._branch_at(index)
-        self.resend_without_user = True  # its user turn is already stored
-        self.streaming_text = ""
-        self._set_streaming(True)
-        self.render()
-        self.send_requested.emit(self.conversation())
-
-    def continue_answer(self, index: int) -> None:
-        """Go on writing interrupted answer `index` (the last message) from
-        where it stopped; the window asks the engine for the rest."""
-        message = self.messages[index] if 0 <= index < len(self.messages) else None
-        if self.is_streaming or message is None or not message.get("interrupted"):
-            return
-        if index != len(self.messages) - 1:
-            self.footer.setText("Only the last answer can be continued; regenerate this one.")
-            return
-        self.messages.pop()
-        self.footers.pop(index, None)
-        self.continue_from = message["content"]
-        self.answer_message_id = message.get("id")
-        self.resend_without_user = True
-        self.streaming_text = message["content"]
-        self.streaming_reasoning = message.get("reasoning") or ""  # thought before the cut
-        self.thinking_s = message.get("thinking_s")
-        self._set_streaming(True)
-        self.render()
-        self.send_requested.emit(self.conversation())
-
-    def message_actions(self, index: int, message: dict) -> list[tuple[str, str]]:
-        if message["role"] == "user":
-            actions = [("edit", "Edit")]
-        elif message.get("interrupted"):
-            actions = [("continue", "Continue"), ("regen", "Regenerate")]
-        else:
-            actions = [("regen", "Regenerate")]
-        return actions + [("copymsg", "Copy")]
-
-    def version(self, index: int) -> tuple[int, int] | None:
-        """(which, of how many) versions messages[index] is, when it has others."""
-        ids = self.versions.get(self.messages[index].get("id"))
-        return (ids.index(self.messages[index]["id"]) + 1, len(ids)) if ids else None
-
-    def edit_message(self, index: int) -> None:
-        """Put user message `index` in the composer to edit. Nothing changes
-        until it is sent (then it is a new version of that message); Esc or
-        Cancel edit puts back what the composer held."""
-        if (self.is_streaming or not 0 <= index < len(self.messages)
-                or self.messages[index]["role"] != "user"):
-            return
-        if self.editing is None:
-            self._draft = (self.composer.toPlainText(), list(self.attachment_bar.files))
-        self.editing = index
-        self._put_back(self.messages[index])
-        self.composer.moveCursor(QTextCursor.End)
-        self.composer.setFocus()
-        self.edit_row.setVisible(True)
-
-    def cancel_edit(self) -> bool:
-        """Leave editing, the conversation as it was. False when not editing."""
-        if self.editing is None:
-            return False
-        self._end_edit()
-        text, files = self._draft
-        self.composer.setPlainText(text)
-        self.attachment_bar.set_files(files)
-        self.composer.setFocus()
-        return True
-
-    def _put_back(self, message: dict) -> None:
-        """A user message back in the composer: its words, and its files attached."""
-        text, files = split_message(message["content"], message.get("attachments") or [])
-        self.composer.setPlainText(text)
-        self.attachment_bar.set_files(files)
-    def _end_edit(self) -> None:
-        self.editing = None
-        self.edit_row.setVisible(False)
-
-    def set_versions(self, versions: dict[int, list[int]]) -> None:
-        """The store's versions changed (an edit or regenerate was stored)."""
-        if versions != self.versions:
-            self.versions = dict(versions)
-            self.render()
-
-    def scroll_to(self, message_id: int) -> bool:
-        """Show stored message `message_id` (False: not in the branch shown)."""
-        index = next((i for i, m in enumerate(self.messages) if m.get("id") == message_id), None)
-        if index is None or not self.transcript.scroll_to_message(index):
-            return False
-        self.transcript.setFocus()
-        return True
-
-    def show_history(self, messages: list[dict], footers: dict[int, str],
-                     versions: dict[int, list[int]]) -> None:
-        """Show another branch of the conversation (‹ ›), as the store has it."""
-        if self.is_streaming:
-            return
-        self.cancel_edit()
-        self.messages = [dict(m) for m in messages]
-        self.footers, self.versions = dict(footers), dict(versions)
-        self.render()
-        self._set_streaming(False)
-
     # ---- engine feedback (GUI thread) ---------------------------------------
     @property
     def is_streaming(self) -> bool:
@@ -437,94 +277,6 @@ class ChatTab(QWidget):
     def set_ready(self, ready: bool) -> None:
         """Enable sending once a model is loaded."""
         self.send_button.setEnabled(ready and not self.is_streaming)
-
-    def append_reasoning(self, text: str) -> None:
-        """More of a reasoning model's thinking (before its answer)."""
-        if self.streaming_text is None:
-            return
-        if self._thinking_since is None:
-            self._thinking_since = time.monotonic()
-        self.streaming_reasoning += text
-        self._show_stream()
-
-    def append_text(self, text: str) -> None:
-        if self.streaming_text is None:
-            return
-        if self.streaming_reasoning and self.thinking_s is None and text:
-            # The answer begins: the thoughts fold into one line (re-rendered).
-            self.thinking_s = time.monotonic() - (self._thinking_since or time.monotonic())
-            self.transcript.end_streaming()
-        self.streaming_text += text
-        self._show_stream()
-
-    def _show_stream(self) -> None:
-        if self.isVisible():  # background tabs catch up when shown
-            self.transcript.show_streaming(self.stream_markdown())
-        else:
-            self._stale = True
-
-    def stream_markdown(self) -> str:
-        """What the streaming answer shows: its thinking first, if any."""
-        if not self.streaming_reasoning:
-            return self.streaming_text or ""
-        return thinking.live(self.streaming_reasoning, self.streaming_text or "",
-                             self.thinking_s)
-
-    def _reset_stream(self) -> None:
-        self.streaming_text = None
-        self.streaming_reasoning = ""
-        self._thinking_since = self.thinking_s = None
-
-    def finish(self, finished) -> None:
-        """The answer is complete (or stopped): keep it and show its stats."""
-        answer = self.streaming_text or ""
-        self.continue_from = None
-        self.transcript.end_streaming()
-        reasoning = self.streaming_reasoning
-        if reasoning and self.thinking_s is None and self._thinking_since is not None:
-            self.thinking_s = time.monotonic() - self._thinking_since  # it never answered
-        if answer or reasoning or finished.reason != "error":
-            self.messages.append({"role": "assistant", "content": answer,
-                                  "id": self.answer_message_id, "reasoning": reasoning,
-                                  "thinking_s": self.thinking_s})
-            index = len(self.messages) - 1
-            self.footers[index] = format_footer(finished)
-            self.transcript.add_message(index, self.messages[index], self.footers[index],
-                                        self.message_actions(index, self.messages[index]),
-                                        version=self.version(index))
-        self._reset_stream()
-        self.request_id = None
-        self._before = None
-        self.footer.setText(format_footer(finished))
-        self._set_streaming(False)
-
-    def fail(self, message: str) -> None:
-        """The request could not start: drop the pending answer, keep the text
-        (an edit or a regenerate: the branch shown before it comes back)."""
-        if self._before is not None:
-            if not self.resend_without_user and self.messages[-1]["role"] == "user":
-                # An edit: still being edited, its text (and files) in the composer.
-                self._put_back(self.messages[-1])
-                self.editing = len(self.messages) - 1
-                self.edit_row.setVisible(True)
-            self.messages, self.footers = self._before
-            self._before = None
-            self.resend_without_user = False
-        elif self.continue_from is not None:  # the interrupted answer stays as it was
-            self.messages.append({"role": "assistant", "content": self.continue_from,
-                                  "id": self.answer_message_id, "interrupted": True})
-            self.continue_from = None
-            self.answer_message_id = None
-            self.resend_without_user = False
-        elif self.resend_without_user:  # a regenerate: its user turn stays where it is
-            self.resend_without_user = False
-        elif self.messages and self.messages[-1]["role"] == "user":
-            self._put_back(self.messages.pop())
-        self._reset_stream()
-        self.request_id = None
-        self.footer.setText(f"⚠ {message}")
-        self._set_streaming(False)
-        self.render()
 
     # ---- rendering --------------------------------------------------------
     def changeEvent(self, event):  # noqa: N802
@@ -599,24 +351,3 @@ class ChatTab(QWidget):
         self.regenerate_button.setEnabled(not streaming and has_answer)
         self.edit_button.setEnabled(not streaming and any(
             m["role"] == "user" for m in self.messages))
-
-
-def format_footer(done) -> str:
-    """'prefill CPU -> decode CPU · 42 tokens · 15.1 tok/s · TTFT 220 ms · 32 cached'."""
-    if done.reason == "error":
-        return f"⚠ {done.error or 'generation failed'}"
-    lanes = " → ".join(f"{phase} {lane.upper()}" for phase, lane in done.lanes) or "not started"
-    bits = [lanes, f"{done.output_tokens} tokens"]
-    if done.tokens_per_s:
-        bits.append(f"{done.tokens_per_s:.1f} tok/s")
-    if done.ttft_s is not None:
-        bits.append(f"TTFT {done.ttft_s * 1000:.0f} ms")
-    if getattr(done, "prefix_note", None):  # the model's caches cannot be reused as prefixes
-        bits.append(f"{done.prompt_tokens} prompt tokens (no prefix cache for this model)")
-    else:
-        bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
-    if done.reason == "cancelled":
-        bits.append("stopped")
-    elif done.reason == "length":
-        bits.append("hit the length limit")
-    return " · ".join(bits)
