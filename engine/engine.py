@@ -18,7 +18,7 @@ import mlx.core as mx
 from .core import priority
 from .core.director import Director
 from .core.errors import EngineError
-from .core.events import Calibrated, Finished, LaneSample, MemoryPlanned, Queued, StepTokens
+from .core.events import Calibrated, Finished, MemoryPlanned, Queued, StepTokens
 from .core.laneconfig import LaneInfo, LaneSpec
 from .core.params import SamplingParams
 from .core.policies import CostAwarePolicy
@@ -26,6 +26,7 @@ from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
 from .delivery import Delivery
 from .handle import RequestHandle
+from .lane_reports import describe_lanes, sample_lanes
 from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
@@ -34,9 +35,9 @@ from .runtime.cachekinds import cache_profile
 from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 from .runtime.placement import plan_lanes
-from .runtime.textstream import thinking_format
 from .runtime.prefix import PrefixCache
-from .watchdog import WARM_UP_S, WATCHDOG_S, watch
+from .runtime.textstream import thinking_format
+from .watchdog import WARM_UP_S, WATCHDOG_S
 
 Observer = Callable[[object], None]
 FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
@@ -379,27 +380,7 @@ class Engine:
 
     def describe_lanes(self) -> dict[str, str]:
         """One line per lane on what its cost model believes now, for people."""
-        lines = {}
-        for name, lane in self.lanes.items():
-            cost, device = lane.cost, lane.device.upper()
-            if lane.failed:
-                lines[name] = lane.failed
-            elif lane.warming_up:
-                since = time.monotonic() - (lane.started_at or time.monotonic())
-                what = ("compiling and timing its kernels" if lane.phase != "calibrating"
-                        else "timing its steps")
-                lines[name] = (f"{device} lane: {lane.phase} ({what}, {since:.0f} s so far); "
-                               "routed around until ready")
-            elif cost is None:
-                lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
-            else:
-                prefill = cost.prefill_tps / cost.prefill_correction
-                lines[name] = (
-                    f"{device} lane: prefill {prefill:.0f} tok/s, one-stream decode "
-                    f"{1 / cost.decode_step_s(1, 0):.1f} tok/s, batch "
-                    f"factor {cost.batch_alpha:.2f}, steps {1 + cost.contention:.2f}x as long "
-                    f"while other lanes run (contention {cost.contention:.2f})")
-        return lines
+        return describe_lanes(self.lanes.values())
 
     # ---- internals ---------------------------------------------------------
     def _emit(self, event) -> None:
@@ -442,30 +423,5 @@ class Engine:
         return_freed_memory()
 
     def _sample_lanes(self, interval: float) -> None:
-        priority.lower_thread(self.worker_nice)
-        last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
-                for name, lane in self.lanes.items()}
-        while not self._sampler_stop.wait(interval):
-            try:
-                watch(self.lanes.values(), time.monotonic(), self.watchdog_s,
-                      self.context_length)
-            except Exception:  # the watchdog must not stop the samples
-                traceback.print_exc()
-            for name, lane in self.lanes.items():
-                # A step still running counts as busy so far (a long prefill
-                # chunk is not "0% busy" until it ends).
-                since = lane.in_step_since
-                running = time.monotonic() - since if since is not None else 0.0
-                busy, out, t = (lane.stats.busy_s + running, lane.stats.output_tokens,
-                                time.perf_counter())
-                busy0, out0, t0 = last[name]
-                last[name] = (busy, out, t)
-                dt = max(t - t0, 1e-6)
-                self._emit(LaneSample(
-                    lane=name, device=lane.device,
-                    busy_fraction=min(1.0, max(0.0, busy - busy0) / dt),
-                    tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
-                    queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
-                    prefix_cache_bytes=self.prefix_cache.nbytes, phase=lane.phase,
-                    prefill_left=lane.scheduler.prefill_left))
-
+        sample_lanes(self.lanes, self._emit, self._sampler_stop, interval, self.worker_nice,
+                     self.watchdog_s, self.context_length, lambda: self.prefix_cache.nbytes)

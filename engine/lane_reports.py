@@ -1,0 +1,74 @@
+"""What the engine says of its lanes: a `LaneSample` per lane about ten
+times a second, from its sampler thread (which also runs the watchdog,
+engine/watchdog.py), and a sentence per lane on what its cost model believes
+(the dock's lane cards)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Callable, Iterable
+
+from .core import priority
+from .core.events import LaneSample
+from .runtime.lane import Lane
+from .watchdog import watch
+
+
+def describe_lanes(lanes: Iterable[Lane]) -> dict[str, str]:
+    """One line per lane on what its cost model believes now, for people."""
+    lines = {}
+    for lane in lanes:
+        name = lane.name
+        cost, device = lane.cost, lane.device.upper()
+        if lane.failed:
+            lines[name] = lane.failed
+        elif lane.warming_up:
+            since = time.monotonic() - (lane.started_at or time.monotonic())
+            what = ("compiling and timing its kernels" if lane.phase != "calibrating"
+                    else "timing its steps")
+            lines[name] = (f"{device} lane: {lane.phase} ({what}, {since:.0f} s so far); "
+                           "routed around until ready")
+        elif cost is None:
+            lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
+        else:
+            prefill = cost.prefill_tps / cost.prefill_correction
+            lines[name] = (
+                f"{device} lane: prefill {prefill:.0f} tok/s, one-stream decode "
+                f"{1 / cost.decode_step_s(1, 0):.1f} tok/s, batch "
+                f"factor {cost.batch_alpha:.2f}, steps {1 + cost.contention:.2f}x as long "
+                f"while other lanes run (contention {cost.contention:.2f})")
+    return lines
+
+
+def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
+                 stop: threading.Event, interval: float, nice: int, watchdog_s: float,
+                 context_length: int, prefix_bytes: Callable[[], int]) -> None:
+    """The sampler thread's loop: the watchdog, then a sample per lane, every
+    `interval` s until `stop` is set."""
+    priority.lower_thread(nice)
+    last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
+            for name, lane in lanes.items()}
+    while not stop.wait(interval):
+        try:
+            watch(lanes.values(), time.monotonic(), watchdog_s, context_length)
+        except Exception:  # the watchdog must not stop the samples
+            traceback.print_exc()
+        for name, lane in lanes.items():
+            # A step still running counts as busy so far (a long prefill
+            # chunk is not "0% busy" until it ends).
+            since = lane.in_step_since
+            running = time.monotonic() - since if since is not None else 0.0
+            busy, out, t = (lane.stats.busy_s + running, lane.stats.output_tokens,
+                            time.perf_counter())
+            busy0, out0, t0 = last[name]
+            last[name] = (busy, out, t)
+            dt = max(t - t0, 1e-6)
+            emit(LaneSample(
+                lane=name, device=lane.device,
+                busy_fraction=min(1.0, max(0.0, busy - busy0) / dt),
+                tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
+                queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
+                prefix_cache_bytes=prefix_bytes(), phase=lane.phase,
+                prefill_left=lane.scheduler.prefill_left))
