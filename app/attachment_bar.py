@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QSizePolicy, QStyle, QToolBu
                                QWidget)
 
 from .attach_files import Attachment, describe, read_attachment
+from .plain_text import plain, tip
 
 
 class AttachmentLoader(QObject):
@@ -84,14 +85,14 @@ class AttachmentBar(QWidget):
             layout.setContentsMargins(0, 0, 0, 0)
             icon = QLabel()
             icon.setPixmap(self.style().standardIcon(QStyle.SP_FileIcon).pixmap(16, 16))
-            label = QLabel(describe(f))
-            label.setToolTip(f.name)
+            label = plain(QLabel(describe(f)))  # a file's name is text, never markup
+            label.setToolTip(tip(f.name))
             label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # never widens
             if self.over:
                 label.setStyleSheet("color: #c0392b")
             remove = QToolButton()
             remove.setText("✕")
-            remove.setToolTip(f"Remove {f.name}")
+            remove.setToolTip(tip(f"Remove {f.name}"))
             remove.setAutoRaise(True)
             remove.clicked.connect(lambda _=False, a=f: self.remove(a))
             layout.addWidget(icon)

@@ -18,6 +18,7 @@ from .chat_settings import ChatSettings
 from .chat_stream import ChatStream
 from .chat_versions import ChatVersions
 from .composer import Composer
+from .plain_text import plain
 from .transcript import Transcript
 
 
@@ -131,7 +132,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
                                           "Regenerate link under any answer)")
         self.edit_button.setToolTip("Put your last message back in the composer to edit and "
                                     "resend (or use the Edit link under any message)")
-        self.footer = QLabel("")
+        self.footer = plain(QLabel(""))  # it names files and says errors: text, not markup
         self.footer.setObjectName("answerFooter")
         # A long stats line or message wraps within its row: it never widens
         # the window (it grew from 1200 to 1572 px after a first answer).

@@ -23,6 +23,7 @@ from .layout_state import restore_layout, save_layout
 from .local_server import LocalServer
 from .menus import build_menus
 from .paths import default_db_path
+from .plain_text import tip
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
 from .status_bar import build_status_bar, mode_text, show_lanes_starting
@@ -153,7 +154,7 @@ class MainWindow(QMainWindow):
         tab.context_used = history.context_used
         if self.engine is not None:
             tab.show_context(tab.context_used, self.engine.context_length)
-        self.tabs.setTabToolTip(self.tabs.addTab(tab, tab.title), tab.title)
+        self.tabs.setTabToolTip(self.tabs.addTab(tab, tab.title), tip(tab.title))
         self.tabs.setCurrentWidget(tab)
         tab.composer.setFocus()  # typing goes to the new chat at once
         self._save_tabs()
@@ -196,7 +197,7 @@ class MainWindow(QMainWindow):
         self.store.update_chat(tab.chat_id, title=title)
         tab.title = title
         self.tabs.setTabText(self.tabs.indexOf(tab), title)
-        self.tabs.setTabToolTip(self.tabs.indexOf(tab), title)
+        self.tabs.setTabToolTip(self.tabs.indexOf(tab), tip(title))
         self.sidebar.refresh()
 
     def toggle_mode(self) -> None:

@@ -15,6 +15,7 @@ from engine.core.memory import format_bytes
 
 from .hybrid_ledger import HybridLedger
 from .lane_plots import LaneCard, LanePlots, SystemPlots
+from .plain_text import plain, tip
 from .timeline import Timeline, TimelinePanel, TimelineView
 
 LOG_ROWS = 500
@@ -60,7 +61,7 @@ class SchedulerDock(QWidget):
         self.gpu_lanes: set[str] = set()
         self.mode = "cpu-only"
         self._hybrid_off = ""
-        self.hybrid_summary = QLabel("")
+        self.hybrid_summary = plain(QLabel(""))
         self.hybrid_summary.setWordWrap(True)
         self.hybrid_summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.cards_box = QGridLayout()
@@ -92,7 +93,7 @@ class SchedulerDock(QWidget):
         header.sectionResized.connect(lambda *_: self._rewrap.start())
         self.log.itemSelectionChanged.connect(self._on_log_selection)
         # The reason column is narrow: the selected decision reads in full here.
-        self.decision_detail = QLabel("Select a decision to read why it was made.")
+        self.decision_detail = plain(QLabel("Select a decision to read why it was made."))
         self.decision_detail.setWordWrap(True)
         self.decision_detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
         decisions = QWidget()
@@ -284,7 +285,7 @@ class SchedulerDock(QWidget):
             item.setData(Qt.UserRole, request_id)
             item.setTextAlignment(Qt.AlignLeft | Qt.AlignTop)
             if col in (1, 4):
-                item.setToolTip(text)
+                item.setToolTip(tip(text))
             self.log.setItem(row, col, item)
         self.log.resizeRowToContents(row)
         if self.log.rowCount() > LOG_ROWS:

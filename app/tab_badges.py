@@ -6,6 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
+from .plain_text import tip
+
 _DOT: QIcon | None = None
 
 
@@ -34,7 +36,7 @@ def finished(window, tab) -> None:
     if index >= 0 and window.tabs.currentIndex() != index:
         tab.unread = True
         window.tabs.setTabIcon(index, dot())
-        window.tabs.setTabToolTip(index, f"{tab.title} — a new answer")
+        window.tabs.setTabToolTip(index, tip(f"{tab.title} — a new answer"))
 
 
 def clear(window, index: int) -> None:
@@ -42,4 +44,4 @@ def clear(window, index: int) -> None:
     if tab is not None and getattr(tab, "unread", False):
         tab.unread = False
         window.tabs.setTabIcon(index, QIcon())
-        window.tabs.setTabToolTip(index, tab.title)
+        window.tabs.setTabToolTip(index, tip(tab.title))

@@ -21,6 +21,8 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QScrollArea, QToolButton, QToolTip,
                                QVBoxLayout, QWidget)
 
+from .plain_text import tip
+
 MAX_TRACKS = 300
 LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
 SPANS_S = (10, 30, 60, 120, 300, 600, 1800, 3600)  # the zoom steps, seconds shown
@@ -299,7 +301,7 @@ class TimelineView(QWidget):
         if found is None:
             QToolTip.hideText()
         else:
-            QToolTip.showText(event.globalPosition().toPoint(), self.describe(*found), self)
+            QToolTip.showText(event.globalPosition().toPoint(), tip(self.describe(*found)), self)
 
     def mousePressEvent(self, event):  # noqa: N802
         pos = event.position()

@@ -135,3 +135,21 @@ def test_dropped_files_are_attached_not_typed(qtbot, tmp_path):
     text.setText("just words")
     tab.composer.insertFromMimeData(text)
     assert tab.composer.toPlainText() == "just words"
+
+
+def test_a_file_name_that_looks_like_html_is_shown_as_text(qtbot):
+    """A name is text: Qt would render '<img src=...>' in a label or tooltip."""
+    from PySide6.QtCore import Qt
+
+    from app.attach_files import Attachment
+    from app.chat_tab import ChatTab
+
+    tab = ChatTab()
+    qtbot.addWidget(tab)
+    hostile = '<img src="/etc/passwd"><b>bold</b>.txt'
+    tab.attachment_bar.add(Attachment(hostile, 10, "x", 3))
+    (label,) = [w for w in tab.attachment_bar.findChildren(QLabel) if hostile in w.text()]
+    assert label.textFormat() == Qt.PlainText
+    assert "&lt;img" in label.toolTip()  # the tooltip shows the characters
+    tab.attached(Attachment(hostile, 0, error="It is not a file."))
+    assert tab.footer.textFormat() == Qt.PlainText and hostile in tab.footer.text()
