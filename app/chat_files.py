@@ -11,7 +11,7 @@ from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from .paths import file_name_for
-from .store.chat_json import MAX_BYTES, ImportError_, export_chat, import_chat
+from .store.chat_json import ImportError_, check_size, export_chat, import_chat
 
 KINDS = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
 
@@ -48,10 +48,7 @@ def export_current(window, kind: str = "md") -> Path | None:
 def read_chat_file(path: str | Path) -> bytes:
     """The file's bytes, refused before reading when it is too large."""
     path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise ImportError_(f"The file is {size / 2**20:.0f} MiB; a chat file is at most "
-                           f"{MAX_BYTES >> 20} MiB.")
+    check_size(path.stat().st_size)
     return path.read_bytes()
 
 

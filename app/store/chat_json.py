@@ -40,13 +40,18 @@ def _fail(why: str):
     raise ImportError_(why)
 
 
+def check_size(size: int) -> None:
+    """Refuse a chat file too large to read (before it is read)."""
+    if size > MAX_BYTES:
+        _fail(f"The file is {size / 2**20:.0f} MiB; a chat file is at most "
+              f"{MAX_BYTES >> 20} MiB.")
+
+
 def parse_chat(data: bytes) -> dict[str, Any]:
     """A checked chat from a file's bytes: title, system_prompt, params and
     messages (id, parent, role, content, reasoning, complete, stats) in an
     order where every parent comes first; raises ImportError_ saying why not."""
-    if len(data) > MAX_BYTES:
-        _fail(f"The file is {len(data) / 2**20:.0f} MiB; a chat file is at most "
-              f"{MAX_BYTES >> 20} MiB.")
+    check_size(len(data))
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .journal import MARKER_KEY, Op, PendingJournal, journal_path
+from .tree import Links, newest_below, shown_path, versions_of
 from .readonly import OPEN_WAIT_S, read_only_copy
 from .schema import MIGRATIONS, check_version, migrate, schema_version
 from .writer import READ_WAIT_MS, RETRY, StoreWriter
@@ -331,34 +332,19 @@ class ChatStore:
         return rows[0]["leaf"] if rows else None
 
     def messages(self, chat_id: int) -> list[Message]:
-        """The shown path, first message first (one branch of the tree).
-
-        Where a message's parent is missing (rows lost on a damaged page, read
-        from the read-only copy) the path goes on from the newest message
-        before it, as a chat was a line before branches: nothing readable is
-        left out of view."""
-        links = {r["id"]: r["parent_id"] for r in self._read(
-            "SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))}
-        if not links:
-            return []
-        leaf = self.leaf(chat_id)
-        at = leaf if leaf in links else max(links)
-        ordered = sorted(links)
-        path = []
-        while at is not None:
-            path.append(at)
-            parent = links[at]
-            if parent is not None and parent not in links:  # lost: the newest before it
-                below = [i for i in ordered if i < parent]
-                parent = below[-1] if below else None
-            at = parent if parent is None or parent < at else None  # never loops
+        """The shown path, first message first (one branch of the tree; where
+        a parent was lost on a damaged page, see store/tree.py)."""
+        path = shown_path(self._links(chat_id), self.leaf(chat_id))
         rows: list[sqlite3.Row] = []
-        path.reverse()
         for start in range(0, len(path), 500):  # SQLite's bound-parameter limit
             chunk = path[start:start + 500]
             rows += self._read(f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(chunk))})"
                                " ORDER BY id", tuple(chunk))
         return [_message(r) for r in rows]
+
+    def _links(self, chat_id: int) -> Links:
+        return {r["id"]: r["parent_id"] for r in self._read(
+            "SELECT id, parent_id FROM messages WHERE chat_id = ?", (chat_id,))}
 
     def all_messages(self, chat_id: int) -> list[Message]:
         """Every message of every branch, oldest first."""
@@ -367,12 +353,8 @@ class ChatStore:
 
     def versions(self, chat_id: int) -> dict[int, list[int]]:
         """For each message with other versions: its versions' ids (itself
-        included), oldest first. Versions share a parent."""
-        siblings: dict[int | None, list[int]] = {}
-        for r in self._read("SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id",
-                            (chat_id,)):
-            siblings.setdefault(r["parent_id"], []).append(r["id"])
-        return {i: ids for ids in siblings.values() if len(ids) > 1 for i in ids}
+        included), oldest first."""
+        return versions_of(self._links(chat_id))
 
     def show_version(self, message_id: int) -> None:
         """Show the path through `message_id`: below it, the newest branch."""
@@ -380,14 +362,7 @@ class ChatStore:
         if not rows:
             raise KeyError(f"no message {message_id}")
         chat_id = rows[0]["chat_id"]
-        children: dict[int, int] = {}  # parent -> its newest child
-        for r in self._read("SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id",
-                            (chat_id,)):
-            if r["parent_id"] is not None:
-                children[r["parent_id"]] = r["id"]
-        leaf = message_id
-        while leaf in children:
-            leaf = children[leaf]
+        leaf = newest_below(self._links(chat_id), message_id)
         self._write([("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf, chat_id))])
 
     # ---- settings and tabs ----------------------------------------------------
