@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
-    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
+    serve.add_argument("--port", type=int, default=8080,
+                       help="port to listen on (0: a free one, printed when ready)")
     serve.add_argument("--api-key", default=None,
                        help="required as a Bearer token (and to bind other than localhost)")
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
@@ -95,14 +96,17 @@ def serve(args) -> int:
         api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
         allow_origins=tuple(args.allow_origin)), access_log=lambda line: print(line, flush=True))
     host = f"[{args.host}]" if ":" in args.host else args.host
-    ready = (f"Tandem serves {', '.join(repr(i) for i in app.state.ids)} at "
-             f"http://{host}:{args.port}/v1 (Ctrl+C stops)")
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
             await super().startup(sockets)
             if self.started:  # listening now (a taken port ends here instead)
-                print(ready, flush=True)
+                port = args.port
+                for server in getattr(self, "servers", []):  # --port 0: the one it got
+                    for sock in server.sockets:
+                        port = sock.getsockname()[1]
+                print(f"Tandem serves {', '.join(repr(i) for i in app.state.ids)} at "
+                      f"http://{host}:{port}/v1 (Ctrl+C stops)", flush=True)
 
         async def shutdown(self, sockets=None):
             # Here, not after run(): uvicorn re-raises a caught SIGTERM/SIGINT

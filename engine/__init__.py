@@ -26,7 +26,7 @@ _PUBLIC = {
     "Routed": "core.events", "Token": "core.events", "MemoryPlanned": "core.events",
     "EngineError": "core.errors", "SamplingParams": "core.params",
     "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
-    "MemoryPlan": "core.memory",
+    "MemoryPlan": "core.memory", "RemoteSpec": "core.remote", "parse_remote": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",

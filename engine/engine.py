@@ -27,6 +27,7 @@ from .core.router import LeastLoadedPolicy, Policy
 from .delivery import Delivery
 from .handle import RequestHandle
 from .lane_reports import describe_lanes, sample_lanes
+from .remotes import Remotes
 from .models.chat_template import render_chat
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
@@ -65,7 +66,8 @@ class Engine:
                  prefix_cache_bytes: int | None = None, prefix_block_size: int = 16,
                  sample_interval_s: float = 0.1, worker_nice: int = 0,
                  memory_budget_bytes: int | None = None, warm_up_s: float = WARM_UP_S,
-                 watchdog_s: float = WATCHDOG_S, cost_store: str | None = None):
+                 watchdog_s: float = WATCHDOG_S, cost_store: str | None = None,
+                 remotes: list | None = None):
         """Returns at once: the lanes warm up on their own threads (a GPU
         compiles its kernels there) and requests submitted meanwhile queue
         until a lane is ready; `wait_ready` waits for that.
@@ -79,7 +81,8 @@ class Engine:
         before the watchdog dumps every thread's stack and fails the lane's
         requests (it allows ten times the longest step the lane's cost model
         expects, or twenty times its warm-up, if more). `cost_store`: a JSON file where lanes' learned contention is
-        kept between runs (engine/runtime/coststore.py)."""
+        kept between runs (engine/runtime/coststore.py). `remotes`: remote
+        lanes to add, each a `RemoteSpec` or (spec, API key) (`add_remote`)."""
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
@@ -88,6 +91,8 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.thinking_format = thinking_format(loaded.tokenizer)  # None: it does not think
         self.context_length = loaded.context_length
+        args = getattr(loaded.model, "args", None)
+        self.vocab_size = int(getattr(args, "vocab_size", 0) or len(loaded.tokenizer.vocab))
         self.worker_nice = worker_nice
         self.watchdog_s = watchdog_s
         self._observers: list[Observer] = []
@@ -108,7 +113,10 @@ class Engine:
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         self.disabled_lanes = {lp.name: lp.reason for lp in self.memory_plan.lanes
                                if not lp.enabled}
-        policy = policy or (CostAwarePolicy() if len(enabled) > 1 else LeastLoadedPolicy())
+        remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
+        self._policy_chosen, self._mode_chosen = policy is not None, mode is not None
+        policy = policy or (CostAwarePolicy() if len(enabled) > 1 or remotes
+                            else LeastLoadedPolicy())
         if mode is None:
             has_gpu = any(s.kind == "gpu" for s in enabled)
             mode = ("hybrid" if has_gpu and len(enabled) > 1 else
@@ -124,12 +132,14 @@ class Engine:
             lane = Lane(spec.name, spec.device, spec.kind, models[spec.name], self.director,
                         self.prefix_cache, self.lanes, spec.config,
                         self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
-                        nice=worker_nice, calibrate=len(enabled) > 1, measure_lock=measure,
+                        nice=worker_nice, calibrate=len(enabled) > 1 or bool(remotes),
+                        measure_lock=measure,
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
                         on_ready=self._lane_ready)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
         del models
+        self.remotes = Remotes(self)
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
         self._delivery.start()
@@ -143,6 +153,8 @@ class Engine:
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
         self._sampler.start()
+        for spec, key in remotes:
+            self.add_remote(spec, key)
 
     def wait_ready(self, timeout: float | None = None, every_lane: bool = False) -> bool:
         """Wait until a lane serves (`every_lane`: until every lane's start-up
@@ -255,6 +267,8 @@ class Engine:
         ids = list(prompt_ids) if prompt_ids is not None else self.render(messages or [])
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
+        if prompt_ids is not None:
+            self._check_ids(ids)
         if len(ids) >= self.context_length:
             raise EngineError(
                 f"The conversation is {len(ids)} tokens long, more than the model's context "
@@ -272,10 +286,20 @@ class Engine:
         self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
         self._emit(routed)
         if lane.enqueue(request):
-            self.lanes[lane.name].wake()
+            self.lane(lane.name).wake()
         else:  # the lane failed or closed since it was chosen
             self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
         return handle
+
+    def _check_ids(self, ids: list[int]) -> None:
+        """Raw token ids (an API's prompt) are each a token of this model:
+        an id past the embedding would read outside it."""
+        vocab = self.vocab_size
+        bad = next((i for i in ids if not isinstance(i, int) or isinstance(i, bool)
+                    or not 0 <= i < vocab), None)
+        if bad is not None:
+            raise EngineError(f"Token id {bad!r} is not in this model's vocabulary "
+                              f"(0 to {vocab - 1}).", "bad-argument")
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step boundary; its slot and KV are freed."""
@@ -285,6 +309,7 @@ class Engine:
             handle.request.cancel_event.set()
             if self.director.cancel_waiting(handle.request):
                 return
+            self.remotes.cancel(handle.request)
             for lane in self.lanes.values():  # it may be moving between lanes
                 lane.wake()
 
@@ -295,18 +320,49 @@ class Engine:
             self.cancel(rid)
 
     def set_mode(self, mode: str) -> None:
-        """'gpu-only', 'hybrid' (both need a GPU lane; hybrid also a second
-        lane) or 'cpu-only'."""
+        """'gpu-only' (needs a GPU lane), 'hybrid' (a GPU lane and a second
+        lane, or any lane and a remote one) or 'cpu-only'."""
         kinds = [lane.kind for lane in self.lanes.values()]
-        if mode in ("gpu-only", "hybrid") and "gpu" not in kinds:
+        remote = bool(self.remotes.lanes)
+        if (mode == "gpu-only" or (mode == "hybrid" and not remote)) and "gpu" not in kinds:
             raise EngineError(f"Cannot switch to {mode}: this engine has no GPU lane "
                               f"(it runs CPU-only).", "bad-argument")
-        if mode == "hybrid" and len(kinds) < 2:
+        if mode == "hybrid" and len(kinds) + len(self.remotes.lanes) < 2:
             raise EngineError("Cannot switch to hybrid: it needs a second lane "
                               "(see the memory plan for why there is none).", "bad-argument")
         self.director.set_mode(mode)
-        for lane in self.lanes.values():
+        for lane in self.all_lanes():
             lane.wake()
+
+    def lane(self, name: str):
+        """A lane by name: local (engine/runtime/lane.py) or remote (engine/remote/lane.py)."""
+        return self.lanes.get(name) or self.remotes.lanes[name]
+
+    def all_lanes(self) -> list:
+        return list(self.lanes.values()) + list(self.remotes.lanes.values())
+
+    def add_remote(self, spec, api_key: str | None = None):
+        """Add a remote lane (`RemoteSpec`): an OpenAI-compatible server that
+        finishes whole requests. Routed to in hybrid mode once it answered a
+        probe, if it serves the loaded model; else listed with the reason."""
+        if self._closed:
+            raise EngineError("The engine is closed.", "closed")
+        return self.remotes.add(spec, api_key)
+
+    def remove_remote(self, name: str) -> None:
+        self.remotes.remove(name)
+
+    def _remote_added(self) -> None:
+        """A routed remote makes this engine hybrid (unless a mode was asked
+        for), cost-aware (unless a policy was), and its local lanes calibrate
+        (the router compares their predicted times with the remote's)."""
+        with self.director.lock:
+            if not self._policy_chosen and isinstance(self.director.policy, LeastLoadedPolicy):
+                self.director.policy = CostAwarePolicy()
+            if not self._mode_chosen and self.director.mode == "cpu-only":
+                self.director.set_mode("hybrid")
+        for lane in self.lanes.values():
+            lane.calibrate_soon()
 
     def lane_of(self, request_id: str) -> str | None:
         """The lane holding a request now (None once it finished)."""
@@ -358,6 +414,7 @@ class Engine:
         with self.director.lock:  # no lane takes a hand-over from now on
             for lane in self.lanes.values():
                 lane.refuse_work()
+        self.remotes.close()  # their requests in flight end cancelled
         for lane in self.lanes.values():
             lane.close()
         self._delivery.stop()  # what is queued is delivered first
@@ -376,11 +433,11 @@ class Engine:
     def lane_info(self) -> list[LaneInfo]:
         """The running lanes, in order: name, device, role, phase, and why one failed."""
         return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed, lane.phase)
-                for lane in self.lanes.values()]
+                for lane in self.lanes.values()] + self.remotes.info()
 
     def describe_lanes(self) -> dict[str, str]:
         """One line per lane on what its cost model believes now, for people."""
-        return describe_lanes(self.lanes.values())
+        return {**describe_lanes(self.lanes.values()), **self.remotes.describe()}
 
     # ---- internals ---------------------------------------------------------
     def _emit(self, event) -> None:
@@ -424,4 +481,5 @@ class Engine:
 
     def _sample_lanes(self, interval: float) -> None:
         sample_lanes(self.lanes, self._emit, self._sampler_stop, interval, self.worker_nice,
-                     self.watchdog_s, self.context_length, lambda: self.prefix_cache.nbytes)
+                     self.watchdog_s, self.context_length, lambda: self.prefix_cache.nbytes,
+                     self.remotes.samples)

@@ -31,7 +31,8 @@ def describe_lanes(lanes: Iterable[Lane]) -> dict[str, str]:
             lines[name] = (f"{device} lane: {lane.phase} ({what}, {since:.0f} s so far); "
                            "routed around until ready")
         elif cost is None:
-            lines[name] = f"{device} lane; not calibrated (one lane: nothing to route)"
+            lines[name] = (f"{device} lane; not calibrated (one lane: nothing to route)"
+                           if lane.phase != "calibrating" else f"{device} lane: timing its steps")
         else:
             prefill = cost.prefill_tps / cost.prefill_correction
             lines[name] = (
@@ -44,7 +45,8 @@ def describe_lanes(lanes: Iterable[Lane]) -> dict[str, str]:
 
 def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
                  stop: threading.Event, interval: float, nice: int, watchdog_s: float,
-                 context_length: int, prefix_bytes: Callable[[], int]) -> None:
+                 context_length: int, prefix_bytes: Callable[[], int],
+                 remote_samples: Callable[[int], list[LaneSample]] = lambda n: []) -> None:
     """The sampler thread's loop: the watchdog, then a sample per lane, every
     `interval` s until `stop` is set."""
     priority.lower_thread(nice)
@@ -72,3 +74,8 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
                 queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                 prefix_cache_bytes=prefix_bytes(), phase=lane.phase,
                 prefill_left=lane.scheduler.prefill_left))
+        try:
+            for sample in remote_samples(prefix_bytes()):
+                emit(sample)
+        except Exception:
+            traceback.print_exc()

@@ -114,7 +114,8 @@ def _submit(state: ServerState, request: Request, job: Completion):
     engine = state.engine
     try:
         if job.prompt is not None:  # /v1/completions: the raw prompt, as it is
-            ids = list(engine.tokenizer.encode(job.prompt))
+            ids = (job.prompt if isinstance(job.prompt, list)
+                   else list(engine.tokenizer.encode(job.prompt)))
             return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
         return engine.submit(job.messages, job.params, tab_id=f"api:{who}")

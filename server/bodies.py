@@ -23,7 +23,7 @@ class Completion:
 
     chat: bool
     messages: list[dict[str, str]] | None  # chat
-    prompt: str | None  # completions: raw text, tokenized as it is
+    prompt: str | list[int] | None  # completions: raw text (tokenized as it is) or ids
     params: SamplingParams
     model: str | None
     stream: bool
@@ -188,11 +188,23 @@ def _message(i: int, m) -> dict[str, str]:
     return {"role": m["role"], "content": content}
 
 
-def _prompt(prompt) -> str:
-    if isinstance(prompt, list) and len(prompt) == 1:
+MAX_PROMPT_IDS = 1 << 20
+
+
+def _prompt(prompt) -> str | list[int]:
+    """Text, or token ids (one prompt: a list of integers, as OpenAI's API
+    and vLLM take them; the engine checks each id against the vocabulary)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
+    if isinstance(prompt, list) and prompt:
+        if len(prompt) > MAX_PROMPT_IDS or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in prompt):
+            raise APIError(400, "prompt must be a string or a list of token ids "
+                                "(integers >= 0).", param="prompt")
+        return list(prompt)
     if not isinstance(prompt, str) or not prompt:
-        raise APIError(400, "prompt must be a non-empty string.", param="prompt")
+        raise APIError(400, "prompt must be a non-empty string or a list of token ids.",
+                       param="prompt")
     if not _is_text(prompt):
         raise APIError(400, "prompt is not valid text (an unpaired surrogate).",
                        param="prompt")

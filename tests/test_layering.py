@@ -3,7 +3,8 @@
 Every import in engine/, app/ and server/ counts: at module level, inside
 functions, and under `if TYPE_CHECKING`. Rooms import only downwards:
     engine.core  <-  engine.models  <-  engine.runtime  <-  engine (engine.py, handle.py)
-    engine.sim imports engine.core only; app and server use the engine from outside.
+    engine.sim and engine.remote import engine.core only; app and server use the
+    engine from outside.
 MLX stays in models and runtime (and the top), Qt stays in app, and no module
 imports itself back through others (no cycles)."""
 
@@ -64,7 +65,7 @@ def _room(module: str) -> str:
     parts = module.split(".")
     if parts[0] != "engine":
         return parts[0]
-    if len(parts) > 1 and parts[1] in ("core", "models", "runtime", "sim"):
+    if len(parts) > 1 and parts[1] in ("core", "models", "runtime", "sim", "remote"):
         return f"engine.{parts[1]}"
     return "engine"  # the public API: engine/__init__, engine.engine, engine.handle
 
@@ -75,12 +76,14 @@ ALLOWED = {
     "engine.models": {"engine.core"},
     "engine.runtime": {"engine.core", "engine.models"},
     "engine.sim": {"engine.core"},
-    "engine": {"engine.core", "engine.models", "engine.runtime"},
+    "engine.remote": {"engine.core"},  # HTTP to remote lanes: no MLX, no models
+    "engine": {"engine.core", "engine.models", "engine.runtime", "engine.remote"},
     "server": {"engine"},  # the public names only
     "app": {"engine", "engine.core", "engine.models", "server"},
 }
 FORBIDDEN_LIBRARIES = {
-    "engine.core": MLX | QT, "engine.sim": MLX | QT, "engine.models": QT,
+    "engine.core": MLX | QT, "engine.sim": MLX | QT, "engine.remote": MLX | QT,
+    "engine.models": QT,
     "engine.runtime": QT, "engine": QT, "server": MLX | QT, "app": MLX,
 }
 

@@ -57,9 +57,11 @@ class Director:
         return max(left, 16)
 
     def request_view(self, request: Request) -> RequestView:
+        remote = {name: lane.held_for(request) for name, lane in self.lanes.items()
+                  if lane.kind == "remote"}
         return RequestView(request.request_id, request.num_prompt, request.cached_tokens,
                            self.expected_left(request), request.num_output, request.tab_id,
-                           request.num_output - request.output_at_last_move)
+                           request.num_output - request.output_at_last_move, remote)
 
     def views(self, fits: Callable[["LaneScheduler"], bool] = lambda lane: True,
               keep: str | None = None) -> list[LaneView]:
@@ -74,7 +76,9 @@ class Director:
         return [v for v in views if v.name == keep or fits(self.lanes[v.name])]
 
     def others_busy(self, name: str) -> bool:
-        return any(not lane.is_idle for other, lane in self.lanes.items() if other != name)
+        """Whether another local lane has work (a remote's runs elsewhere)."""
+        return any(not lane.is_idle for other, lane in self.lanes.items()
+                   if other != name and lane.kind != "remote")
 
     def _decide(self, ask: Callable[[], Placement | None]) -> Placement | None:
         started = time.perf_counter()
@@ -101,6 +105,25 @@ class Director:
                        cached_tokens=request.cached_tokens, time=self.clock(),
                        predicted_done_s=placement.predicted_done_s)
         return self.lanes[placement.lane], event
+
+    def place_locally(self, request: Request, why: str) -> tuple["LaneScheduler", Routed]:
+        """A request a remote lane gave back (it failed, or refused it)
+        goes to a local lane: the router's choice among them. `why` leads
+        the decision's reason. Raises EngineError when none is open."""
+        request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
+                                self.context_length)
+        with self.lock:
+            views = [v for v in self.views(lambda lane: lane.fits_alone(request))
+                     if not v.is_remote]
+            if not views:
+                raise self._never_fits(request)
+            placement = self._decide(lambda: self.policy.place(self.request_view(request), views))
+            lane = self.lanes[placement.lane]
+        event = Routed(request.request_id, request.tab_id, phase="prefill", lane=lane.name,
+                       reason=f"{why}; {placement.reason}", predicted_s=placement.predicted_s,
+                       cached_tokens=request.cached_tokens, time=self.clock(),
+                       predicted_done_s=placement.predicted_done_s)
+        return lane, event
 
     def cancel_waiting(self, request: Request) -> bool:
         """End a cancelled request at once if it has not started (it waits in a
@@ -149,10 +172,11 @@ class Director:
         return moved
 
     def _never_fits(self, request: Request) -> EngineError:
-        open_lanes = [lane for lane in self.lanes.values() if lane.is_open]
+        open_lanes = [lane for lane in self.lanes.values()
+                      if lane.is_open and lane.kind != "remote"]
         if not open_lanes:
             why = "; ".join(f"{lane.name}: {lane.failed or 'closed'}"
-                            for lane in self.lanes.values())
+                            for lane in self.lanes.values() if lane.kind != "remote")
             return EngineError(f"No lane can run requests ({why}).", "lane-failed")
         lane = max(open_lanes, key=lambda lane: lane.kv_budget_bytes or 0)
         need = lane.kv_bytes_for([request])
@@ -202,8 +226,9 @@ class Director:
                 return
             request.status = RequestStatus.FINISHED
             request.finish_reason = reason
-            if reason in ("stop", "length") and request.num_output:
-                self.expected_output += 0.2 * (request.num_output - self.expected_output)
+            output = request.num_output + request.carried
+            if reason in ("stop", "length") and output:
+                self.expected_output += 0.2 * (output - self.expected_output)
         stream, request.text = request.text, None
         tail, thought = (stream.finish() if stream is not None
                          and reason not in ("cancelled", "error") else ("", ""))
@@ -217,8 +242,9 @@ class Director:
         self.emit(Finished(
             request.request_id, request.tab_id, reason=reason,
             text=stream.text if stream is not None else "",
-            prompt_tokens=request.num_prompt, cached_tokens=request.cached_tokens,
-            output_tokens=request.num_output,
+            prompt_tokens=request.num_prompt - request.carried,
+            cached_tokens=min(request.cached_tokens, request.num_prompt - request.carried),
+            output_tokens=request.num_output + request.carried,
             ttft_s=first - request.submitted_at if first is not None else None,
             time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
             lanes=tuple(request.lane_history), error=error, time=end,

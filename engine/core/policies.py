@@ -64,12 +64,15 @@ class CostAwarePolicy:
 
     def __init__(self, migrate_gain: float = 0.05, migrate_min_s: float = 0.1,
                  migration_s: float = 0.0, min_tokens_between_moves: int = 32,
-                 imposed_weight: float = 1.0):
+                 imposed_weight: float = 1.0, sticky_margin: float = 0.1):
         self.migrate_gain = migrate_gain
         self.migrate_min_s = migrate_min_s
         self.migration_s = migration_s
         self.min_tokens_between_moves = min_tokens_between_moves
         self.imposed_weight = imposed_weight  # how much others' delay counts vs own time
+        # A conversation a remote holds cached stays there unless another lane
+        # is predicted this much faster (its prefix cache stays warm).
+        self.sticky_margin = sticky_margin
 
     # ---- predictions ---------------------------------------------------------
     @staticmethod
@@ -80,7 +83,8 @@ class CostAwarePolicy:
 
     @staticmethod
     def _contended(lane: LaneView, lanes: list[LaneView]) -> bool:
-        return any(o.is_busy for o in lanes if o.name != lane.name)
+        # A remote lane's work runs on another machine: it slows no local lane.
+        return any(o.is_busy for o in lanes if o.name != lane.name and not o.is_remote)
 
     def _factor(self, lane: LaneView, lanes: list[LaneView]) -> float:
         return 1.0 + self._cost(lane).contention if self._contended(lane, lanes) else 1.0
@@ -171,17 +175,30 @@ class CostAwarePolicy:
         return "".join(f"; {line}" for line in out)
 
     # ---- decisions ----------------------------------------------------------
-    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
-        if len(lanes) == 1:
-            lane = lanes[0]
-            return Placement(lane.name, f"only lane allowed ({lane.device.upper()})",
-                             decode_lane=lane.name)
-        if any(lane.cost is None for lane in lanes):
-            from .router import LeastLoadedPolicy
-            return LeastLoadedPolicy().place(request, lanes)
+    def _remote(self, lane: LaneView, request: RequestView) -> tuple[float, float]:
+        """(seconds until a remote lane finishes the request, delay it imposes
+        on our requests already there). A full remote queues it behind the
+        answers in flight; each stream there slows a little as it joins."""
+        cost = lane.cost
+        uncached = request.prompt_tokens - request.remote_cached.get(lane.name, 0)
+        capacity = max(lane.capacity, 1)
+        busy = lane.batch_size + lane.queue_depth
+        wait = (busy - capacity + 1) / capacity * cost.mean_request_s if busy >= capacity else 0.0
+        n = min(busy + 1, capacity)
+        own = wait + cost.request_s(uncached, request.expected_output, n)
+        imposed = 0.0
+        if lane.batch_size and busy < capacity:
+            shared = min(request.expected_output, lane.remaining_tokens / lane.batch_size)
+            delta = 1 / cost.stream_tps(n) - 1 / cost.stream_tps(n - 1)
+            imposed = lane.batch_size * shared * delta
+        return own, imposed
+
+    def _local_plan(self, request: RequestView, lanes: list[LaneView], own_by_lane: dict):
+        """The cheapest (prefill lane, decode lane) pair of local lanes:
+        (score, own seconds, prefill lane, decode lane, lanes left idle)."""
         uncached = request.uncached_tokens
         context = request.prompt_tokens
-        best, best_score, own_by_lane = None, math.inf, {}
+        best, best_score = None, math.inf
         paying = self._decode_lanes(lanes, context)
         decode_lanes = {d.name for d in paying}
         for p in lanes:
@@ -196,13 +213,42 @@ class CostAwarePolicy:
                 if d.name not in decode_lanes:
                     continue
                 if score < best_score:
-                    best, best_score = (p, d, own, pre_own), score
-        p, d, own, pre_own = best
+                    best, best_score = (p, d, own), score
+        p, d, own = best
+        return best_score, own, p, d, self._skipped(lanes, paying)
+
+    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
+        if len(lanes) == 1:
+            lane = lanes[0]
+            return Placement(lane.name, f"only lane allowed ({lane.device.upper()})",
+                             decode_lane=lane.name)
+        local = [lane for lane in lanes if not lane.is_remote]
+        if any(lane.cost is None for lane in lanes):
+            from .router import LeastLoadedPolicy
+            return LeastLoadedPolicy().place(request, lanes)
+        own_by_lane: dict[str, float] = {}
+        best, skipped = None, ""
+        if local:
+            score, own, p, d, skipped = self._local_plan(request, local, own_by_lane)
+            best = (score, own, p, d)
+        sticky = ""
+        for r in (lane for lane in lanes if lane.is_remote):
+            own, imposed = self._remote(r, request)
+            own_by_lane[r.name] = own
+            score = own + self.imposed_weight * imposed
+            held = request.remote_cached.get(r.name, 0)
+            if held:
+                score *= 1 - self.sticky_margin
+            if best is None or score < best[0]:
+                best = (score, own, r, r)
+                sticky = (f"; {r.name.upper()} holds {held}/{request.prompt_tokens} of this "
+                          "chat's tokens" if held else "")
+        _, own, p, d = best
         warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
         times = " vs ".join(f"{n.upper()} {t:.1f} s" for n, t in own_by_lane.items())
         plan = p.name.upper() if p.name == d.name else f"{p.name.upper()} -> decode {d.name.upper()}"
-        reason = (f"{warm}; {plan} done in {own:.1f} s (all on one lane: {times})"
-                  + self._skipped(lanes, paying))
+        reason = (f"{warm}{sticky}; {plan} done in {own:.1f} s (all on one lane: {times})"
+                  + (skipped if not p.is_remote else ""))
         return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name,
                          predicted_done_s=own)
 

@@ -50,6 +50,9 @@ class Request:
     lane: str | None = None  # the lane holding it now
     kv_tokens: int = 0  # KV positions reserved for it: prompt + max_tokens, capped at the context
     waiting_for: str | None = None  # why it waits although a batch slot is free (KV room)
+    # Output tokens a remote lane streamed before it failed: the request goes
+    # on locally with them appended to `prompt_ids` (they still count as output).
+    carried: int = 0
 
     @property
     def num_prompt(self) -> int:

@@ -28,7 +28,12 @@ class LaneView:
     mean_context: float = 0.0  # mean context of the decoding requests
     remaining_tokens: float = 0.0  # expected output tokens left, summed over decoding requests
     prefill_chunk: int = 128  # prompt tokens per step while requests decode
-    cost: CostModel | None = None
+    cost: CostModel | None = None  # a remote lane's is a RemoteCost
+    capacity: int = 0  # a remote lane: the requests it serves at once (0: a local lane)
+
+    @property
+    def is_remote(self) -> bool:
+        return self.device == "remote"
 
     @property
     def is_busy(self) -> bool:
@@ -44,6 +49,9 @@ class RequestView:
     output_tokens: int = 0
     tab_id: str | None = None
     tokens_since_move: int = 1 << 30  # output tokens since it last changed lanes
+    # Prompt tokens each remote lane is believed to hold cached for this
+    # conversation (its own prefix cache; `cached_tokens` is the local one's).
+    remote_cached: dict[str, int] = field(default_factory=dict)
 
     @property
     def uncached_tokens(self) -> int:
@@ -80,8 +88,9 @@ class Policy(Protocol):
 
 
 def eligible_lanes(mode: str, lanes: list[LaneView]) -> list[LaneView]:
-    """Lanes a mode allows; falls back to every lane when none match (a
-    machine without a GPU runs `gpu-only` on its CPU lanes)."""
+    """Lanes a mode allows. Remote lanes take part in hybrid only; a mode
+    whose device is missing falls back to every local lane (a machine
+    without a GPU runs `gpu-only` on its CPU lanes), else to every lane."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     if mode == "gpu-only":
@@ -90,7 +99,7 @@ def eligible_lanes(mode: str, lanes: list[LaneView]) -> list[LaneView]:
         chosen = [lane for lane in lanes if lane.device == "cpu"]
     else:
         chosen = list(lanes)
-    return chosen or list(lanes)
+    return chosen or [lane for lane in lanes if not lane.is_remote] or list(lanes)
 
 
 class LeastLoadedPolicy:
@@ -105,6 +114,8 @@ class LeastLoadedPolicy:
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
         if not lanes:
             raise ValueError("no lanes to place on")
+        # A remote is chosen on predictions, which this policy has none of.
+        lanes = [lane for lane in lanes if not lane.is_remote] or lanes
         if len(lanes) == 1:
             lane = lanes[0]
             return Placement(lane.name, f"only lane ({lane.device}); "

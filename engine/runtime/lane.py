@@ -72,6 +72,7 @@ class Lane:
         self._wakeup = threading.Condition()
         self._paced = threading.Event()  # set on close: a paced step ends at once
         self._closing = False
+        self._calibrate_pending = False  # a remote lane came: time this lane when idle
         self.kv_bytes = 0  # as of the last step (read by the sampler thread)
         self._thread: LaneThread | None = None  # once started (engine/runtime/lanethreads.py)
 
@@ -144,6 +145,15 @@ class Lane:
             return False
         self.wake()
         return True
+
+    def calibrate_soon(self) -> None:
+        """Time this lane (its cost model) at its next idle moment, if it has
+        none: a lane that started alone skipped that, and a remote lane
+        added since is compared with it on predicted times."""
+        if self.scheduler.cost is None and not self.calibrate_at_start:
+            with self._wakeup:
+                self._calibrate_pending = True
+                self._wakeup.notify()
 
     def refuse_work(self) -> None:
         """Take no new requests or hand-overs from now on."""
@@ -259,6 +269,9 @@ class Lane:
     def _loop(self) -> None:
         gate = self.config.gate
         while self._wait_for_work():
+            if self._calibrate_pending and self.scheduler.is_idle:
+                self._calibrate_now()
+                continue
             if gate is not None:
                 gate.begin(self.name)
             self.in_step_since = time.monotonic()
@@ -281,6 +294,19 @@ class Lane:
             self.stats.wait_s += result.wait_s
             self.stats.host_s += busy - result.wait_s
 
+    def _calibrate_now(self) -> None:
+        self._calibrate_pending = False
+        self._set_phase("calibrating")
+        try:
+            self._calibrate()
+        except StartCancelled:
+            return
+        except Exception:  # it stays uncalibrated: the router routes without it
+            traceback.print_exc()
+        finally:
+            if self.failed is None:
+                self._set_phase("serving")
+
     def _pace(self, plan: StepPlan, seconds: float) -> float:
         """The step's seconds after the lane's pacing (LaneConfig.min_step_s / gate)."""
         config = self.config
@@ -293,7 +319,8 @@ class Lane:
 
     def _wait_for_work(self) -> bool:
         with self._wakeup:
-            while not self._closing and (self.scheduler.is_idle or self.failed):
+            while not self._closing and (self.scheduler.is_idle or self.failed) and not (
+                    self._calibrate_pending and not self.failed):
                 self.kv_bytes = self.runner.kv_bytes
                 if self.config.gate is not None:
                     self.config.gate.idle(self.name)

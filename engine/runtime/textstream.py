@@ -106,6 +106,22 @@ class TextStream:
         reasoning = self._split(self._detok.last_segment)
         return self._release(final=False), reasoning
 
+    def add_text(self, text: str) -> tuple[str, str]:
+        """Add text another server decoded (a remote lane's answer): the
+        same thinking split and stop strings as tokens get."""
+        if self.stopped or not text:
+            return "", ""
+        reasoning = self._split(text)
+        return self._release(final=False), reasoning
+
+    def resume(self, token_ids: list[int]) -> None:
+        """The tokens of text already added with `add_text` (continuing
+        locally after a remote failed): the detokenizer reads them, silently,
+        so that the next token's text joins where the remote's ended."""
+        for token_id in token_ids:
+            self._detok.add_token(token_id)
+        self._detok.last_segment  # read and dropped: that text was shown
+
     def finish(self) -> tuple[str, str]:
         """Flush what is held back (the end of the answer)."""
         reasoning = ""

@@ -1,0 +1,196 @@
+"""An OpenAI-compatible server's /v1/completions, streamed, over httpx.
+
+Everything the remote sends is checked: a status other than 200, a stream
+that ends without a finish reason, a line that is not an event, JSON that is
+not a completion chunk, text that is not a string, or more text than the
+request allows are `RemoteFault`s with a kind the lane acts on ("busy" for
+429, "refused", "timeout", "http", "cut", "garbage", "auth", "model").
+Redirects are not followed (an API key must not travel to another host),
+and no error message carries the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import httpx
+
+MAX_LINE = 1 << 20  # one event's bytes
+MAX_ERROR_TEXT = 300
+
+
+class RemoteFault(Exception):
+    def __init__(self, kind: str, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(slots=True)
+class Chunk:
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def make_client(connect_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=httpx.Timeout(connect_s, read=None, write=connect_s,
+                                                   pool=None),
+                             follow_redirects=False, trust_env=False,
+                             limits=httpx.Limits(max_connections=None,
+                                                 max_keepalive_connections=64))
+
+
+def _headers(key: str | None) -> dict[str, str]:
+    headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if 0 <= value <= 3600 else None
+
+
+async def _status_fault(response: httpx.Response) -> RemoteFault:
+    try:
+        body = (await response.aread())[:4096].decode("utf-8", "replace")
+        message = json.loads(body).get("error", {}).get("message", body)
+    except Exception:
+        message = ""
+    message = str(message)[:MAX_ERROR_TEXT]
+    code = response.status_code
+    kind = ("busy" if code == 429 else "auth" if code in (401, 403) else
+            "model" if code == 404 else "prompt" if code in (400, 422) else "http")
+    return RemoteFault(kind, f"HTTP {code}" + (f": {message}" if message else ""),
+                       _retry_after(response) if code in (429, 503) else None)
+
+
+def _transport_fault(exc: Exception) -> RemoteFault:
+    if isinstance(exc, httpx.ConnectError):
+        return RemoteFault("refused", "connection refused")
+    if isinstance(exc, httpx.TimeoutException):
+        return RemoteFault("timeout", "timed out")
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return RemoteFault("cut", "the connection closed mid-answer")
+    return RemoteFault("refused", f"{type(exc).__name__}")
+
+
+async def list_models(client: httpx.AsyncClient, base: str, key: str | None,
+                      timeout_s: float) -> list[str]:
+    """The model ids the server lists (GET /v1/models)."""
+    try:
+        response = await asyncio.wait_for(
+            client.get(f"{base}/models", headers=_headers(key)), timeout_s)
+    except asyncio.TimeoutError:
+        raise RemoteFault("timeout", "no answer to /v1/models") from None
+    except httpx.HTTPError as exc:
+        raise _transport_fault(exc) from None
+    if response.status_code != 200:
+        raise await _status_fault(response)
+    try:
+        data = response.json()["data"]
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except Exception:
+        raise RemoteFault("garbage", "/v1/models did not answer a model list") from None
+
+
+def _parse_event(line: str) -> Chunk | None:
+    """One `data: {...}` line as a chunk; None for [DONE]."""
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        raise RemoteFault("garbage", "an event that is not JSON") from None
+    if not isinstance(data, dict):
+        raise RemoteFault("garbage", "an event that is not a JSON object")
+    if "error" in data:
+        error = data["error"]
+        message = error.get("message", "") if isinstance(error, dict) else str(error)
+        raise RemoteFault("http", f"error mid-answer: {str(message)[:MAX_ERROR_TEXT]}")
+    chunk = Chunk()
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) > 1:
+        raise RemoteFault("garbage", "a chunk without a choices list")
+    if choices:
+        choice = choices[0]
+        text = choice.get("text", "") if isinstance(choice, dict) else None
+        reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+        if not isinstance(text, str) or not (reason is None or isinstance(reason, str)):
+            raise RemoteFault("garbage", "a chunk whose text is not a string")
+        chunk.text, chunk.finish_reason = text, reason
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        chunk.prompt_tokens = _count(usage.get("prompt_tokens"))
+        chunk.completion_tokens = _count(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            chunk.cached_tokens = _count(details.get("cached_tokens"))
+    return chunk
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
+async def stream_completion(client: httpx.AsyncClient, base: str, key: str | None,
+                            body: dict, first_s: float, stall_s: float,
+                            max_chars: int) -> AsyncIterator[Chunk]:
+    """POST /v1/completions with stream on; yield its chunks until the one
+    that carries the finish reason (and the usage chunk after it, if any)."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    request = client.build_request("POST", f"{base}/completions", headers=_headers(key),
+                                   json=body)
+    try:
+        response = await asyncio.wait_for(client.send(request, stream=True), first_s)
+    except asyncio.TimeoutError:
+        raise RemoteFault("timeout", f"no answer within {first_s:.0f} s") from None
+    except httpx.HTTPError as exc:
+        raise _transport_fault(exc) from None
+    try:
+        if response.status_code != 200:
+            raise await _status_fault(response)
+        lines = response.aiter_lines()
+        wait, chars, finished = first_s, 0, False
+        while True:
+            try:
+                line = await asyncio.wait_for(anext(lines), wait)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise RemoteFault("timeout", f"silent for {wait:.0f} s mid-answer") from None
+            except httpx.HTTPError as exc:
+                raise _transport_fault(exc) from None
+            if len(line) > MAX_LINE:
+                raise RemoteFault("garbage", "an event over 1 MiB")
+            if not line.strip() or line.startswith(":"):
+                continue  # keep-alive comments
+            if not line.startswith("data:"):
+                if line.startswith(("event:", "id:", "retry:")):
+                    continue
+                raise RemoteFault("garbage", "a line that is not a server-sent event")
+            chunk = _parse_event(line)
+            if chunk is None:
+                break
+            wait = stall_s
+            chars += len(chunk.text)
+            if chars > max_chars:
+                raise RemoteFault("garbage", "more text than max_tokens allows")
+            finished = finished or chunk.finish_reason is not None
+            yield chunk
+        if not finished:
+            raise RemoteFault("cut", "the stream ended before the answer did")
+    finally:
+        await response.aclose()

@@ -1,0 +1,298 @@
+"""A remote lane: sends whole requests to an OpenAI-compatible server and
+streams its text back as the request's tokens.
+
+Its queue, capacity, breaker and cost are the core's `RemoteScheduler`; this
+runs them on the engine's asyncio loop (engine/remote/io.py). The prompt goes
+as token ids (the remote serves the same model), or as text to a server that
+refuses ids. When the remote fails mid-answer the request is given back to
+the engine (`give_back`) with the text received so far, and a local lane
+goes on from there: nothing shown is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from ..core.director import Director
+from ..core.events import EngineErrorEvent, Token
+from ..core.remote import RemoteSpec
+from ..core.remote_cost import RemoteCost
+from ..core.remote_scheduler import RemoteScheduler
+from ..core.request import Request
+from .client import RemoteFault, list_models, make_client, stream_completion
+from .io import RemoteIO
+
+CHARS_PER_TOKEN_LIMIT = 64  # more text than this per allowed token is garbage
+PERMANENT = ("auth", "model")
+
+
+class RemoteLane:
+    device = kind = "remote"
+
+    def __init__(self, spec: RemoteSpec, api_key: str | None, director: Director,
+                 io: RemoteIO, encode: Callable[[str], list[int]],
+                 decode: Callable[[list[int]], str], probe_ids: list[int],
+                 give_back: Callable[[Request, str, str], None],
+                 on_change: Callable[["RemoteLane"], None], cost: RemoteCost | None = None,
+                 local_names: set[str] = frozenset()):
+        self.spec = spec
+        self.name = spec.name
+        self.model = spec.model
+        self._key = api_key  # never logged, never in a message
+        self.director = director
+        self.io = io
+        self.encode = encode
+        self.decode = decode
+        self.probe_ids = probe_ids
+        self.give_back = give_back
+        self.on_change = on_change  # its state changed: the engine re-routes its queue
+        self.scheduler = RemoteScheduler(spec, director.lock, cost, director.clock)
+        self.local_names = set(local_names)  # the loaded model's names
+        self.prompt_as_ids = True  # until the server refuses token ids
+        self._client = None
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
+
+    # ---- what the engine, the router and the dock read -----------------------------
+    @property
+    def failed(self) -> str | None:
+        return self.scheduler.failed
+
+    @property
+    def warming_up(self) -> bool:
+        return self.scheduler.warming_up
+
+    @property
+    def cost(self) -> RemoteCost:
+        return self.scheduler.cost
+
+    @property
+    def phase(self) -> str:
+        scheduler = self.scheduler
+        if scheduler.failed:
+            return "failed"
+        if scheduler.warming_up:
+            return "connecting"
+        return {"closed": "serving", "open": "down", "half-open": "retrying"}[
+            scheduler.breaker.state]
+
+    @property
+    def batch_size(self) -> int:
+        return self.scheduler.batch_size
+
+    @property
+    def queue_depth(self) -> int:
+        return self.scheduler.queue_depth
+
+    def describe(self) -> str:
+        return self.scheduler.describe()
+
+    # ---- from any thread -----------------------------------------------------------
+    def start(self) -> None:
+        self.io.submit(self._start())
+
+    def wake(self) -> None:
+        self.io.call(self._dispatch)
+
+    def cancel(self, request_id: str) -> None:
+        self.io.call(self._cancel, request_id)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop: requests in flight end cancelled; the connection pool closes."""
+        self.scheduler.close()
+        self._closing = True
+        future = self.io.submit(self._close())
+        try:
+            future.result(timeout)
+        except Exception:
+            pass
+        for request in self.scheduler.drain():
+            self.director.finish(request, "cancelled", self.name)
+
+    # ---- on the loop ----------------------------------------------------------------
+    async def _close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _cancel(self, request_id: str) -> None:
+        task = self._tasks.get(request_id)
+        if task is not None:
+            task.cancel()
+        self._dispatch()
+
+    async def _start(self) -> None:
+        """Probe: its model list (the round trip), then one short answer (its
+        speed), so that the router's first predictions are measured ones."""
+        spec, scheduler = self.spec, self.scheduler
+        self._client = make_client(spec.connect_s)
+        try:
+            sent = time.monotonic()
+            models = await list_models(self._client, spec.url, self._key, spec.first_token_s)
+            scheduler.cost.overhead_s = max(time.monotonic() - sent, 0.001)
+            if self.model and models and self.model not in models:
+                raise RemoteFault("model", f"it does not serve {self.model!r} "
+                                           f"(it lists {', '.join(models[:5])})")
+            if not self.model:  # the one it lists that is the loaded model, else its first
+                self.model = next((m for m in models if m in self.local_names),
+                                  models[0] if models else "")
+            if spec.serves is None and self.model not in self.local_names:
+                raise RemoteFault("model", f"not routed: it serves {self.model!r}, not the "
+                                           "loaded model (say which local model it serves)")
+            probe = Request(list(self.probe_ids), _probe_params())
+            await self._answer(probe, probe=True)
+        except RemoteFault as fault:
+            self._broken(fault)
+        except Exception as exc:  # a bug or an odd server: said, not raised on the loop
+            self._broken(RemoteFault("garbage", f"{type(exc).__name__}: {exc}"))
+        finally:
+            scheduler.warming_up = False
+            self.on_change(self)
+            self._dispatch()
+
+    def _broken(self, fault: RemoteFault) -> None:
+        why = f"{self.name.upper()} ({self.spec.host}): {fault}"
+        if fault.kind in PERMANENT:
+            self.scheduler.fail(why)
+            self.director.emit(EngineErrorEvent("", None, message=why, lane=self.name))
+        elif fault.kind == "busy":
+            self.scheduler.rate_limited(fault.retry_after_s)
+        else:
+            self.scheduler.broke(str(fault))
+
+    def _dispatch(self) -> None:
+        scheduler = self.scheduler
+        while (gone := scheduler.take_cancelled()) is not None:
+            self.director.finish(gone, "cancelled", self.name)
+        if self._closing or scheduler.warming_up:
+            return
+        while (request := scheduler.next_request()) is not None:
+            self._tasks[request.request_id] = asyncio.get_running_loop().create_task(
+                self._serve(request))
+
+    async def _serve(self, request: Request) -> None:
+        scheduler = self.scheduler
+        raw = ""
+        try:
+            try:
+                raw = await self._answer(request)
+                return
+            except RemoteFault as fault:
+                if fault.kind == "prompt" and self.prompt_as_ids and not raw:
+                    self.prompt_as_ids = False  # a server that takes text only: once more
+                    raw = await self._answer(request)
+                    return
+                raise
+        except asyncio.CancelledError:
+            scheduler.done(request)
+            self.director.finish(request, "cancelled", self.name)
+        except RemoteFault as fault:
+            raw = getattr(fault, "received", raw)
+            if request.is_cancelled:
+                scheduler.done(request)
+                self.director.finish(request, "cancelled", self.name)
+                return
+            self._broken(fault)
+            scheduler.done(request)
+            why = f"{self.name.upper()} {'refused it' if fault.kind in ('busy', 'prompt') else 'failed'}: {fault}"
+            self.give_back(request, raw, why)
+            self.on_change(self)
+        finally:
+            self._tasks.pop(request.request_id, None)
+            if not self._closing:
+                self._dispatch()
+
+    def _body(self, request: Request) -> dict:
+        p = request.params
+        body = {"model": self.model, "max_tokens": p.max_tokens, "temperature": p.temperature,
+                "top_p": p.top_p,
+                "prompt": request.prompt_ids if self.prompt_as_ids
+                else self.decode(request.prompt_ids)}
+        if p.stop:
+            body["stop"] = list(p.stop)
+        if p.seed is not None:
+            body["seed"] = p.seed
+        for name, default in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+            if getattr(p, name) != default:
+                body[name] = getattr(p, name)
+        return body
+
+    async def _answer(self, request: Request, probe: bool = False) -> str:
+        """Stream one answer; returns its raw text. A fault carries the text
+        received before it (`fault.received`)."""
+        spec, scheduler, director = self.spec, self.scheduler, self.director
+        believed = 0 if probe else scheduler.held_for(request)
+        view = director.request_view(request) if not probe else None
+        n_at_start = max(scheduler.batch_size, 1)
+        predicted = (scheduler.cost.request_s(request.num_prompt - believed,
+                                              view.expected_output, n_at_start)
+                     if view is not None else None)
+        raw, finish, usage_cached, usage_out = "", None, None, None
+        concurrency, seen = 0.0, 0
+        sent = time.monotonic()
+        first = None
+        stream = request.text
+        try:
+            async for chunk in stream_completion(
+                    self._client, spec.url, self._key, self._body(request), spec.first_token_s,
+                    spec.stall_s, CHARS_PER_TOKEN_LIMIT * request.params.max_tokens):
+                concurrency += max(scheduler.batch_size, 1)
+                seen += 1
+                if chunk.cached_tokens is not None:
+                    usage_cached = chunk.cached_tokens
+                if chunk.completion_tokens is not None:
+                    usage_out = chunk.completion_tokens
+                finish = chunk.finish_reason or finish
+                if not chunk.text:
+                    continue
+                if first is None:
+                    first = time.monotonic()
+                    request.first_token_at = director.clock()
+                raw += chunk.text
+                if stream is not None:
+                    text, thought = stream.add_text(chunk.text)
+                    if text or thought:
+                        director.emit(Token(request.request_id, request.tab_id, -1, text,
+                                            self.name, director.clock(), reasoning=thought))
+                    if stream.stopped:
+                        finish = "stop"
+                        break
+                scheduler.output_tokens += 1
+        except RemoteFault as fault:
+            fault.received = raw
+            raise
+        if finish not in ("stop", "length"):
+            fault = RemoteFault("cut", f"the answer ended with {finish!r}")
+            fault.received = raw
+            raise fault
+        end = time.monotonic()
+        ids = self.encode(raw)
+        out = usage_out if usage_out is not None else len(ids)
+        ttft = (first or end) - sent
+        mean_n = concurrency / seen if seen else float(n_at_start)
+        cost = scheduler.cost
+        expected_tpot = 1 / cost.stream_tps(round(mean_n))
+        kept = out < 2 or (end - (first or end)) / (out - 1) <= 1.5 * expected_tpot
+        uncached = request.num_prompt - (usage_cached if usage_cached is not None else believed)
+        cost.observe(uncached, ttft, out, end - (first or end), mean_n, predicted, end - sent)
+        if probe:
+            scheduler.breaker.success()
+            return raw
+        request.output_ids = ids
+        request.cached_tokens = usage_cached if usage_cached is not None else believed
+        scheduler.answered(request, request.prompt_ids + ids, usage_cached, believed, mean_n,
+                           kept)
+        scheduler.done(request)
+        director.finish(request, finish, self.name)
+        return raw
+
+
+def _probe_params():
+    from ..core.params import SamplingParams
+
+    return SamplingParams(max_tokens=16)
