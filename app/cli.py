@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--file", default=None, help="read the prompt from this file (UTF-8)")
     # Also accepted after `generate`; SUPPRESS keeps the top-level value otherwise.
     gen.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
+    gen.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
+                     help=REMOTE_HELP)
     gen.add_argument("--system", default=None, help="system prompt (none: the model's own)")
     gen.add_argument("--max-tokens", type=int, default=256,
                      help="the answer's length limit, in tokens")
@@ -57,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                                        "/v1/completions, /v1/models) on this machine.",
                            formatter_class=_Help)
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
+    serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
+                       help=REMOTE_HELP)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
     serve.add_argument("--port", type=int, default=8080,
@@ -70,12 +74,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_engine(model: str):
+REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, URL[#model] "
+               "(https, or http on this machine); repeatable. Its API key, if it needs "
+               "one, from $TANDEM_REMOTE_KEY")
+
+
+def _remotes(texts: list[str]) -> list:
+    """--remote URL[#model] as (spec, key) pairs; EngineError if one is wrong."""
+    from engine import parse_remote
+
+    key = os.environ.get("TANDEM_REMOTE_KEY") or None
+    return [(parse_remote(text, name="remote" if i == 0 else f"remote{i + 1}"), key)
+            for i, text in enumerate(texts)]
+
+
+def _load_engine(model: str, remotes: list[str] = ()):
     """The engine for `model`, or None after saying why on stderr."""
     from engine import Engine, EngineError
 
     try:
-        return Engine.load(model)
+        engine = Engine.load(model, remotes=_remotes(list(remotes)) or None)
+        if remotes:  # their probes: route the first request with measured costs
+            engine.wait_ready(60, every_lane=True)
+        return engine
     except EngineError as e:
         print(f"tandem: {e}", file=sys.stderr)
         return None
@@ -89,7 +110,7 @@ def serve(args) -> int:
 
     from server.api import ServerConfig, make_app
 
-    engine = _load_engine(args.model)
+    engine = _load_engine(args.model, args.remote)
     if engine is None:
         return 2
     app = make_app(engine, ServerConfig(
@@ -166,7 +187,7 @@ def generate(args) -> int:
         return 2
     from engine import EngineError, Finished, SamplingParams, Token
 
-    engine = _load_engine(args.model)
+    engine = _load_engine(args.model, args.remote)
     if engine is None:
         return 2
     messages = []

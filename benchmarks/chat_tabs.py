@@ -27,8 +27,8 @@ def play(engine, tabs, max_answer: int) -> tuple[list, float]:
         for k, turn in enumerate(tab.turns):
             time.sleep(turn.think_s * (k > 0))
             messages.append({"role": "user", "content": user_text(turn.user_tokens, k)})
-            done = engine.generate(messages, SamplingParams(
-                max_tokens=min(turn.answer_tokens, max_answer)))
+            done = engine.submit(messages, SamplingParams(
+                max_tokens=min(turn.answer_tokens, max_answer)), tab_id=tab.tab_id).result()
             with lock:
                 finished.append(done)
             messages.append({"role": "assistant", "content": done.text})

@@ -158,7 +158,7 @@ class Engine:
 
     def wait_ready(self, timeout: float | None = None, every_lane: bool = False) -> bool:
         """Wait until a lane serves (`every_lane`: until every lane's start-up
-        has ended). True if so within `timeout`; raises EngineError when every
+        has ended, remote lanes' probes included). True if so within `timeout`; raises EngineError when every
         lane failed to start, with each one's reason."""
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -166,8 +166,9 @@ class Engine:
             lanes = self.lanes.values()
             if all(lane.failed for lane in lanes):
                 return True
-            if every_lane:
-                return all(lane.ready.is_set() or lane.failed for lane in lanes)
+            if every_lane:  # remote lanes too: their probe answered, or they are down
+                return (all(lane.ready.is_set() or lane.failed for lane in lanes)
+                        and all(r.ready.is_set() for r in self.remotes.lanes.values()))
             return any(lane.ready.is_set() and not lane.failed for lane in lanes)
 
         with self._ready:

@@ -85,6 +85,8 @@ class Remotes:
         """Its probe ended or it went down: its queue goes to a ready lane,
         and lanes still warming up may hand theirs to it."""
         engine = self.engine
+        with engine._ready:
+            engine._ready.notify_all()
         sources = [lane.name] + [n for n, local in engine.lanes.items() if local.warming_up]
         for source in sources:
             for target, event in engine.director.reroute_waiting(source):

@@ -240,3 +240,15 @@ def test_a_wrong_key_turns_the_remote_off_and_never_shows_the_key(scripted_dir, 
             assert _ask(e).result(60).lanes[0] == ("prefill", "cpu")
         finally:
             e.close()
+
+
+def test_the_command_line_routes_to_a_remote(scripted_dir, remote_server, capsys):
+    from app import cli
+
+    assert cli.main(["generate", "--model", str(scripted_dir), "--remote",
+                     f"{remote_server}/v1", "--max-tokens", "64", "hi"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == SCRIPT and "finished;" in err
+    # Plain http to another machine is refused before anything loads.
+    assert cli.main(["generate", "--remote", "http://192.0.2.1:8000/v1", "hi"]) == 2
+    assert "https" in capsys.readouterr().err

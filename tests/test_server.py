@@ -93,6 +93,23 @@ def test_completions_models_health_and_cached_tokens(served):
     assert second.usage.prompt_tokens_details.cached_tokens > 0
 
 
+def test_a_prompt_of_token_ids_is_the_same_prompt(served):
+    """As OpenAI's API and vLLM take it (remote lanes send ids): the answer
+    to the ids of a text is the answer to the text; an id outside the
+    vocabulary is a 400 naming it, never a read past the embedding."""
+    client = served.client()
+    ids = list(served.engine.tokenizer.encode("the quick brown fox"))
+    as_text = client.completions.create(model="tiny", prompt="the quick brown fox",
+                                        max_tokens=8, temperature=0)
+    as_ids = client.completions.create(model="tiny", prompt=ids, max_tokens=8, temperature=0)
+    assert as_ids.choices[0].text == as_text.choices[0].text
+    assert as_ids.usage.prompt_tokens == len(ids)
+    for bad in ([ids[0], 10**9], [-1], [1.5], [True]):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model="tiny", prompt=bad, max_tokens=2)
+        assert "prompt" in str(e.value) or "vocabulary" in str(e.value)
+
+
 def test_stop_strings_and_seeds(served):
     client = served.client()
     free = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24,

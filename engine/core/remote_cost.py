@@ -59,13 +59,14 @@ class RemoteCost:
         return self.ttft_s(uncached) + max(output - 1, 0) / self.stream_tps(concurrency)
 
     def useful_concurrency(self, limit: int) -> int:
-        """The most concurrent requests that still add >= 10% to its output
-        rate (n / (1 + alpha (n-1)) flattens as alpha grows)."""
+        """The most concurrent requests where one more still adds at least a
+        quarter of a lone stream's speed to its output rate
+        (n / (1 + alpha (n-1)) flattens as alpha grows)."""
+        def rate(n: int) -> float:
+            return n / (1.0 + self.batch_alpha * (n - 1))
+
         n = 1
-        while n < limit:
-            gain = ((n + 1) / (1 + self.batch_alpha * n)) / (n / (1 + self.batch_alpha * (n - 1)))
-            if gain < 1.1:
-                break
+        while n < limit and rate(n + 1) - rate(n) >= 0.25:
             n += 1
         return n
 

@@ -12,6 +12,7 @@ goes on from there: nothing shown is lost or repeated.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Callable
 
@@ -54,6 +55,7 @@ class RemoteLane:
         self._client = None
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
+        self.ready = threading.Event()  # its probe ended (serving, down or failed)
 
     # ---- what the engine, the router and the dock read -----------------------------
     @property
@@ -152,6 +154,7 @@ class RemoteLane:
             self._broken(RemoteFault("garbage", f"{type(exc).__name__}: {exc}"))
         finally:
             scheduler.warming_up = False
+            self.ready.set()
             self.on_change(self)
             self._dispatch()
 

@@ -30,3 +30,14 @@ def load_profile(name: str, contention: float = 0.0) -> tuple[list[SimLaneSpec],
                          batch_alpha=spec["batch_alpha"], contention=contention)
         lanes.append(SimLaneSpec(lane_name, spec["device"], cost))
     return lanes, float(profile["migration_s"])
+
+
+def load_remote(name: str, lane_name: str = "remote"):
+    """A simulated remote server (engine/sim/remote.py) from profiles.json."""
+    from ..core.remote_cost import RemoteCost
+    from .remote import SimRemoteSpec
+
+    spec = _DATA["remotes"][name]
+    truth = RemoteCost(overhead_s=spec["overhead_s"], prefill_tps=spec["prefill_tps"],
+                       decode_tps=spec["decode_tps"], batch_alpha=spec["batch_alpha"])
+    return SimRemoteSpec(lane_name, truth, capacity=spec["capacity"])

@@ -25,7 +25,8 @@ from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepPlan, StepResult
 from .profiles import SimLaneSpec
-from .runner import STOP_TOKEN, SimPrefix, SimRunner
+from .remote import SimRemote, SimRemoteSpec
+from .runner import STOP_TOKEN, SimPrefix, SimRunner, answer_token
 from .workload import Tab
 
 SYSTEM_TOKENS = 180  # the shared system prompt
@@ -125,7 +126,8 @@ class Simulation:
     def __init__(self, lanes: list[SimLaneSpec], policy, mode: str = "hybrid",
                  migration_s: float = 0.0, config: LaneConfig | None = None,
                  prefix_cache_bytes: int = 2 << 30, kv_bytes_per_token: int = 12_288,
-                 max_tokens: int = 512, seed: int = 0):
+                 max_tokens: int = 512, seed: int = 0,
+                 remotes: list[SimRemoteSpec] = ()):
         self.now = 0.0
         self.policy = policy
         self.migration_s = migration_s
@@ -143,6 +145,11 @@ class Simulation:
             runner = SimRunner(spec.cost, lambda r: self._targets[r.request_id], self.prefix)
             self.lanes.append(SimLane(scheduler, runner))
             self.director.add_lane(scheduler)
+        # Remote lanes (engine/sim/remote.py): the production RemoteScheduler
+        # in front of a simulated server.
+        self.remotes = [SimRemote.build(spec, self.director, self._answer_length,
+                                        self._answer_ids, lambda: self.now)
+                        for spec in remotes]
         self._rng = random.Random(seed)
         self._arrivals: list = []
         self._seq = itertools.count()
@@ -154,6 +161,13 @@ class Simulation:
         self.decisions: list[tuple[float, str, str, str, str]] = []
         self.migrations = 0
         self.done: list[SimRequest] = []
+
+    def _answer_length(self, request: Request) -> int:
+        return self._targets[request.request_id]
+
+    @staticmethod
+    def _answer_ids(request: Request, n: int) -> list[int]:
+        return [answer_token(request, i) for i in range(1, n)] + [STOP_TOKEN]
 
     # ---- workload -------------------------------------------------------------------
     def _schedule_turn(self, tab: Tab, at: float) -> None:
@@ -265,9 +279,12 @@ class Simulation:
         while self.now < limit_s:
             next_arrival = self._arrivals[0][0] if self._arrivals else float("inf")
             ends = [lane.step_end for lane in self.lanes if lane.step_end is not None]
+            ends += [remote.next_event() for remote in self.remotes]
             next_end = min(ends) if ends else float("inf")
             if next_arrival == float("inf") and next_end == float("inf"):
                 break
+            for remote in self.remotes:
+                remote.advance(min(next_arrival, next_end))
             if next_arrival <= next_end:
                 self.now = next_arrival
                 _, _, key = heapq.heappop(self._arrivals)
@@ -280,14 +297,19 @@ class Simulation:
                 for lane in self.lanes:
                     if lane.step_end is not None and lane.step_end <= self.now:
                         self._end_step(lane)
+                for remote in self.remotes:
+                    remote.fire(self.now)
             for lane in self.lanes:
                 if lane.step_end is None:
                     self._start_step(lane)
+            for remote in self.remotes:
+                remote.dispatch(self.now)
         makespan = max((r.finished_at for r in self.done), default=0.0) - first_arrival
         return SimResult(
             policy=getattr(self.policy, "name", type(self.policy).__name__),
             mode=self.director.mode, requests=self.done, makespan_s=makespan,
-            lane_busy_s={lane.name: lane.busy_s for lane in self.lanes},
+            lane_busy_s={**{lane.name: lane.busy_s for lane in self.lanes},
+                         **{remote.name: remote.busy_s for remote in self.remotes}},
             mean_decode_batch={lane.name: lane.batch_time / lane.busy_s if lane.busy_s else 0.0
                                for lane in self.lanes},
             mean_decode_context={lane.name: lane.context_time / lane.batch_time
