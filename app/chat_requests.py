@@ -151,7 +151,8 @@ class ChatRequests(QObject):
         dock = window.scheduler
         outcome = dock.ledger.finished(finished.request_id, finished.reason, finished.e2e_s,
                                        finished.time, finished.lanes, dock.gpu_lanes)
-        note = note_for(outcome, dock.ledger.summary(finished.time).median_error) \
+        note = note_for(outcome, dock.ledger.summary(finished.time).median_error,
+                        dock.ledger.baseline) \
             if outcome else ""
         dock.timeline.finished(finished.request_id, finished.reason, finished.time, note)
         dock.timeline_view.refresh()

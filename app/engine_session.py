@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMainWindow
 from engine import EngineError
 
 from .engine_loader import EngineCloser, EngineLoader, load_engine
+from .remote_lanes import apply_remotes
 from .status_bar import show_lanes_starting, show_loading
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class EngineSession(QObject):
         window = self._window
         old, window.engine = window.engine, engine
         window.store.set_setting(LAST_MODEL_KEY, engine.model_info.source)  # for the next start
+        problems = apply_remotes(window, engine)  # the saved remote lanes (Engine menu)
+        if problems:
+            window.statusBar().showMessage(" ".join(problems), 15_000)
         mode = window.store.setting(MODE_KEY)
         if mode and mode != engine.mode:
             try:

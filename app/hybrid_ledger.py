@@ -48,6 +48,10 @@ class HybridLedger:
         self.window_s = window_s
         self._routed: dict[str, tuple[float | None, float | None]] = {}
         self.outcomes: deque[Outcome] = deque(maxlen=2000)
+        # What the baseline lanes are called, and where else hybrid sends work:
+        # ("the GPU", "the CPU") beside a GPU; ("this machine", "a remote") with a
+        # CPU and a remote lane (the baseline lanes are then the local ones).
+        self.baseline, self.elsewhere = "the GPU", "the CPU"
 
     def routed(self, request_id: str, predicted_done_s: float | None,
                predicted_s: dict[str, float], gpu_lanes: set[str]) -> None:
@@ -84,21 +88,22 @@ class HybridLedger:
         minutes = f"{self.window_s / 60:.0f} minutes"
         if not s.finished:
             return f"No answers finished in the last {minutes}."
-        went = (f"{s.used_cpu} of {s.finished} requests went to the CPU"
-                if s.used_cpu else f"all {s.finished} requests stayed on the GPU")
+        went = (f"{s.used_cpu} of {s.finished} requests went to {self.elsewhere}"
+                if s.used_cpu else f"all {s.finished} requests stayed on {self.baseline}")
         if not s.estimated:
             return f"Over the last {minutes}, {went}."
         verb = "saved" if s.saved_s >= 0 else "cost"
         error = (f"; the router's predictions miss by a median {s.median_error:.0%}"
                  if s.median_error is not None else "")
         return (f"Hybrid {verb} ~{abs(s.saved_s):.0f} s over the last {minutes}: {went} "
-                f"(against the router's GPU-only estimates{error}).")
+                f"(against the router's estimates for {self.baseline} alone{error}).")
 
 
-def note(outcome: Outcome, median_error: float | None) -> str:
+def note(outcome: Outcome, median_error: float | None, baseline: str = "the GPU") -> str:
     """One request: 'finished in 4.1 s; GPU-only estimate 6.3 s (±18%)'."""
     text = f"finished in {outcome.actual_s:.1f} s"
     if outcome.gpu_only_s is not None:
         error = f", the router's median error {median_error:.0%}" if median_error else ""
-        text += f"; GPU alone (estimate{error}): {outcome.gpu_only_s:.1f} s"
+        label = baseline.removeprefix("the ")
+        text += f"; {label[0].upper()}{label[1:]} alone (estimate{error}): {outcome.gpu_only_s:.1f} s"
     return text

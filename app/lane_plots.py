@@ -14,7 +14,11 @@ from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 HISTORY_S = 60
 SAMPLE_HZ = 10
 SMOOTHING = 0.3
-LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
+LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60"}
+REMOTE_PHASES = {"connecting": "connecting: not routed to until it answered a probe",
+                 "down": "down: routed around until its back-off ends (hover for why)",
+                 "retrying": "back-off over: the next request tries it",
+                 "failed": "off (hover for why)"}
 
 
 def nice_top(value: float) -> float:
@@ -61,6 +65,12 @@ class LaneCard(QFrame):
         if getattr(self, "off", False):
             return
         phase = getattr(sample, "phase", "serving")
+        if sample.device == "remote":
+            queued = f" · {sample.queue_depth} queued" if sample.queue_depth else ""
+            self.numbers.setText(REMOTE_PHASES.get(phase, "") + queued if phase != "serving" else
+                                 f"{sample.batch_size} in flight ({busy_pct:.0f}% of its "
+                                 f"capacity) · {tokens_per_s:.1f} tok/s{queued}")
+            return
         if phase in ("starting", "warming up", "calibrating"):
             queued = f" · {sample.queue_depth} queued" if sample.queue_depth else ""
             self.numbers.setText(f"{phase}: not routed to until ready{queued}")

@@ -26,7 +26,8 @@ from .paths import default_db_path
 from .plain_text import tip
 from .scheduler_dock import SchedulerDock
 from .sidebar import ChatSidebar
-from .status_bar import build_status_bar, mode_text, show_lanes_starting
+from .status_bar import (build_status_bar, can_hybrid, local_mode, mode_text,
+                         show_engine_lanes, show_lanes_starting)
 from .store import ChatStore
 
 if TYPE_CHECKING:
@@ -105,13 +106,7 @@ class MainWindow(QMainWindow):
         self.server_action.setChecked(self.server.running)
         self.model_label.setText(engine.model_info.label)
         show_lanes_starting(self)
-        devices = ", ".join(f"{lane.name}: {lane.device.upper()}" for lane in engine.lane_info())
-        self.device_label.setText(devices)
-        self.mode_label.setText(mode_text(engine.mode))
-        has_gpu = any(lane.kind == "gpu" for lane in engine.lane_info())
-        self.toggle_mode_action.setEnabled(has_gpu)  # Ctrl+M: nothing to toggle without one
-        self.toggle_mode_action.setStatusTip("" if has_gpu else
-                                             "This engine runs CPU-only: no GPU lane to switch to.")
+        show_engine_lanes(self, engine)
         self.scheduler.show_engine(engine)
         for tab in self.chat_tabs():
             tab.set_ready(True)
@@ -201,8 +196,9 @@ class MainWindow(QMainWindow):
         self.sidebar.refresh()
 
     def toggle_mode(self) -> None:
-        if self.engine is not None and any(lane.kind == "gpu" for lane in self.engine.lane_info()):
-            self.set_mode("hybrid" if self.engine.mode == "gpu-only" else "gpu-only")
+        if self.engine is not None and can_hybrid(self.engine):
+            local = local_mode(self.engine)
+            self.set_mode("hybrid" if self.engine.mode == local else local)
 
     def export_chat(self, tab: ChatTab, path: str | Path) -> Path:
         """Write the chat as Markdown (as JSON when `path` ends in .json)."""
@@ -246,7 +242,7 @@ class MainWindow(QMainWindow):
         if self.engine is None:
             return
         mode = self.session.set_mode(mode)
-        self.mode_label.setText(mode_text(mode))
+        self.mode_label.setText(mode_text(mode, self.engine))
         self.scheduler.show_mode(mode)
 
     def toggle_server(self, on: bool | None = None) -> None:

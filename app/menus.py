@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 
 from .chat_files import export_current, import_chosen
+from .remote_lanes import open_remote_lanes
 from .server_settings import open_server_settings
 from .theme import build_theme_menu
 
@@ -47,7 +48,7 @@ def build_menus(window) -> None:
     engine_menu = window.menuBar().addMenu("&Engine")
     window.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
                                       window.pick_model)
-    window.toggle_mode_action = action(engine_menu, "Toggle GPU-only / Hybrid", "Ctrl+M",
+    window.toggle_mode_action = action(engine_menu, "Toggle local only / Hybrid", "Ctrl+M",
                                        window.toggle_mode)
     engine_menu.addSeparator()
     window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
@@ -55,6 +56,8 @@ def build_menus(window) -> None:
     window.server_action.setCheckable(True)
     window.server_settings_action = action(engine_menu, "Local server settings…", "",
                                            lambda: open_server_settings(window))
+    window.remote_lanes_action = action(engine_menu, "Remote lanes…", "",
+                                        lambda: open_remote_lanes(window))
     view = window.menuBar().addMenu("&View")  # a closed dock comes back from here
     for dock in (window.chats_dock, window.scheduler_dock):
         view.addAction(dock.toggleViewAction())

@@ -49,7 +49,8 @@ class SchedulerDock(QWidget):
             # The mode in use stands out in light and dark alike.
             button.setStyleSheet(MODE_BUTTON_CSS)
             self._mode_group.addButton(button)
-        self.gpu_only.clicked.connect(lambda: self.mode_requested.emit("gpu-only"))
+        self.local_mode = "gpu-only"  # "cpu-only" on a machine without a GPU lane
+        self.gpu_only.clicked.connect(lambda: self.mode_requested.emit(self.local_mode))
         self.hybrid.clicked.connect(lambda: self.mode_requested.emit("hybrid"))
         switch = QHBoxLayout()
         switch.addWidget(QLabel("Mode:"))
@@ -156,6 +157,7 @@ class SchedulerDock(QWidget):
         as name -> (kind, why)."""
         for card in self.cards.values():  # a new engine: cards start afresh
             self.cards_box.removeWidget(card)
+            card.setParent(None)  # gone now, not at the next turn of the event loop
             card.deleteLater()
         self.cards.clear()
         off = off or {}
@@ -170,15 +172,27 @@ class SchedulerDock(QWidget):
                 card.setToolTip((descriptions or {}).get(name, ""))
         self.timeline_view.lane_kinds = dict(lanes)
         has_gpu = any(kind == "gpu" for _, kind in lanes)
-        self.gpu_lanes = {name for name, kind in lanes if kind == "gpu"}
-        self.gpu_only.setEnabled(has_gpu)
-        self.hybrid.setEnabled(has_gpu and len(lanes) > 1)
-        if not has_gpu:
+        remote = any(kind == "remote" for name, kind in lanes if name not in off)
+        # The lanes hybrid is measured against: the GPU, else this machine's own.
+        self.gpu_lanes = {name for name, kind in lanes
+                          if kind == "gpu" or (not has_gpu and kind != "remote")}
+        self.ledger.baseline, self.ledger.elsewhere = (
+            ("the GPU", "the CPU" + (" or a remote" if remote else "")) if has_gpu
+            else ("this machine", "a remote"))
+        self.local_mode = "gpu-only" if has_gpu else "cpu-only"
+        self.gpu_only.setText("GPU-only" if has_gpu else "Local only")
+        self.gpu_only.setEnabled(has_gpu or remote)
+        self.hybrid.setEnabled((has_gpu and len(lanes) > 1) or remote)
+        if remote and not has_gpu:
+            tip = ("Hybrid sends a request to a remote lane when the router predicts it "
+                   "finishes sooner there; Local only keeps every request on this machine.")
+            self._hybrid_off = ""
+        elif not has_gpu:
             tip = "No GPU that MLX can use on this machine: the engine runs CPU-only."
             self._hybrid_off = (
                 "Hybrid is off: no GPU that MLX can use here, so every request runs on the "
                 "CPU. It needs a GPU lane beside the CPU: Apple silicon (Metal), or an NVIDIA "
-                "GPU with MLX's CUDA build.")
+                "GPU with MLX's CUDA build; or a remote lane (Engine > Remote lanes…).")
         elif len(lanes) < 2:
             tip = "Hybrid needs a second lane: " + "; ".join(
                 f"{name.upper()} is off ({why})" for name, (_, why) in off.items())
@@ -195,11 +209,13 @@ class SchedulerDock(QWidget):
         """A newly loaded engine: its lanes, mode, memory plan and failures."""
         self.system_plots.engine = engine
         lanes = engine.lane_info()
+        off = {lp.name: (lp.device, lp.reason) for lp in engine.memory_plan.lanes
+               if not lp.enabled}
+        off.update({lane.name: (lane.kind, lane.failed) for lane in lanes
+                    if lane.phase == "not routed"})  # a remote serving another model
         self.set_engine_info(
-            [(lane.name, lane.kind) for lane in lanes], engine.mode,
-            engine.describe_lanes(), off={
-                lp.name: (lp.device, lp.reason) for lp in engine.memory_plan.lanes
-                if not lp.enabled})
+            [(lane.name, lane.kind) for lane in lanes if lane.name not in off], engine.mode,
+            engine.describe_lanes(), off=off)
         self.show_memory_plan(engine.memory_plan)
         for lane in lanes:
             if lane.failed:
@@ -248,7 +264,7 @@ class SchedulerDock(QWidget):
 
     def show_mode(self, mode: str) -> None:
         self.mode = mode
-        self.gpu_only.setChecked(mode == "gpu-only")
+        self.gpu_only.setChecked(mode == self.local_mode)
         self.hybrid.setChecked(mode == "hybrid")
         self.show_hybrid_summary()
 
@@ -257,6 +273,9 @@ class SchedulerDock(QWidget):
         why it is off and what it would need."""
         if self._hybrid_off:
             text = self._hybrid_off
+        elif self.mode == "cpu-only":
+            text = ("Local only: every request runs on this machine. Hybrid would send "
+                    "requests to a remote lane when the router predicts they finish sooner.")
         elif self.mode == "gpu-only":
             text = ("GPU-only: every request runs on the GPU. Hybrid would send follow-ups "
                     "and overflow to the CPU when the router predicts they finish sooner.")

@@ -12,8 +12,37 @@ from .saving_status import SavingStatus
 MODE_TEXT = {"gpu-only": "GPU only", "hybrid": "Hybrid: GPU + CPU", "cpu-only": "CPU only"}
 
 
-def mode_text(mode: str) -> str:
+def mode_text(mode: str, engine=None) -> str:
+    """'Hybrid: GPU + CPU', or what this engine's hybrid is made of ('Hybrid:
+    CPU + remote')."""
+    if mode == "hybrid" and engine is not None:
+        kinds = [lane.kind for lane in engine.lane_info() if lane.phase != "not routed"]
+        parts = [k.upper() if k != "remote" else "remote" for k in ("gpu", "cpu", "remote")
+                 if k in kinds]
+        return "Hybrid: " + " + ".join(parts)
     return MODE_TEXT.get(mode, mode)
+
+
+def local_mode(engine) -> str:
+    """The mode that keeps everything on this machine's own lanes."""
+    return "gpu-only" if any(lane.kind == "gpu" for lane in engine.lane_info()) else "cpu-only"
+
+
+def can_hybrid(engine) -> bool:
+    """A GPU lane and a second lane, or a routed remote lane."""
+    lanes = [lane for lane in engine.lane_info() if lane.phase != "not routed"]
+    return len(lanes) > 1 and any(lane.kind in ("gpu", "remote") for lane in lanes)
+
+
+def show_engine_lanes(window, engine) -> None:
+    """The devices, the mode and whether Ctrl+M has a mode to switch to."""
+    window.device_label.setText(", ".join(f"{lane.name}: {lane.device.upper()}"
+                                          for lane in engine.lane_info()))
+    window.mode_label.setText(mode_text(engine.mode, engine))
+    toggles = can_hybrid(engine)
+    window.toggle_mode_action.setEnabled(toggles)  # Ctrl+M: nothing to toggle without one
+    window.toggle_mode_action.setStatusTip(
+        "" if toggles else "This engine runs CPU-only: no GPU lane or remote lane to switch to.")
 
 
 def build_status_bar(window) -> None:

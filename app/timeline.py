@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QScrollArea, QToolButton, QT
 from .plain_text import tip
 
 MAX_TRACKS = 300
-LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22"}
+LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60"}
 SPANS_S = (10, 30, 60, 120, 300, 600, 1800, 3600)  # the zoom steps, seconds shown
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
@@ -343,7 +343,7 @@ class TimelinePanel(QWidget):
         self.follow.setToolTip("Keep the present at the right edge (drag the timeline to "
                                "look back; double-click it to follow again)")
         self.span = QLabel()
-        self.key = QLabel("pale: prefill · solid: decode · blue GPU, orange CPU")
+        self.key = QLabel("pale: prefill · solid: decode · blue GPU, orange CPU, green remote")
         self.key.setWordWrap(True)
         self.zoom_out.clicked.connect(lambda: view.zoom(1.25))
         self.zoom_in.clicked.connect(lambda: view.zoom(0.8))

@@ -129,10 +129,10 @@ def test_it_remembers_what_it_holds_for_a_conversation():
     assert 0.5 < remote.prefix_hit < 1.0
 
 
-def _local(name, device, tps, batch=0, queue=0):
+def _local(name, device, tps, batch=0, queue=0, batch_alpha=1.0):
     return LaneView(name, device, queue, batch, 0, batch, 300.0, 100.0 * batch,
                     cost=CostModel(prefill_tps=1_000, decode_points=[(0, tps)],
-                                   batch_alpha=1.0))
+                                   batch_alpha=batch_alpha))
 
 
 def _remote(batch=0, queue=0, capacity=4, tps=50.0):
@@ -155,8 +155,25 @@ def test_the_router_picks_a_remote_by_predicted_completion():
     assert placement.predicted_done_s == min(placement.predicted_s.values())
     assert "REMOTE" in placement.reason
     # A full remote queues it behind its answers in flight.
-    full = policy._remote(_remote(batch=4, queue=4, capacity=4), request)[0]
-    assert full > policy._remote(_remote(batch=1), request)[0] + 1.0
+    full = _remote(batch=4, queue=4, capacity=4)
+    one = _remote(batch=1)
+    assert policy._remote(full, request, [full])[0] > policy._remote(one, request, [one])[0] + 1
+
+
+def test_a_remote_on_this_machine_is_charged_what_it_slows_the_local_lanes():
+    """A lane learns how much any other lane slows it, a remote included:
+    ~0 for a server elsewhere; a server sharing this machine's cores makes
+    waking it cost the busy local lane that much."""
+    policy = CostAwarePolicy()
+    request = RequestView("r1", 200, 0, expected_output=100)
+
+    def lanes(contention):
+        local = _local("cpu", "cpu", 40.0, batch=2, batch_alpha=0.1)  # it batches well
+        local.cost.contention = contention
+        return [local, _remote(tps=40.0)]
+
+    assert policy.place(request, lanes(0.0)).lane == "remote"
+    assert policy.place(request, lanes(1.0)).lane == "cpu"
 
 
 def test_a_remote_holding_the_conversation_keeps_it_unless_clearly_slower():

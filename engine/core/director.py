@@ -75,10 +75,12 @@ class Director:
             views = [v for v in views if v.name not in warming or v.name == keep]
         return [v for v in views if v.name == keep or fits(self.lanes[v.name])]
 
-    def others_busy(self, name: str) -> bool:
-        """Whether another local lane has work (a remote's runs elsewhere)."""
+    def others_busy(self, name: str, local: bool = False) -> bool:
+        """Whether another lane has work (`local`: another local lane). A
+        remote lane counts: a lane learns how much the others slow it, and a
+        remote served from this same machine does (one elsewhere learns ~0)."""
         return any(not lane.is_idle for other, lane in self.lanes.items()
-                   if other != name and lane.kind != "remote")
+                   if other != name and not (local and lane.kind == "remote"))
 
     def _decide(self, ask: Callable[[], Placement | None]) -> Placement | None:
         started = time.perf_counter()

@@ -83,8 +83,9 @@ class CostAwarePolicy:
 
     @staticmethod
     def _contended(lane: LaneView, lanes: list[LaneView]) -> bool:
-        # A remote lane's work runs on another machine: it slows no local lane.
-        return any(o.is_busy for o in lanes if o.name != lane.name and not o.is_remote)
+        # A remote lane counts: its contention is learned like any other lane's
+        # (near 0 for a server elsewhere; not for one on this machine).
+        return any(o.is_busy for o in lanes if o.name != lane.name)
 
     def _factor(self, lane: LaneView, lanes: list[LaneView]) -> float:
         return 1.0 + self._cost(lane).contention if self._contended(lane, lanes) else 1.0
@@ -175,7 +176,8 @@ class CostAwarePolicy:
         return "".join(f"; {line}" for line in out)
 
     # ---- decisions ----------------------------------------------------------
-    def _remote(self, lane: LaneView, request: RequestView) -> tuple[float, float]:
+    def _remote(self, lane: LaneView, request: RequestView,
+                lanes: list[LaneView]) -> tuple[float, float]:
         """(seconds until a remote lane finishes the request, delay it imposes
         on our requests already there). A full remote queues it behind the
         answers in flight; each stream there slows a little as it joins."""
@@ -191,7 +193,9 @@ class CostAwarePolicy:
             shared = min(request.expected_output, lane.remaining_tokens / lane.batch_size)
             delta = 1 / cost.stream_tps(n) - 1 / cost.stream_tps(n - 1)
             imposed = lane.batch_size * shared * delta
-        return own, imposed
+        # Waking an idle remote slows the busy local lanes by their learned
+        # contention (a server on this machine shares its cores).
+        return own, imposed + self._waking(lane, lanes, own)
 
     def _local_plan(self, request: RequestView, lanes: list[LaneView], own_by_lane: dict):
         """The cheapest (prefill lane, decode lane) pair of local lanes:
@@ -233,7 +237,7 @@ class CostAwarePolicy:
             best = (score, own, p, d)
         sticky = ""
         for r in (lane for lane in lanes if lane.is_remote):
-            own, imposed = self._remote(r, request)
+            own, imposed = self._remote(r, request, lanes)
             own_by_lane[r.name] = own
             score = own + self.imposed_weight * imposed
             held = request.remote_cached.get(r.name, 0)

@@ -213,10 +213,10 @@ class RemoteScheduler:
         with self.lock:
             self._held.pop(tab_id or "", None)
 
-    def describe(self) -> str:
+    def describe(self, model: str = "") -> str:
         spec = self.spec
         state = self.failed or self.breaker.describe()
         if self.warming_up and not self.failed:
             state = "connecting"
-        return (f"REMOTE {spec.model or 'model'} at {spec.host}: {state}; "
+        return (f"REMOTE {model or spec.model or 'model'} at {spec.host}: {state}; "
                 f"{len(self.in_flight)}/{self.capacity} in flight; {self.cost.describe()}")

@@ -196,6 +196,7 @@ class LaneScheduler:
                                 / len(plan.decode))
             self._chunk(plan)
             plan.contended = self.director.others_busy(self.name)
+            plan.local_contended = self.director.others_busy(self.name, local=True)
         return plan
 
     def _reap_cancelled(self, plan: StepPlan) -> None:

@@ -47,7 +47,11 @@ class StepPlan:
     decode: list[Request] = field(default_factory=list)  # the decode batch, in order
     prefill: list[PrefillChunk] = field(default_factory=list)
     events: list[object] = field(default_factory=list)  # routing decisions made while planning
-    contended: bool = False  # another lane was busy when the step started
+    contended: bool = False  # another lane was busy when the step started (a remote too)
+    # Another local lane was busy: what slows a simulated lane (engine/sim/);
+    # a remote lane on another machine slows none, but one on this machine does,
+    # so real lanes learn from `contended` what the remote's work costs them.
+    local_contended: bool = False
     context: float = 0.0  # mean context of the decode rows (for the cost model)
 
     @property

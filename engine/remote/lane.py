@@ -89,7 +89,7 @@ class RemoteLane:
         return self.scheduler.queue_depth
 
     def describe(self) -> str:
-        return self.scheduler.describe()
+        return self.scheduler.describe(self.model)
 
     # ---- from any thread -----------------------------------------------------------
     def start(self) -> None:

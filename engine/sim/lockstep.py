@@ -60,7 +60,7 @@ class Lockstep:
     def end(self, lane: str, plan: StepPlan, measured_s: float) -> float:
         truth = self.truth[lane]
         seconds = truth.step_s(len(plan.decode), plan.context, plan.prefill_tokens,
-                               plan.contended)
+                               plan.local_contended)
         with self._cond:
             if not (plan.has_work or plan.moves or plan.joins or plan.cancelled or plan.events):
                 self._stalled.add(lane)  # as the simulator: no step until the next event

@@ -71,7 +71,7 @@ class SimRunner:
             tokens.append(STOP_TOKEN if index >= self.answer_length(request)
                           else answer_token(request, index))
         seconds = self.cost.step_s(len(plan.decode), plan.context, plan.prefill_tokens,
-                                   plan.contended)
+                                   plan.local_contended)
         return StepResult(tokens, seconds, {r.request_id: None for r, _ in plan.moves})
 
     def release(self, requests: list[Request]) -> None:
