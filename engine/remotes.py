@@ -79,7 +79,7 @@ class Remotes:
         with self.engine.director.lock:
             lane.scheduler.close()
             self.engine.director.lanes.pop(name, None)
-        lane.close()
+        lane.close(hand_back=True)  # its requests go on locally, from what they had
 
     def _changed(self, lane: RemoteLane) -> None:
         """Its probe ended or it went down: its queue goes to a ready lane,

@@ -252,3 +252,19 @@ def test_the_command_line_routes_to_a_remote(scripted_dir, remote_server, capsys
     # Plain http to another machine is refused before anything loads.
     assert cli.main(["generate", "--remote", "http://192.0.2.1:8000/v1", "hi"]) == 2
     assert "https" in capsys.readouterr().err
+
+
+def test_removing_a_remote_mid_answer_goes_on_locally(engine_with_remote, proxy):
+    from engine import Token
+
+    engine, events = engine_with_remote(stall_s=30.0)
+    proxy.set("stall", after_events=4, times=1)
+    handle = _ask(engine)
+    _wait(lambda: any(isinstance(e, Token) and e.request_id == handle.request_id
+                      for e in events))
+    engine.remove_remote("remote")
+    done = handle.result(60)
+    assert done.reason == "stop" and done.text == SCRIPT
+    assert _shown(events, handle.request_id) == SCRIPT
+    assert "was removed" in _routed(events, handle.request_id)[1].reason
+    assert "remote" not in {lane.name for lane in engine.lane_info()}

@@ -76,8 +76,9 @@ async def _status_fault(response: httpx.Response) -> RemoteFault:
 
 
 def _transport_fault(exc: Exception) -> RemoteFault:
-    if isinstance(exc, httpx.ConnectError):
-        return RemoteFault("refused", "connection refused")
+    if isinstance(exc, httpx.ConnectError):  # refused, no route, a certificate it failed
+        detail = str(exc)[:MAX_ERROR_TEXT] or "connection refused"
+        return RemoteFault("refused", f"cannot connect: {detail}")
     if isinstance(exc, httpx.TimeoutException):
         return RemoteFault("timeout", "timed out")
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
@@ -145,6 +146,23 @@ def _count(value) -> int | None:
         else None
 
 
+async def _lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The body's lines, none longer than MAX_LINE (httpx's own line reader
+    would hold a newline-less body of any size in memory)."""
+    buffer = ""
+    async for text in response.aiter_text():
+        buffer += text
+        *lines, buffer = buffer.split("\n")
+        for line in lines:
+            if len(line) > MAX_LINE:
+                raise RemoteFault("garbage", "an event over 1 MiB")
+            yield line.rstrip("\r")
+        if len(buffer) > MAX_LINE:
+            raise RemoteFault("garbage", "an event over 1 MiB")
+    if buffer:
+        yield buffer.rstrip("\r")
+
+
 async def stream_completion(client: httpx.AsyncClient, base: str, key: str | None,
                             body: dict, first_s: float, stall_s: float,
                             max_chars: int) -> AsyncIterator[Chunk]:
@@ -162,19 +180,20 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
     try:
         if response.status_code != 200:
             raise await _status_fault(response)
-        lines = response.aiter_lines()
+        lines = _lines(response)
+        loop = asyncio.get_running_loop()
         wait, chars, finished = first_s, 0, False
+        deadline = loop.time() + first_s  # moved on by events, not by keep-alives
         while True:
             try:
-                line = await asyncio.wait_for(anext(lines), wait)
+                line = await asyncio.wait_for(anext(lines), max(deadline - loop.time(), 0.001))
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
-                raise RemoteFault("timeout", f"silent for {wait:.0f} s mid-answer") from None
+                raise RemoteFault("timeout", f"silent for {wait:.0f} s mid-answer"
+                                  if chars else f"no answer within {wait:.0f} s") from None
             except httpx.HTTPError as exc:
                 raise _transport_fault(exc) from None
-            if len(line) > MAX_LINE:
-                raise RemoteFault("garbage", "an event over 1 MiB")
             if not line.strip() or line.startswith(":"):
                 continue  # keep-alive comments
             if not line.startswith("data:"):
@@ -185,6 +204,7 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
             if chunk is None:
                 break
             wait = stall_s
+            deadline = loop.time() + stall_s
             chars += len(chunk.text)
             if chars > max_chars:
                 raise RemoteFault("garbage", "more text than max_tokens allows")

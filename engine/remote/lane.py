@@ -55,6 +55,8 @@ class RemoteLane:
         self._client = None
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
+        self._handing_back = False  # removed, not closed: its requests go on locally
+        self._received: dict[str, str] = {}  # request id -> text streamed so far
         self.ready = threading.Event()  # its probe ended (serving, down or failed)
 
     # ---- what the engine, the router and the dock read -----------------------------
@@ -101,17 +103,24 @@ class RemoteLane:
     def cancel(self, request_id: str) -> None:
         self.io.call(self._cancel, request_id)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop: requests in flight end cancelled; the connection pool closes."""
+    def close(self, timeout: float = 10.0, hand_back: bool = False) -> None:
+        """Stop; the connection pool closes. Its requests end cancelled (the
+        engine closes), or with `hand_back` (the user removed it) go on
+        locally from the text they had."""
         self.scheduler.close()
         self._closing = True
+        self._handing_back = hand_back
         future = self.io.submit(self._close())
         try:
             future.result(timeout)
         except Exception:
             pass
         for request in self.scheduler.drain():
-            self.director.finish(request, "cancelled", self.name)
+            if hand_back and not request.is_cancelled:
+                self.give_back(request, self._received.pop(request.request_id, ""),
+                               f"{self.name.upper()} was removed")
+            else:
+                self.director.finish(request, "cancelled", self.name)
 
     # ---- on the loop ----------------------------------------------------------------
     async def _close(self) -> None:
@@ -193,7 +202,11 @@ class RemoteLane:
                 raise
         except asyncio.CancelledError:
             scheduler.done(request)
-            self.director.finish(request, "cancelled", self.name)
+            if self._handing_back and not request.is_cancelled:
+                self.give_back(request, self._received.get(request.request_id, ""),
+                               f"{self.name.upper()} was removed")
+            else:
+                self.director.finish(request, "cancelled", self.name)
         except RemoteFault as fault:
             raw = getattr(fault, "received", raw)
             if request.is_cancelled:
@@ -207,6 +220,7 @@ class RemoteLane:
             self.on_change(self)
         finally:
             self._tasks.pop(request.request_id, None)
+            self._received.pop(request.request_id, None)
             if not self._closing:
                 self._dispatch()
 
@@ -257,6 +271,8 @@ class RemoteLane:
                     first = time.monotonic()
                     request.first_token_at = director.clock()
                 raw += chunk.text
+                if not probe:
+                    self._received[request.request_id] = raw
                 if stream is not None:
                     text, thought = stream.add_text(chunk.text)
                     if text or thought:

@@ -1,0 +1,116 @@
+"""What a remote server sends is checked (engine/remote/client.py): hostile
+or broken streams are faults with a kind, never a hang, a crash or a
+buffer that grows without end. httpx's MockTransport plays the server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from engine.remote.client import MAX_LINE, RemoteFault, list_models, stream_completion
+
+
+def _client(handler) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+def _event(text="", finish=None, usage=None) -> bytes:
+    data = {"choices": [{"text": text, "finish_reason": finish}]}
+    if usage is not None:
+        data = {"choices": [], "usage": usage}
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, headers=None):
+    async def parts():
+        for part in body_parts:
+            if isinstance(part, float):
+                await asyncio.sleep(part)  # the server's pause, in the stream
+            else:
+                yield part
+
+    async def handler(request):
+        sent = json.loads(request.content)
+        assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+        return httpx.Response(status, headers=headers or {}, content=parts())
+
+    async def main():
+        async with _client(handler) as client:
+            return [c async for c in stream_completion(
+                client, "http://remote/v1", "k", {"prompt": [1, 2]}, first_s, stall_s,
+                max_chars)]
+
+    return asyncio.run(main())
+
+
+def _fault(*args, **kwargs) -> RemoteFault:
+    with pytest.raises(RemoteFault) as e:
+        _run(*args, **kwargs)
+    return e.value
+
+
+def test_a_good_stream_with_its_usage():
+    chunks = _run([_event("Hel"), _event("lo", "stop"),
+                   _event(usage={"prompt_tokens": 9, "completion_tokens": 2,
+                                 "prompt_tokens_details": {"cached_tokens": 4}}),
+                   b"data: [DONE]\n\n"])
+    assert "".join(c.text for c in chunks) == "Hello"
+    assert chunks[1].finish_reason == "stop" and chunks[-1].cached_tokens == 4
+
+
+@pytest.mark.parametrize("parts,kind,words", [
+    ([_event("Hi")], "cut", "ended before"),
+    ([b"data: {not json\n\n"], "garbage", "not JSON"),
+    ([b'data: {"choices": [{"text": 5}]}\n\n'], "garbage", "not a string"),
+    ([b"<html>oops</html>\n"], "garbage", "not a server-sent event"),
+    ([b'data: {"error": {"message": "out of memory"}}\n\n'], "http", "out of memory"),
+    ([b"x" * (MAX_LINE + 10)], "garbage", "over 1 MiB"),
+    ([b"data: " + b"y" * (MAX_LINE + 10) + b"\n\n"], "garbage", "over 1 MiB"),
+])
+def test_broken_streams_are_faults(parts, kind, words):
+    fault = _fault(parts)
+    assert fault.kind == kind and words in str(fault)
+
+
+def test_more_text_than_max_tokens_allows_is_garbage():
+    fault = _fault([_event("a" * 600), _event("b" * 600, "stop")], max_chars=1000)
+    assert fault.kind == "garbage"
+
+
+def test_keep_alives_do_not_keep_a_silent_server_alive():
+    """Comments every 50 ms, never an event: it times out at first_s."""
+    fault = _fault([_event("Hi")] + [b": keep-alive\n\n", 0.05] * 40, first_s=2.0,
+                   stall_s=0.3)
+    assert fault.kind == "timeout" and "silent" in str(fault)
+
+
+def test_status_codes_say_what_to_do():
+    busy = _fault([], status=429, headers={"retry-after": "7"})
+    assert busy.kind == "busy" and busy.retry_after_s == 7
+    assert _fault([], status=401).kind == "auth"
+    assert _fault([], status=404).kind == "model"
+    assert _fault([], status=400).kind == "prompt"
+    assert _fault([], status=502).kind == "http"
+    assert _fault([], status=302, headers={"location": "http://elsewhere/"}).kind == "http"
+
+
+def test_the_model_list_and_a_refused_connection():
+    async def models(request):
+        assert request.headers["authorization"] == "Bearer secret"
+        return httpx.Response(200, json={"data": [{"id": "a"}, {"id": "b"}, "junk"]})
+
+    async def main(handler):
+        async with _client(handler) as client:
+            return await list_models(client, "http://remote/v1", "secret", 2.0)
+
+    assert asyncio.run(main(models)) == ["a", "b"]
+
+    def refuse(request):
+        raise httpx.ConnectError("Connection refused")
+
+    with pytest.raises(RemoteFault) as e:
+        asyncio.run(main(refuse))
+    assert e.value.kind == "refused" and "secret" not in str(e.value)
