@@ -93,7 +93,8 @@ def _load_engine(model: str, remotes: list[str] = ()):
     from engine import Engine, EngineError
 
     try:
-        engine = Engine.load(model, remotes=_remotes(list(remotes)) or None)
+        extra = {"remotes": _remotes(list(remotes))} if remotes else {}
+        engine = Engine.load(model, **extra)
         if remotes:  # their probes: route the first request with measured costs
             engine.wait_ready(60, every_lane=True)
         return engine

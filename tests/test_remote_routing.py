@@ -117,6 +117,21 @@ def test_capacity_is_learned_from_429s_and_from_answers_that_keep_their_speed():
     assert remote.next_request() is not None and remote.next_request() is None  # one trial
 
 
+def test_capacity_follows_a_server_whose_streams_slow_with_company():
+    """A server that answers one request at a time (llama.cpp with one slot):
+    each of n streams gets 1/n of its speed. Once the fit has seen enough
+    answers at several concurrencies, the capacity drops to 1."""
+    remote = RemoteScheduler(RemoteSpec("http://127.0.0.1:1/v1", capacity=4),
+                             threading.RLock(), RemoteCost())
+    for i in range(10):
+        n = 1 + i % 4
+        remote.cost.observe(50, 0.1, 30, 29 * 0.02 * n, n)
+        request = _request()
+        remote.answered(request, request.prompt_ids, None, 0, float(n), kept_speed=False)
+    assert remote.cost.batch_alpha == pytest.approx(1.0, rel=0.05)
+    assert remote.capacity == 1
+
+
 def test_it_remembers_what_it_holds_for_a_conversation():
     remote = RemoteScheduler(RemoteSpec("http://127.0.0.1:1/v1"), threading.RLock())
     first = _request(tab="chat", prompt=100)

@@ -43,6 +43,7 @@ class RemoteCost:
     batch_alpha: float = 0.05
     smoothing: float = 0.3
     samples: int = 0
+    alpha_fitted: bool = False  # the batch factor comes from enough answers at several n
     mean_request_s: float = 5.0  # a whole answer, for queueing behind a full remote
     abs_errors: list[float] = field(default_factory=list)
     _ttft: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
@@ -99,6 +100,7 @@ class RemoteCost:
             if fit is not None and fit[0] > 0:
                 self.decode_tps = 1.0 / fit[0]
                 self.batch_alpha = min(max(fit[1] / fit[0], 0.0), 4.0)
+                self.alpha_fitted = len(self._tpot) >= 8
             else:
                 one = per_token / (1.0 + self.batch_alpha * (n - 1.0))
                 self.decode_tps = 1.0 / ((1 - a) / self.decode_tps + a * one)

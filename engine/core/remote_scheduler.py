@@ -181,9 +181,14 @@ class RemoteScheduler:
             if reported_cached is not None and believed_cached > 0:
                 seen = min(reported_cached / believed_cached, 1.0)
                 self.prefix_hit += 0.3 * (seen - self.prefix_hit)
-            if concurrency >= self.capacity - 0.5 and kept_speed:
+            useful = self.cost.useful_concurrency(MAX_CAPACITY)
+            if self.cost.alpha_fitted and self.capacity > useful:
+                # Its streams slow so much with company that more at once adds
+                # little: keep to what still pays (the rest queue, predicted).
+                self.capacity = useful
+                self._full_streak = 0
+            elif concurrency >= self.capacity - 0.5 and kept_speed:
                 self._full_streak += 1
-                useful = self.cost.useful_concurrency(MAX_CAPACITY)
                 if self._full_streak >= self.capacity and self.capacity < useful:
                     self.capacity += 1
                     self._full_streak = 0
