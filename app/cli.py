@@ -179,6 +179,17 @@ def read_prompt(args) -> str:
     return _argument_text(args.prompt, "the prompt")
 
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))
+             if c not in (0x09, 0x0A)}
+
+
+def terminal_text(text: str) -> str:
+    """A model's text for a terminal: control characters (an escape sequence
+    could move the cursor, retitle the window or rewrite what was shown) are
+    printed as \\xNN, tabs and newlines kept."""
+    return text.translate(_CONTROLS)
+
+
 def generate(args) -> int:
     try:  # before the engine's imports (~1 s): a bad prompt fails at once
         prompt = read_prompt(args)
@@ -203,7 +214,7 @@ def generate(args) -> int:
         done = None
         for event in handle:
             if isinstance(event, Token):
-                sys.stdout.write(event.text)
+                sys.stdout.write(terminal_text(event.text))
                 sys.stdout.flush()
             elif isinstance(event, Finished):
                 done = event

@@ -233,3 +233,10 @@ def test_help_says_what_each_option_does_and_its_default(capsys, command, shown)
         assert piece in text, piece
     assert "(default: None)" not in text and "(default: [])" not in text
     assert "bundled model" in text
+
+
+def test_a_models_text_cannot_drive_the_terminal():
+    """Escape sequences in an answer (a hostile remote, or a model echoing a
+    paste) are shown as \\xNN: they cannot clear the screen or retitle it."""
+    assert cli.terminal_text("a\x1b[2Jb\n\tc\x07\x9b") == "a\\x1b[2Jb\n\tc\\x07\\x9b"
+    assert cli.terminal_text("naïve 東京 🙂") == "naïve 東京 🙂"

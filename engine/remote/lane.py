@@ -12,6 +12,7 @@ goes on from there: nothing shown is lost or repeated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Callable
@@ -57,6 +58,7 @@ class RemoteLane:
         self._closing = False
         self._handing_back = False  # removed, not closed: its requests go on locally
         self._received: dict[str, str] = {}  # request id -> text streamed so far
+        self._probe: asyncio.Task | None = None  # the start-up probe, while it runs
         self.ready = threading.Event()  # its probe ended (serving, down or failed)
 
     # ---- what the engine, the router and the dock read -----------------------------
@@ -124,7 +126,7 @@ class RemoteLane:
 
     # ---- on the loop ----------------------------------------------------------------
     async def _close(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = list(self._tasks.values()) + [t for t in (self._probe,) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -142,6 +144,7 @@ class RemoteLane:
         speed), so that the router's first predictions are measured ones."""
         spec, scheduler = self.spec, self.scheduler
         self._client = make_client(spec.connect_s)
+        self._probe = asyncio.current_task()
         try:
             sent = time.monotonic()
             models = await list_models(self._client, spec.url, self._key, spec.first_token_s)
@@ -159,9 +162,12 @@ class RemoteLane:
             await self._answer(probe, probe=True)
         except RemoteFault as fault:
             self._broken(fault)
+        except asyncio.CancelledError:  # the engine closed meanwhile
+            pass
         except Exception as exc:  # a bug or an odd server: said, not raised on the loop
             self._broken(RemoteFault("garbage", f"{type(exc).__name__}: {exc}"))
         finally:
+            self._probe = None
             scheduler.warming_up = False
             self.ready.set()
             self.on_change(self)
@@ -254,34 +260,38 @@ class RemoteLane:
         sent = time.monotonic()
         first = None
         stream = request.text
+        chunks = stream_completion(self._client, spec.url, self._key, self._body(request),
+                                   spec.first_token_s, spec.stall_s,
+                                   CHARS_PER_TOKEN_LIMIT * request.params.max_tokens)
         try:
-            async for chunk in stream_completion(
-                    self._client, spec.url, self._key, self._body(request), spec.first_token_s,
-                    spec.stall_s, CHARS_PER_TOKEN_LIMIT * request.params.max_tokens):
-                concurrency += max(scheduler.batch_size, 1)
-                seen += 1
-                if chunk.cached_tokens is not None:
-                    usage_cached = chunk.cached_tokens
-                if chunk.completion_tokens is not None:
-                    usage_out = chunk.completion_tokens
-                finish = chunk.finish_reason or finish
-                if not chunk.text:
-                    continue
-                if first is None:
-                    first = time.monotonic()
-                    request.first_token_at = director.clock()
-                raw += chunk.text
-                if not probe:
-                    self._received[request.request_id] = raw
-                if stream is not None:
-                    text, thought = stream.add_text(chunk.text)
-                    if text or thought:
-                        director.emit(Token(request.request_id, request.tab_id, -1, text,
-                                            self.name, director.clock(), reasoning=thought))
-                    if stream.stopped:
-                        finish = "stop"
-                        break
-                scheduler.output_tokens += 1
+            # aclosing: a stop string ends the answer here, and the remote's
+            # stream closes now (it stops generating), not when collected.
+            async with contextlib.aclosing(chunks) as chunks:
+                async for chunk in chunks:
+                    concurrency += max(scheduler.batch_size, 1)
+                    seen += 1
+                    if chunk.cached_tokens is not None:
+                        usage_cached = chunk.cached_tokens
+                    if chunk.completion_tokens is not None:
+                        usage_out = chunk.completion_tokens
+                    finish = chunk.finish_reason or finish
+                    if not chunk.text:
+                        continue
+                    if first is None:
+                        first = time.monotonic()
+                        request.first_token_at = director.clock()
+                    raw += chunk.text
+                    if not probe:
+                        self._received[request.request_id] = raw
+                    if stream is not None:
+                        text, thought = stream.add_text(chunk.text)
+                        if text or thought:
+                            director.emit(Token(request.request_id, request.tab_id, -1, text,
+                                                self.name, director.clock(), reasoning=thought))
+                        if stream.stopped:
+                            finish = "stop"
+                            break
+                    scheduler.output_tokens += 1
         except RemoteFault as fault:
             fault.received = raw
             raise
