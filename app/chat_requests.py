@@ -16,7 +16,7 @@ from .attachment_bar import AttachmentLoader
 from .chat_stream import format_footer
 from .chat_tab import ChatTab
 from .hybrid_ledger import note as note_for
-from .prompt_prep import PromptPreparer
+from .prompt_prep import ChatMessages, PromptPreparer
 
 
 def title_from(text: str, limit: int = 40) -> str:
@@ -106,8 +106,12 @@ class ChatRequests(QObject):
             if isinstance(prepared, EngineError):
                 raise prepared
             params = SamplingParams(**tab.settings())
-            handle = window.engine.submit(prompt_ids=prepared, params=params,
-                                          tab_id=str(tab.chat_id))
+            if isinstance(prepared, ChatMessages):  # a remote model renders it
+                handle = window.engine.submit(prepared.messages, params,
+                                              tab_id=str(tab.chat_id))
+            else:
+                handle = window.engine.submit(prompt_ids=prepared, params=params,
+                                              tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))
             return

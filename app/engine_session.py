@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QMainWindow
 from engine import EngineError
 
 from .engine_loader import EngineCloser, EngineLoader, load_engine
-from .remote_lanes import apply_remotes
+from .remote_lanes import apply_remotes, remote_model_spec
 from .status_bar import show_lanes_starting, show_loading
 
 if TYPE_CHECKING:
@@ -37,14 +37,33 @@ class EngineSession(QObject):
         self._closer = EngineCloser(self)
         self._closer.closed.connect(window.bridge.detach)
         self._closer.closed.connect(self.closed)
-        self._loader = EngineLoader(factory or load_engine, self)
+        self._factory = factory or load_engine
+        self._remote_models: dict[str, tuple] = {}  # "remote:<name>" -> (spec, key)
+        self._loader = EngineLoader(self._make, self)
         self._loader.loaded.connect(self._on_loaded)
         self._loader.failed.connect(self.fail)
 
     def load(self, source: str) -> None:
+        """Load `source`: a model ('default', a file, a folder, a repo id) or
+        "remote:<name>", a saved remote lane's model, run on its server."""
         self._requested = source
+        if source.startswith("remote:"):
+            found = remote_model_spec(self._window, source[len("remote:"):])
+            if isinstance(found, str):
+                self.fail(found)
+                return
+            self._remote_models[source] = found
         show_loading(self._window, f"Loading {source}…")
         self._loader.start(source)
+
+    def _make(self, source: str):
+        """On the loader thread: the engine for `source`."""
+        if source in self._remote_models:
+            from engine import RemoteModelEngine
+
+            spec, key = self._remote_models[source]
+            return RemoteModelEngine.load(spec, key)
+        return self._factory(source)
 
     def set_mode(self, mode: str) -> str:
         """Switch the engine's mode and remember it; the mode it runs now

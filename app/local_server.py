@@ -93,6 +93,9 @@ class LocalServer(QObject):
         from server.api import ServerConfig, make_app
 
         self.stop()
+        if getattr(engine, "is_remote_model", False):
+            return ("the loaded model runs on a remote server; the Local server serves "
+                    "models loaded on this machine.")
         key = self.api_key
         if self.settings.require_key and not key:
             return ("it needs an API key and none is stored on this machine (no OS keyring "

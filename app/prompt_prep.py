@@ -20,6 +20,14 @@ class PromptJob:
     prefix: str | None  # an interrupted answer being continued: its text so far
 
 
+@dataclass(eq=False)
+class ChatMessages:
+    """A chat for a model whose server applies the template (a remote model:
+    no tokenizer here); an answer being continued is its last message."""
+
+    messages: list[dict[str, str]]
+
+
 class PromptPreparer(QObject):
     """`start` tokenises on a worker thread; `ready(job, ids or EngineError)`
     arrives on the GUI thread unless the job was cancelled (Stop, a closed tab)
@@ -48,6 +56,10 @@ class PromptPreparer(QObject):
 
     def _work(self, job: PromptJob) -> None:
         try:
+            if job.engine.tokenizer is None:  # a remote model: its server renders
+                tail = [{"role": "assistant", "content": job.prefix}] if job.prefix else []
+                self._finished.emit(job, ChatMessages(list(job.messages) + tail))
+                return
             ids = job.engine.render(job.messages)
             if job.prefix:
                 ids += list(job.engine.tokenizer.encode(job.prefix, add_special_tokens=False))

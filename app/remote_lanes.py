@@ -64,8 +64,19 @@ def save(store, remotes: list[SavedRemote]) -> None:
         store.set_setting(SETTING, [asdict(r) for r in remotes])
 
 
+def remote_model_spec(window, name: str):
+    """(spec, key) of the saved remote `name`, to load its model as the
+    window's model; or why not (a line)."""
+    for remote in load_saved(window.store):
+        if remote.name == name:
+            return remote.spec(), keys.get(key_name(name))
+    return f"There is no saved remote lane named {name!r} (Engine > Remote lanes…)."
+
+
 def apply_remotes(window, engine) -> list[str]:
     """Give `engine` the enabled remotes; returns the problems, one line each."""
+    if getattr(engine, "is_remote_model", False):
+        return []  # the model itself runs remotely: nothing to route
     problems = []
     for remote in load_saved(window.store):
         if not remote.enabled:
@@ -89,6 +100,10 @@ class RemoteLanesDialog(QDialog):
         self.list = QListWidget()
         self.remove_button = QPushButton("Remove")
         self.remove_button.clicked.connect(self._remove)
+        self.use_button = QPushButton("Use as the model")
+        self.use_button.setToolTip("Chat with the model this server runs, on the server "
+                                   "(for a model too big for this machine)")
+        self.use_button.clicked.connect(self._use)
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://gpu-box.example:8000/v1")
         self.model = QLineEdit()
@@ -133,6 +148,7 @@ class RemoteLanesDialog(QDialog):
         layout.addWidget(self.list)
         row = QHBoxLayout()
         row.addStretch(1)
+        row.addWidget(self.use_button)
         row.addWidget(self.remove_button)
         layout.addLayout(row)
         layout.addLayout(form)
@@ -156,6 +172,9 @@ class RemoteLanesDialog(QDialog):
             item.setToolTip(state)
             self.list.addItem(item)
         self.remove_button.setEnabled(bool(self.remotes))
+        self.use_button.setEnabled(bool(self.remotes))
+        if self.remotes and self.list.currentRow() < 0:
+            self.list.setCurrentRow(len(self.remotes) - 1)
 
     def _check_http(self) -> None:
         try:
@@ -190,6 +209,16 @@ class RemoteLanesDialog(QDialog):
             field.clear()
         self._fill()
         return True
+
+    def _use(self) -> None:
+        """Save the list, then load the selected remote's model as the window's."""
+        row = self.list.currentRow()
+        if not 0 <= row < len(self.remotes):
+            return
+        name = self.remotes[row].name
+        self.accept()
+        if self.result() == QDialog.Accepted:
+            self.window_.load_model(f"remote:{name}")
 
     def _remove(self) -> None:
         row = self.list.currentRow()

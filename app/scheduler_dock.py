@@ -183,7 +183,12 @@ class SchedulerDock(QWidget):
         self.gpu_only.setText("GPU-only" if has_gpu else "Local only")
         self.gpu_only.setEnabled(has_gpu or remote)
         self.hybrid.setEnabled((has_gpu and len(lanes) > 1) or remote)
-        if remote and not has_gpu:
+        if lanes and all(kind == "remote" for _, kind in lanes):
+            tip = self._hybrid_off = ("This model runs on a remote server: every request "
+                                      "goes there, nothing is routed on this machine.")
+            self.gpu_only.setEnabled(False)
+            self.hybrid.setEnabled(False)
+        elif remote and not has_gpu:
             tip = ("Hybrid sends a request to a remote lane when the router predicts it "
                    "finishes sooner there; Local only keeps every request on this machine.")
             self._hybrid_off = ""

@@ -15,6 +15,8 @@ MODE_TEXT = {"gpu-only": "GPU only", "hybrid": "Hybrid: GPU + CPU", "cpu-only": 
 def mode_text(mode: str, engine=None) -> str:
     """'Hybrid: GPU + CPU', or what this engine's hybrid is made of ('Hybrid:
     CPU + remote')."""
+    if engine is not None and getattr(engine, "is_remote_model", False):
+        return "Remote model"
     if mode == "hybrid" and engine is not None:
         kinds = [lane.kind for lane in engine.lane_info() if lane.phase != "not routed"]
         parts = [k.upper() if k != "remote" else "remote" for k in ("gpu", "cpu", "remote")

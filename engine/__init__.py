@@ -28,6 +28,7 @@ _PUBLIC = {
     "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
     "MemoryPlan": "core.memory", "RemoteSpec": "core.remote", "parse_remote": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
+    "RemoteModelEngine": "remote_model",
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from typing import Callable
 
 import mlx.core as mx
@@ -18,13 +17,13 @@ import mlx.core as mx
 from .core import priority
 from .core.director import Director
 from .core.errors import EngineError
-from .core.events import Calibrated, Finished, MemoryPlanned, Queued, StepTokens
+from .core.events import Finished, MemoryPlanned, Queued
 from .core.laneconfig import LaneInfo, LaneSpec
 from .core.params import SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
-from .delivery import Delivery
+from .hub import EventHub, Observer
 from .handle import RequestHandle
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
@@ -40,7 +39,6 @@ from .runtime.prefix import PrefixCache
 from .runtime.textstream import thinking_format
 from .watchdog import WARM_UP_S, WATCHDOG_S
 
-Observer = Callable[[object], None]
 FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
 
 
@@ -95,13 +93,9 @@ class Engine:
         self.vocab_size = int(getattr(args, "vocab_size", 0) or len(loaded.tokenizer.vocab))
         self.worker_nice = worker_nice
         self.watchdog_s = watchdog_s
-        self._observers: list[Observer] = []
-        self._sticky: list[object] = []  # replayed to late subscribers: plan, calibrations
-        self._handles: dict[str, RequestHandle] = {}
-        self._lock = threading.Lock()
+        self._hub = EventHub(worker_nice)  # handles and observers hear here (hub.py)
         self._closed = False
         self._ready = threading.Condition()
-        self._delivery = Delivery(self._deliver, worker_nice)  # handles and observers hear here
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
@@ -142,7 +136,7 @@ class Engine:
         self.remotes = Remotes(self)
         for tid in blas.blas_thread_ids:
             priority.lower_thread(worker_nice, tid)
-        self._delivery.start()
+        self._hub.start()
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
         # Every lane warms up at once on its own thread (calibration is timed
         # one lane at a time); nothing here waits for them: a lane serves as
@@ -282,8 +276,7 @@ class Engine:
                                   self.thinking_format if thinking else None, ids)
         lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(request, self.cancel)
-        with self._lock:
-            self._handles[request.request_id] = handle
+        self._hub.register(handle)
         self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
         self._emit(routed)
         if lane.enqueue(request):
@@ -304,8 +297,7 @@ class Engine:
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step boundary; its slot and KV are freed."""
-        with self._lock:
-            handle = self._handles.get(request_id)
+        handle = self._hub.handle(request_id)
         if handle is not None:
             handle.request.cancel_event.set()
             if self.director.cancel_waiting(handle.request):
@@ -315,9 +307,7 @@ class Engine:
                 lane.wake()
 
     def cancel_tab(self, tab_id: str) -> None:
-        with self._lock:
-            ids = [rid for rid, h in self._handles.items() if h.request.tab_id == tab_id]
-        for rid in ids:
+        for rid in self._hub.ids_of_tab(tab_id):
             self.cancel(rid)
 
     def set_mode(self, mode: str) -> None:
@@ -367,8 +357,7 @@ class Engine:
 
     def lane_of(self, request_id: str) -> str | None:
         """The lane holding a request now (None once it finished)."""
-        with self._lock:
-            handle = self._handles.get(request_id)
+        handle = self._hub.handle(request_id)
         return handle.request.lane if handle is not None else None
 
     def memory(self) -> dict[str, int]:
@@ -382,17 +371,7 @@ class Engine:
         """Call `observer(event)` for every event, on engine threads; returns an
         unsubscribe function. The memory plan and the lanes' calibrations, which
         happen at load, are replayed to it first."""
-        with self._lock:
-            self._observers.append(observer)
-            sticky = list(self._sticky)
-        for event in sticky:
-            observer(event)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if observer in self._observers:
-                    self._observers.remove(observer)
-        return unsubscribe
+        return self._hub.subscribe(observer)
 
     def generate(self, messages: list[dict[str, str]] | None = None,
                  params: SamplingParams | None = None, prompt_ids: list[int] | None = None,
@@ -418,7 +397,7 @@ class Engine:
         self.remotes.close()  # their requests in flight end cancelled
         for lane in self.lanes.values():
             lane.close()
-        self._delivery.stop()  # what is queued is delivered first
+        self._hub.stop()  # what is queued is delivered first
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
         self.prefix_cache.clear()
         self.model_info = None
@@ -442,28 +421,7 @@ class Engine:
 
     # ---- internals ---------------------------------------------------------
     def _emit(self, event) -> None:
-        self._delivery.emit(event)  # engine/delivery.py
-
-    def _deliver(self, event) -> None:
-        if isinstance(event, StepTokens):
-            for token in event.tokens:
-                self._deliver(token)
-            return
-        request_id = getattr(event, "request_id", None)
-        with self._lock:
-            observers = list(self._observers)
-            if isinstance(event, (MemoryPlanned, Calibrated)):
-                self._sticky.append(event)
-            handle = self._handles.get(request_id) if request_id else None
-            if isinstance(event, Finished):
-                self._handles.pop(request_id, None)
-        if handle is not None:
-            handle.deliver(event)
-        for observer in observers:
-            try:
-                observer(event)
-            except Exception:  # an observer's bug must not stop a lane
-                traceback.print_exc()
+        self._hub.emit(event)  # engine/hub.py, on the delivery thread
 
     def _lane_ready(self, lane: Lane) -> None:
         """A lane's start-up ended (or it was turned off): requests queued on

@@ -51,7 +51,7 @@ class Remotes:
                 self.unrouted[spec.name] = (spec, (
                     f"not routed: it serves {spec.serves_model or 'an unnamed model'!r}, "
                     f"not the loaded {sorted(names)[0]!r} (say which local model it serves "
-                    "to route to it)"))
+                    "to route to it, or use it as the model: Engine > Remote lanes…)"))
                 return None
             if self._io is None:
                 self._io = RemoteIO()
@@ -158,17 +158,23 @@ class Remotes:
         return lines
 
     def samples(self, prefix_bytes: int) -> list[LaneSample]:
-        """A sample per remote lane: busy is the share of its capacity in use."""
-        out, t = [], time.perf_counter()
-        for name, lane in list(self.lanes.items()):
-            scheduler = lane.scheduler
-            tokens, t0 = self._last.get(name, (scheduler.output_tokens, t))
-            self._last[name] = (scheduler.output_tokens, t)
-            dt = max(t - t0, 1e-6)
-            out.append(LaneSample(
-                lane=name, device="remote",
-                busy_fraction=min(1.0, scheduler.batch_size / max(scheduler.capacity, 1)),
-                tokens_per_s=(scheduler.output_tokens - tokens) / dt if t > t0 else 0.0,
-                batch_size=scheduler.batch_size, queue_depth=scheduler.queue_depth,
-                kv_bytes=0, prefix_cache_bytes=prefix_bytes, phase=lane.phase))
-        return out
+        return remote_samples(self.lanes, self._last, time.perf_counter(), prefix_bytes)
+
+
+def remote_samples(lanes: dict[str, RemoteLane], last: dict, t: float,
+                   prefix_bytes: int = 0) -> list[LaneSample]:
+    """A sample per remote lane: busy is the share of its capacity in use;
+    tokens/s counts the chunks it streamed (a token each, on most servers)."""
+    out = []
+    for name, lane in list(lanes.items()):
+        scheduler = lane.scheduler
+        tokens, t0 = last.get(name, (scheduler.output_tokens, t))
+        last[name] = (scheduler.output_tokens, t)
+        dt = max(t - t0, 1e-6)
+        out.append(LaneSample(
+            lane=name, device="remote",
+            busy_fraction=min(1.0, scheduler.batch_size / max(scheduler.capacity, 1)),
+            tokens_per_s=(scheduler.output_tokens - tokens) / dt if t > t0 else 0.0,
+            batch_size=scheduler.batch_size, queue_depth=scheduler.queue_depth,
+            kv_bytes=0, prefix_cache_bytes=prefix_bytes, phase=lane.phase))
+    return out

@@ -86,3 +86,35 @@ def test_a_saved_remote_serving_another_model_is_listed_not_routed(qtbot, tiny_m
         assert window.engine.mode == "cpu-only"  # nothing to route to
     finally:
         window.close()
+
+
+def test_a_remote_model_is_a_model_choice_of_its_own(qtbot, tiny_model_dir, db,
+                                                     memory_keyring):  # noqa: F811
+    """A remote serving another model (here: the same tiny model under the
+    name the server gives it) is used as the window's model: chats go to
+    its server, which applies the template; the dock says nothing is routed."""
+    from app.remote_lanes import SavedRemote, save
+
+    window = open_window(qtbot, tiny_model_dir, db)
+    try:
+        with serving(tiny_model_dir) as url:
+            save(window.store, [SavedRemote("big", f"{url}/v1")])
+            dialog = RemoteLanesDialog(window)
+            with qtbot.waitSignal(window.engine_ready, timeout=60_000):
+                dialog._use()
+            engine = window.engine
+            assert getattr(engine, "is_remote_model", False)
+            assert window.mode_label.text() == "Remote model"
+            assert not window.scheduler.hybrid.isEnabled()
+            assert "remote server" in window.scheduler.hybrid_summary.text()
+            tab = window.chat_tabs()[0] if window.chat_tabs() else window.new_chat()
+            tab.composer.setPlainText("hello there")
+            with qtbot.waitSignal(window.bridge.finished, timeout=60_000) as finished:
+                tab.send()
+            done = finished.args[0]
+            assert done.reason in ("stop", "length") and done.lanes[0] == ("prefill", "big")
+            qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
+            assert tab.messages[-1]["content"] == done.text
+            assert window.store.setting("model.last") == "remote:big"
+    finally:
+        window.close()

@@ -173,6 +173,8 @@ class MemoryPlan:
     def describe(self) -> list[str]:
         """Short lines for people: the weights, what a chat costs, each lane's
         room, and that KV is a limit memory grows to, never reserved."""
+        if not self.lanes:  # a model that runs on a remote server
+            return ["Nothing is loaded here: the model runs on a remote server."]
         readers = [lane.name.upper() for i, lane in enumerate(self.lanes)
                    if i == 0 or (lane.enabled and lane.weight_format == "shared")]
         primary = self.lanes[0].weight_format

@@ -32,6 +32,7 @@ class RemoteFault(Exception):
 @dataclass(slots=True)
 class Chunk:
     text: str = ""
+    reasoning: str = ""  # chat completions: a reasoning model's `reasoning_content`
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -105,7 +106,7 @@ async def list_models(client: httpx.AsyncClient, base: str, key: str | None,
         raise RemoteFault("garbage", "/v1/models did not answer a model list") from None
 
 
-def _parse_event(line: str) -> Chunk | None:
+def _parse_event(line: str, chat: bool = False) -> Chunk | None:
     """One `data: {...}` line as a chunk; None for [DONE]."""
     payload = line[5:].strip()
     if payload == "[DONE]":
@@ -126,11 +127,21 @@ def _parse_event(line: str) -> Chunk | None:
         raise RemoteFault("garbage", "a chunk without a choices list")
     if choices:
         choice = choices[0]
-        text = choice.get("text", "") if isinstance(choice, dict) else None
-        reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-        if not isinstance(text, str) or not (reason is None or isinstance(reason, str)):
+        if not isinstance(choice, dict):
+            raise RemoteFault("garbage", "a choice that is not a JSON object")
+        reason = choice.get("finish_reason")
+        if chat:  # {"delta": {"content": ..., "reasoning_content": ...}}
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise RemoteFault("garbage", "a delta that is not a JSON object")
+            text = delta.get("content") or ""
+            thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        else:
+            text, thought = choice.get("text", ""), ""
+        if not (isinstance(text, str) and isinstance(thought, str)) or not (
+                reason is None or isinstance(reason, str)):
             raise RemoteFault("garbage", "a chunk whose text is not a string")
-        chunk.text, chunk.finish_reason = text, reason
+        chunk.text, chunk.reasoning, chunk.finish_reason = text, thought, reason
     usage = data.get("usage")
     if isinstance(usage, dict):
         chunk.prompt_tokens = _count(usage.get("prompt_tokens"))
@@ -165,11 +176,13 @@ async def _lines(response: httpx.Response) -> AsyncIterator[str]:
 
 async def stream_completion(client: httpx.AsyncClient, base: str, key: str | None,
                             body: dict, first_s: float, stall_s: float,
-                            max_chars: int) -> AsyncIterator[Chunk]:
-    """POST /v1/completions with stream on; yield its chunks until the one
-    that carries the finish reason (and the usage chunk after it, if any)."""
+                            max_chars: int, chat: bool = False) -> AsyncIterator[Chunk]:
+    """POST /v1/completions (`chat`: /v1/chat/completions) with stream on;
+    yield its chunks until the one that carries the finish reason (and the
+    usage chunk after it, if any)."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    request = client.build_request("POST", f"{base}/completions", headers=_headers(key),
+    path = "chat/completions" if chat else "completions"
+    request = client.build_request("POST", f"{base}/{path}", headers=_headers(key),
                                    json=body)
     try:
         response = await asyncio.wait_for(client.send(request, stream=True), first_s)
@@ -200,12 +213,12 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
                 if line.startswith(("event:", "id:", "retry:")):
                     continue
                 raise RemoteFault("garbage", "a line that is not a server-sent event")
-            chunk = _parse_event(line)
+            chunk = _parse_event(line, chat)
             if chunk is None:
                 break
             wait = stall_s
             deadline = loop.time() + stall_s
-            chars += len(chunk.text)
+            chars += len(chunk.text) + len(chunk.reasoning)
             if chars > max_chars:
                 raise RemoteFault("garbage", "more text than max_tokens allows")
             finished = finished or chunk.finish_reason is not None

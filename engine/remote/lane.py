@@ -30,15 +30,34 @@ CHARS_PER_TOKEN_LIMIT = 64  # more text than this per allowed token is garbage
 PERMANENT = ("auth", "model")
 
 
+class PlainText:
+    """A request's text without a local tokenizer (a remote model's chat):
+    what the server streamed, answer and thinking apart."""
+
+    stopped = False
+
+    def __init__(self):
+        self.text = ""
+        self.reasoning = ""
+
+    def add_text(self, text: str) -> tuple[str, str]:
+        self.text += text
+        return text, ""
+
+    def finish(self) -> tuple[str, str]:
+        return "", ""
+
+
 class RemoteLane:
     device = kind = "remote"
 
     def __init__(self, spec: RemoteSpec, api_key: str | None, director: Director,
-                 io: RemoteIO, encode: Callable[[str], list[int]],
-                 decode: Callable[[list[int]], str], probe_ids: list[int],
+                 io: RemoteIO, encode: Callable[[str], list[int]] | None,
+                 decode: Callable[[list[int]], str] | None, probe_ids: list[int],
                  give_back: Callable[[Request, str, str], None],
                  on_change: Callable[["RemoteLane"], None], cost: RemoteCost | None = None,
-                 local_names: set[str] = frozenset()):
+                 local_names: set[str] | None = frozenset(),
+                 probe_messages: list | None = None):
         self.spec = spec
         self.name = spec.name
         self.model = spec.model
@@ -51,7 +70,9 @@ class RemoteLane:
         self.give_back = give_back
         self.on_change = on_change  # its state changed: the engine re-routes its queue
         self.scheduler = RemoteScheduler(spec, director.lock, cost, director.clock)
-        self.local_names = set(local_names)  # the loaded model's names
+        # The loaded model's names (None: it is the model, engine/remote_model.py).
+        self.local_names = set(local_names) if local_names is not None else None
+        self.probe_messages = probe_messages  # a chat probe, for a remote model
         self.prompt_as_ids = True  # until the server refuses token ids
         self._client = None
         self._tasks: dict[str, asyncio.Task] = {}
@@ -152,13 +173,15 @@ class RemoteLane:
             if self.model and models and self.model not in models:
                 raise RemoteFault("model", f"it does not serve {self.model!r} "
                                            f"(it lists {', '.join(models[:5])})")
+            names = self.local_names or set()
             if not self.model:  # the one it lists that is the loaded model, else its first
-                self.model = next((m for m in models if m in self.local_names),
-                                  models[0] if models else "")
-            if spec.serves is None and self.model not in self.local_names:
+                self.model = next((m for m in models if m in names), models[0] if models else "")
+            if self.local_names is not None and spec.serves is None and self.model not in names:
                 raise RemoteFault("model", f"not routed: it serves {self.model!r}, not the "
-                                           "loaded model (say which local model it serves)")
+                                           "loaded model (say which local model it serves, "
+                                           "or use it as the model: Engine > Remote lanes…)")
             probe = Request(list(self.probe_ids), _probe_params())
+            probe.messages = self.probe_messages
             await self._answer(probe, probe=True)
         except RemoteFault as fault:
             self._broken(fault)
@@ -233,9 +256,15 @@ class RemoteLane:
     def _body(self, request: Request) -> dict:
         p = request.params
         body = {"model": self.model, "max_tokens": p.max_tokens, "temperature": p.temperature,
-                "top_p": p.top_p,
-                "prompt": request.prompt_ids if self.prompt_as_ids
-                else self.decode(request.prompt_ids)}
+                "top_p": p.top_p}
+        if request.messages is not None:  # a remote model: its own template
+            body["messages"] = request.messages
+            if request.messages and request.messages[-1].get("role") == "assistant":
+                # Continue that answer (vLLM's fields; other servers start anew).
+                body.update(continue_final_message=True, add_generation_prompt=False)
+        else:
+            body["prompt"] = (request.prompt_ids if self.prompt_as_ids
+                              else self.decode(request.prompt_ids))
         if p.stop:
             body["stop"] = list(p.stop)
         if p.seed is not None:
@@ -262,7 +291,8 @@ class RemoteLane:
         stream = request.text
         chunks = stream_completion(self._client, spec.url, self._key, self._body(request),
                                    spec.first_token_s, spec.stall_s,
-                                   CHARS_PER_TOKEN_LIMIT * request.params.max_tokens)
+                                   CHARS_PER_TOKEN_LIMIT * request.params.max_tokens,
+                                   chat=request.messages is not None)
         try:
             # aclosing: a stop string ends the answer here, and the remote's
             # stream closes now (it stops generating), not when collected.
@@ -274,12 +304,22 @@ class RemoteLane:
                         usage_cached = chunk.cached_tokens
                     if chunk.completion_tokens is not None:
                         usage_out = chunk.completion_tokens
+                    if chunk.prompt_tokens is not None and request.messages is not None:
+                        # A remote model's prompt: its server counted it (ours guessed).
+                        request.prompt_ids = [0] * chunk.prompt_tokens
                     finish = chunk.finish_reason or finish
-                    if not chunk.text:
+                    if not (chunk.text or chunk.reasoning):
                         continue
                     if first is None:
                         first = time.monotonic()
                         request.first_token_at = director.clock()
+                    if chunk.reasoning and stream is not None:  # a chat's thinking, apart
+                        stream.reasoning += chunk.reasoning
+                        director.emit(Token(request.request_id, request.tab_id, -1, "",
+                                            self.name, director.clock(),
+                                            reasoning=chunk.reasoning))
+                    if not chunk.text:
+                        continue
                     raw += chunk.text
                     if not probe:
                         self._received[request.request_id] = raw
@@ -300,8 +340,10 @@ class RemoteLane:
             fault.received = raw
             raise fault
         end = time.monotonic()
-        ids = self.encode(raw)
-        out = usage_out if usage_out is not None else len(ids)
+        ids = self.encode(raw) if self.encode is not None else []
+        out = usage_out if usage_out is not None else (len(ids) or seen)
+        if self.encode is None:
+            ids = [-1] * out  # counted, not known: the server's tokens
         ttft = (first or end) - sent
         mean_n = concurrency / seen if seen else float(n_at_start)
         cost = scheduler.cost
