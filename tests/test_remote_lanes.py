@@ -26,7 +26,7 @@ from tests.scripted_model import build_scripted_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "the quick brown fox jumps over a lazy dog, how are you today? I am fine."
-SLOW_STEP_S = 0.05
+SLOW_STEP_S = 0.1  # 10 tokens/s here; the remote streams the tiny model ~4x faster
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +208,10 @@ def test_an_unreachable_remote_is_routed_around(engine_with_remote, proxy):
     proxy.set("refuse")
     engine, events = engine_with_remote()
     remote = engine.remotes.lanes["remote"]
-    assert remote.phase == "down"
+    assert remote.phase in ("down", "retrying")  # its 2 s back-off may have passed
     done = _ask(engine).result(60)
-    assert done.text == SCRIPT and done.lanes == (("prefill", "cpu"), ("decode", "cpu"))
+    # Down: it goes local; half-open: it is the trial, refused, and goes local.
+    assert done.text == SCRIPT and done.lanes[-1] == ("decode", "cpu")
 
 
 def test_cancel_mid_stream_on_a_remote(engine_with_remote, proxy):
