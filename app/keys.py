@@ -38,6 +38,15 @@ def backend_name() -> str:
     return type(ring.get_keyring()).__name__
 
 
+def where(session_only: str) -> str:
+    """Where keys are kept, for a settings dialog: the OS keyring, or this
+    session only (`session_only` says what that means for this key)."""
+    if persistent():
+        return f"Kept in the system's keyring ({backend_name()}), never in Tandem's files."
+    return ("No system keyring here (Secret Service, Keychain): the key is kept for this "
+            f"session only; {session_only}")
+
+
 def get(name: str) -> str | None:
     """The key called `name`, or None."""
     if name in _session:

@@ -122,10 +122,7 @@ class RemoteLanesDialog(QDialog):
         self.error.setWordWrap(True)
         self.error.setTextFormat(self.error.textFormat().PlainText)
         self.url.textChanged.connect(self._check_http)
-        where = QLabel(
-            f"Keys are kept in the system's keyring ({keys.backend_name()}), never in "
-            "Tandem's files." if keys.persistent() else
-            "No system keyring here: keys are kept for this session only.")
+        where = QLabel(keys.where("after a restart, type it again."))
         where.setWordWrap(True)
         note = QLabel("The router sends a remote whole requests when it predicts it finishes "
                       "them sooner (Hybrid mode), keeps a chat there while its cache holds it, "

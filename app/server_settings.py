@@ -37,11 +37,7 @@ class ServerSettingsDialog(QDialog):
         key_row.addWidget(self.key, 1)
         key_row.addWidget(self.new_key)
         key_row.addWidget(self.copy_key)
-        self.where = QLabel(
-            f"Kept in the system's keyring ({keys.backend_name()}), never in Tandem's files."
-            if keys.persistent() else
-            "No system keyring here (Secret Service, Keychain): the key is kept for this "
-            "session only; after a restart the server needs a new one.")
+        self.where = QLabel(keys.where("after a restart the server needs a new one."))
         self.where.setWordWrap(True)
         self.start_with = QCheckBox("Start the server when Tandem starts")
         self.start_with.setChecked(settings.start_with_tandem)

@@ -64,6 +64,39 @@ class LaneConfig:
             raise ValueError("prefill_step_s must be >= 0")
 
 
+class SchedulerState:
+    """What a lane (local or remote) says of itself, read from its scheduler:
+    the engine, the router, the dock and tests read these off either kind."""
+
+    scheduler: object
+
+    @property
+    def failed(self) -> str | None:
+        return self.scheduler.failed
+
+    @property
+    def warming_up(self) -> bool:
+        """Still starting (warming up, calibrating, or a remote's probe): routed
+        around while another lane is ready; requests queue for it when none is."""
+        return self.scheduler.warming_up
+
+    @property
+    def cost(self):
+        return self.scheduler.cost
+
+    @property
+    def is_idle(self) -> bool:
+        return self.scheduler.is_idle
+
+    @property
+    def batch_size(self) -> int:
+        return self.scheduler.batch_size
+
+    @property
+    def queue_depth(self) -> int:
+        return self.scheduler.queue_depth
+
+
 class LaneStats:
     """Counters read by the engine's sampler thread (plain numbers, no lock)."""
 

@@ -19,6 +19,7 @@ from typing import Callable
 
 from ..core.director import Director
 from ..core.events import EngineErrorEvent, Token
+from ..core.laneconfig import SchedulerState
 from ..core.remote import RemoteSpec
 from ..core.remote_cost import RemoteCost
 from ..core.remote_scheduler import RemoteScheduler
@@ -48,7 +49,7 @@ class PlainText:
         return "", ""
 
 
-class RemoteLane:
+class RemoteLane(SchedulerState):
     device = kind = "remote"
 
     def __init__(self, spec: RemoteSpec, api_key: str | None, director: Director,
@@ -82,19 +83,7 @@ class RemoteLane:
         self._probe: asyncio.Task | None = None  # the start-up probe, while it runs
         self.ready = threading.Event()  # its probe ended (serving, down or failed)
 
-    # ---- what the engine, the router and the dock read -----------------------------
-    @property
-    def failed(self) -> str | None:
-        return self.scheduler.failed
-
-    @property
-    def warming_up(self) -> bool:
-        return self.scheduler.warming_up
-
-    @property
-    def cost(self) -> RemoteCost:
-        return self.scheduler.cost
-
+    # ---- what the engine, the router and the dock read (and SchedulerState's) ------
     @property
     def phase(self) -> str:
         scheduler = self.scheduler
@@ -104,14 +93,6 @@ class RemoteLane:
             return "connecting"
         return {"closed": "serving", "open": "down", "half-open": "retrying"}[
             scheduler.breaker.state]
-
-    @property
-    def batch_size(self) -> int:
-        return self.scheduler.batch_size
-
-    @property
-    def queue_depth(self) -> int:
-        return self.scheduler.queue_depth
 
     def describe(self) -> str:
         return self.scheduler.describe(self.model)

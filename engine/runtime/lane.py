@@ -15,10 +15,9 @@ from typing import Callable
 
 import mlx.core as mx
 
-from ..core.costmodel import CostModel
 from ..core.director import Director
 from ..core.events import Calibrated, EngineErrorEvent
-from ..core.laneconfig import LaneConfig
+from ..core.laneconfig import LaneConfig, SchedulerState
 from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
@@ -31,7 +30,7 @@ from .prefix import PrefixCache
 from .runner import ModelRunner
 
 
-class Lane:
+class Lane(SchedulerState):
     """One device's worker thread. `wake`, `accept` and `close` are safe from any thread."""
 
     def __init__(self, name: str, device: str, kind: str, model, director: Director,
@@ -86,34 +85,8 @@ class Lane:
         return self.scheduler.stats
 
     @property
-    def cost(self) -> CostModel | None:
-        return self.scheduler.cost
-
-    @property
     def model(self):
         return self.runner.model
-
-    @property
-    def failed(self) -> str | None:
-        return self.scheduler.failed
-
-    @property
-    def warming_up(self) -> bool:
-        """Still starting: warming up or calibrating (routed around while another
-        lane is ready; requests queue for it when none is)."""
-        return self.scheduler.warming_up
-
-    @property
-    def is_idle(self) -> bool:
-        return self.scheduler.is_idle
-
-    @property
-    def batch_size(self) -> int:
-        return self.scheduler.batch_size
-
-    @property
-    def queue_depth(self) -> int:
-        return self.scheduler.queue_depth
 
     @property
     def reconsider_every(self) -> int:
