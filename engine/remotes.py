@@ -121,7 +121,7 @@ class Remotes:
         if received:
             why += f"; goes on here from the {len(ids)} tokens received"
         try:
-            lane, event = director.place_locally(request, why)
+            lane, event = director.place(request, local_only=True, why=why)
         except EngineError as e:
             director.finish(request, "error", request.lane, error=f"{why}; {e}")
             return

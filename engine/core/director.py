@@ -91,41 +91,26 @@ class Director:
             self.router_calls += 1
 
     # ---- decisions ------------------------------------------------------------
-    def place(self, request: Request) -> tuple["LaneScheduler", Routed]:
+    def place(self, request: Request, local_only: bool = False,
+              why: str = "") -> tuple["LaneScheduler", Routed]:
         """The lane that prefills a new request, and the decision as an event.
+        `local_only`: a request a remote lane gave back (it failed or refused
+        it) goes to a local lane; `why` then leads the decision's reason.
 
         Raises EngineError when no open lane could ever hold its KV."""
         request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
                                 self.context_length)
         with self.lock:
-            views = self.views(lambda lane: lane.fits_alone(request))
+            views = [v for v in self.views(lambda lane: lane.fits_alone(request))
+                     if not (local_only and v.is_remote)]
             if not views:
                 raise self._never_fits(request)
             placement = self._decide(lambda: self.policy.place(self.request_view(request), views))
         event = Routed(request.request_id, request.tab_id, phase="prefill", lane=placement.lane,
-                       reason=placement.reason, predicted_s=placement.predicted_s,
-                       cached_tokens=request.cached_tokens, time=self.clock(),
-                       predicted_done_s=placement.predicted_done_s)
+                       reason=f"{why}; {placement.reason}" if why else placement.reason,
+                       predicted_s=placement.predicted_s, cached_tokens=request.cached_tokens,
+                       time=self.clock(), predicted_done_s=placement.predicted_done_s)
         return self.lanes[placement.lane], event
-
-    def place_locally(self, request: Request, why: str) -> tuple["LaneScheduler", Routed]:
-        """A request a remote lane gave back (it failed, or refused it)
-        goes to a local lane: the router's choice among them. `why` leads
-        the decision's reason. Raises EngineError when none is open."""
-        request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
-                                self.context_length)
-        with self.lock:
-            views = [v for v in self.views(lambda lane: lane.fits_alone(request))
-                     if not v.is_remote]
-            if not views:
-                raise self._never_fits(request)
-            placement = self._decide(lambda: self.policy.place(self.request_view(request), views))
-            lane = self.lanes[placement.lane]
-        event = Routed(request.request_id, request.tab_id, phase="prefill", lane=lane.name,
-                       reason=f"{why}; {placement.reason}", predicted_s=placement.predicted_s,
-                       cached_tokens=request.cached_tokens, time=self.clock(),
-                       predicted_done_s=placement.predicted_done_s)
-        return lane, event
 
     def cancel_waiting(self, request: Request) -> bool:
         """End a cancelled request at once if it has not started (it waits in a
