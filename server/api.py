@@ -38,6 +38,7 @@ from engine import EngineError, Finished, Token
 from .access_log import AccessLog
 from .bodies import MAX_BODY_BYTES, Completion, completion, parse_json
 from .errors import APIError, http_error, server_fault
+from .logprobs import TokenPieces, chat_entries, completion_logprobs
 from .slots import Slot, Slots
 from .trust import RequestGate, key_matches
 
@@ -72,6 +73,7 @@ class ServerState:
     def __init__(self, engine, config: ServerConfig):
         self.engine, self.config = engine, config
         self.ids = model_ids(engine, config)
+        self.pieces = TokenPieces(engine.tokenizer)  # logprobs' token texts and bytes
         self.slots = Slots(config.max_in_flight)
         self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
                      if config.workers > 0 else None)
@@ -221,10 +223,12 @@ def make_app(engine, config: ServerConfig | None = None,
                                  slot, handle, config.send_timeout_s)
         with slot:
             try:
-                done = None
+                done, scored = None, []
                 async for event in _events(handle):
                     if await request.is_disconnected():
                         handle.cancel()
+                    if isinstance(event, Token) and event.logprob is not None:
+                        scored.append(event)
                     if isinstance(event, Finished):
                         done = event
             finally:
@@ -235,10 +239,14 @@ def make_app(engine, config: ServerConfig | None = None,
         message = {"role": "assistant", "content": done.text}
         if done.reasoning:  # a reasoning model's thinking, as llama.cpp and vLLM return it
             message["reasoning_content"] = done.reasoning
-        choice = ({"index": 0, "message": message,
+        logprobs = None
+        if job.params.logprobs is not None:
+            logprobs = ({"content": chat_entries(scored, state.pieces)} if chat
+                        else completion_logprobs(scored, state.pieces))
+        choice = ({"index": 0, "message": message, "logprobs": logprobs,
                    "finish_reason": _finish_reason(done)} if chat else
                   {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
-                   "logprobs": None})
+                   "logprobs": logprobs})
         return JSONResponse({"id": rid, "object": kind, "created": created,
                              "model": state.ids[0], "choices": [choice],
                              "usage": _usage(done)})
@@ -276,6 +284,21 @@ def make_app(engine, config: ServerConfig | None = None,
 async def _stream(state, request, handle, rid, created, kind, job: Completion):
     """Server-sent events; a client gone away cancels the request at once."""
     chat, include_usage = job.chat, job.include_usage
+    wants_logprobs = job.params.logprobs is not None
+    scored: list[Token] = []  # tokens whose logprobs go with the next chunk
+    offset = 0  # completions: characters streamed before this chunk
+
+    def logprobs():
+        nonlocal offset
+        if not wants_logprobs:
+            return None
+        tokens = scored[:]
+        scored.clear()
+        if chat:
+            return {"content": chat_entries(tokens, state.pieces)}
+        out = completion_logprobs(tokens, state.pieces, offset)
+        offset += sum(len(state.pieces.piece(t.token_id)[0]) for t in tokens)
+        return out
 
     def chunk(delta_or_text, finish=None, usage=None, first=False, reasoning=None):
         if chat:
@@ -283,10 +306,11 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
                 {"content": delta_or_text} if delta_or_text is not None else {})
             if reasoning:
                 delta["reasoning_content"] = reasoning
-            choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish,
+                        **({"logprobs": logprobs()} if not first and usage is None else {})}]
         else:
             choices = [{"index": 0, "text": delta_or_text or "", "finish_reason": finish,
-                        "logprobs": None}]
+                        "logprobs": logprobs() if usage is None else None}]
         payload = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
                    "model": state.ids[0], "choices": choices if usage is None else []}
         if usage is not None:
@@ -300,6 +324,8 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
         if chat:
             yield chunk(None, first=True)
         async for event in _events(handle):
+            if isinstance(event, Token) and event.logprob is not None:
+                scored.append(event)  # sent with the next chunk (its text may be held back)
             if isinstance(event, Token) and (event.text or event.reasoning):
                 if chat and event.reasoning:
                     yield chunk(event.text or None, reasoning=event.reasoning)

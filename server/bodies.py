@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import EngineError, SamplingParams
 
@@ -84,9 +84,61 @@ def completion(body: dict, chat: bool, defaults: dict | None = None) -> Completi
     include_usage = False
     if options is not None:
         include_usage = _optional(options, "include_usage", bool, False, "stream_options")
-    return Completion(chat, messages, prompt, _params(body, defaults or {}),
+    _known_fields(body, chat)
+    params = _params(body, defaults or {})
+    logprobs = _logprobs(body, chat)
+    if logprobs is not None:
+        params = replace(params, logprobs=logprobs)
+    return Completion(chat, messages, prompt, params,
                       _optional(body, "model", str, None), stream, include_usage,
                       _optional(body, "user", str, None))
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """How many alternatives per token to return (None: no logprobs). Chat:
+    `logprobs: true` and `top_logprobs` 0-20; completions: `logprobs` 0-5."""
+    if chat:
+        wanted = _optional(body, "logprobs", bool, False)
+        top = _integer(body, "top_logprobs", None)
+        if top is not None and not 0 <= top <= 20:
+            raise APIError(400, "top_logprobs must be from 0 to 20.", param="top_logprobs")
+        if top is not None and not wanted:
+            raise APIError(400, "top_logprobs needs logprobs: true.", param="top_logprobs")
+        return (top or 0) if wanted else None
+    value = body.get("logprobs")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 5:
+        raise APIError(400, "logprobs must be an integer from 0 to 5.", param="logprobs")
+    return value
+
+
+# Fields a body may carry. Each changes the answer as OpenAI's API says, or is
+# bookkeeping that changes nothing here (user, store, metadata, service_tier);
+# a field that would change the answer and is not done yet is refused by name.
+COMMON_FIELDS = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+                 "top_k", "min_p", "repetition_penalty", "n", "frequency_penalty",
+                 "presence_penalty", "stop", "seed", "user", "logprobs", "logit_bias"}
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "store",
+                               "metadata", "service_tier", "parallel_tool_calls", "tools",
+                               "tool_choice", "response_format"}
+COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
+NOT_YET = {  # field -> the value that changes nothing (anything else: a 400)
+    "tools": [None, []], "tool_choice": [None, "none", "auto"],
+    "response_format": [None, {"type": "text"}], "logit_bias": [None, {}],
+    "echo": [None, False], "suffix": [None, ""], "best_of": [None, 1],
+    "parallel_tool_calls": [None, True, False],
+}
+
+
+def _known_fields(body: dict, chat: bool) -> None:
+    allowed = CHAT_FIELDS if chat else COMPLETION_FIELDS
+    for name in body:
+        if name not in allowed:
+            raise APIError(400, f"Unrecognized request argument: {name}.", param=name)
+    for name, harmless in NOT_YET.items():
+        if name in body and body[name] not in harmless:
+            raise APIError(400, f"{name} is not supported by this server yet.", param=name)
 
 
 def _optional(body: dict, name: str, kind: type, default, where: str | None = None):

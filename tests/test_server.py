@@ -260,3 +260,58 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
     assert any(line.startswith("POST /v1/chat/completions 200 · ") and "tokens" in line
                for line in stdout.splitlines()), stdout
     assert "GET /v1/models 200" in stdout and stdout.rstrip().endswith("Tandem serve stopped.")
+
+
+def test_logprobs_through_the_openai_client(served):
+    """Chat and completions, streamed and not: one entry per token, the
+    model's raw log-probabilities (greedy: the chosen one is the likeliest),
+    top_logprobs sorted, and the same values both ways."""
+    client = served.client()
+    chat = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12,
+                                          temperature=0, logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert content and all(len(e.top_logprobs) == 3 for e in content)
+    for entry in content:
+        assert entry.logprob <= 0 and entry.top_logprobs[0].logprob == entry.logprob
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True)
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+    assert "".join(bytes(b for e in content for b in e.bytes).decode("utf-8", "replace")) \
+        .startswith(chat.choices[0].message.content[:4])
+    streamed = [c for c in client.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=12, temperature=0, logprobs=True,
+        top_logprobs=3, stream=True) if c.choices and c.choices[0].logprobs]
+    entries = [e for c in streamed for e in c.choices[0].logprobs.content]
+    assert [(e.token, round(e.logprob, 4)) for e in entries] == \
+        [(e.token, round(e.logprob, 4)) for e in content]
+    text = client.completions.create(model="tiny", prompt="the quick brown fox", max_tokens=6,
+                                     temperature=0, logprobs=2)
+    lp = text.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == \
+        len(lp.text_offset) > 0
+    assert all(len(top) <= 2 for top in lp.top_logprobs)
+    assert lp.text_offset == sorted(lp.text_offset)
+    plain = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=4)
+    assert plain.choices[0].logprobs is None
+
+
+def test_fields_that_would_change_the_answer_are_done_or_refused(served):
+    client = served.client()
+    for extra in ({"top_logprobs": 2}, {"tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"type": "object"}}}]},
+            {"response_format": {"type": "json_object"}}, {"logit_bias": {"5": 10}},
+            {"frobnicate": 1}, {"top_logprobs": 21, "logprobs": True}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2,
+                                           extra_body=extra)
+        assert next(iter(extra)) in str(e.value)
+    for extra in ({"echo": True}, {"suffix": "end"}, {"best_of": 2}, {"logprobs": 6}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model="tiny", prompt="hi", max_tokens=2, extra_body=extra)
+        assert next(iter(extra)) in str(e.value)
+    # Bookkeeping fields and harmless values are accepted.
+    ok = client.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=2, user="u", store=False,
+        metadata={"a": "b"}, tool_choice="none", response_format={"type": "text"},
+        logit_bias={}, parallel_tool_calls=True)
+    assert ok.choices[0].finish_reason in ("stop", "length")

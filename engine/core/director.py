@@ -100,6 +100,10 @@ class Director:
         Raises EngineError when no open lane could ever hold its KV."""
         request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
                                 self.context_length)
+        # Logprobs come from a local lane's forward pass; a remote lane does
+        # not return them (yet), so such a request stays here.
+        local_only = local_only or (request.params.logprobs is not None
+                                    and request.messages is None)
         with self.lock:
             views = [v for v in self.views(lambda lane: lane.fits_alone(request))
                      if not (local_only and v.is_remote)]

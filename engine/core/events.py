@@ -62,6 +62,10 @@ class Token(Event):
     lane: str
     time: float = field(default_factory=now)
     reasoning: str = ""
+    # With SamplingParams.logprobs: the token's log-probability under the
+    # model's raw distribution, and the likeliest alternatives as (id, logprob).
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .errors import EngineError
 
 SEED_LIMIT = 2**64  # MLX's PRNG keys take an unsigned 64-bit seed
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound for top_logprobs
 
 
 def _bad(message: str) -> EngineError:
@@ -51,6 +52,10 @@ class SamplingParams:
     repetition_context_size: int = 64
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
+    # Log-probabilities of each output token (None: off), with this many of
+    # the likeliest alternatives (0 to MAX_TOP_LOGPROBS): the model's raw
+    # distribution, before temperature, penalties and filters (as vLLM returns).
+    logprobs: int | None = None
 
     def __post_init__(self):
         _integer("max_tokens", self.max_tokens, 1)
@@ -62,6 +67,8 @@ class SamplingParams:
         _integer("repetition_context_size", self.repetition_context_size, 1)
         if self.seed is not None:
             _integer("seed", self.seed, 0, SEED_LIMIT)
+        if self.logprobs is not None:
+            _integer("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS + 1)
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if not all(isinstance(s, str) for s in stop):
             raise _bad(f"stop must be a string or a list of strings; got {self.stop!r}.")

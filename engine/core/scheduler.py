@@ -283,12 +283,13 @@ class LaneScheduler:
         t = self.clock()
         stop_ids = self.director.stop_token_ids
         with self.lock:
-            for request, token in zip(plan.decode, result.tokens):
+            logprobs = result.logprobs or [None] * len(result.tokens)
+            for request, token, lp in zip(plan.decode, result.tokens, logprobs):
                 if request.first_token_at is None:
                     request.first_token_at = t
                 request.output_ids.append(token)
                 reason = self._finish_reason(request, token, stop_ids)
-                outcome.tokens.append((request, token, reason))
+                outcome.tokens.append((request, token, reason, lp))
                 if reason is not None:
                     self.running.remove(request)
                     outcome.finished.append((request, reason))

@@ -76,6 +76,9 @@ class StepResult:
     seconds: float
     handoffs: dict[str, Any] = field(default_factory=dict)  # request id -> runner state
     wait_s: float = 0.0
+    # Per decoded token (aligned with `tokens`): (logprob, ((id, logprob), ...))
+    # for requests that asked for logprobs, else None. Empty: none asked.
+    logprobs: list = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -83,5 +86,6 @@ class StepOutcome:
     """A committed step: tokens per request (with the reason each finished,
     if it did) and the requests that finished."""
 
-    tokens: list[tuple[Request, int, str | None]] = field(default_factory=list)
+    # (request, token, the reason it finished or None, its logprobs or None)
+    tokens: list[tuple[Request, int, str | None, tuple | None]] = field(default_factory=list)
     finished: list[tuple[Request, str]] = field(default_factory=list)

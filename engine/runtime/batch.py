@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..core.request import Request
-from .sampling import TokenSampler, sample_rows
+from .sampling import TokenSampler, pending_arrays, sample_rows
 
 
 class DecodeBatch:
@@ -78,11 +78,21 @@ class DecodeBatch:
         request's first token); read them with `.tolist()` after this call.
         """
         inputs = self._next_inputs
+        for sampler in self.samplers:  # the tokens fed now take their logprobs along
+            if sampler.wants_logprobs:
+                sampler.feed()
         logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
         sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs))
         self._next_inputs = sampled
-        mx.async_eval(sampled)
+        mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs
+
+    def fed_logprobs(self) -> list:
+        """Per request, the logprobs of the token `step` just returned (read
+        after its tokens; [] when no request asked for them)."""
+        if not any(s.wants_logprobs for s in self.samplers):
+            return []
+        return [s.read_fed() if s.wants_logprobs else None for s in self.samplers]
 
     def _context(self, i: int, inputs: mx.array) -> mx.array:
         known = mx.array(self.requests[i].all_ids, mx.uint32)

@@ -25,7 +25,7 @@ from .calibration import kv_dtype
 from .handoff import Handoff
 from .prefill import Prefill, batch_groups, run_chunk, run_together, whole_cold
 from .prefix import PrefixCache
-from .sampling import TokenSampler, sample_rows
+from .sampling import TokenSampler, pending_arrays, sample_rows
 
 
 class ModelRunner:
@@ -89,11 +89,13 @@ class ModelRunner:
             mx.async_eval(pending)
         waited = time.perf_counter()
         tokens = fed.tolist() if fed is not None else []
+        logprobs = self.batch.fed_logprobs() if fed is not None else []
         done = time.perf_counter()
         self.steps += 1
         if self.steps % self.clear_cache_every == 0:
             mx.clear_cache()
-        return StepResult(tokens, done - started, handoffs, wait_s=done - waited)
+        return StepResult(tokens, done - started, handoffs, wait_s=done - waited,
+                          logprobs=logprobs)
 
     def _prefill(self, plan: StepPlan) -> list[mx.array]:
         """Run the plan's prefill chunks; whole cold prompts of similar length
@@ -125,6 +127,8 @@ class ModelRunner:
         """Sample the request's first output token from its last prompt logits."""
         prompt = mx.array(prefill.request.prompt_ids, mx.uint32)
         prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
+        if prefill.sampler.wants_logprobs:  # evaluated with it (runner.run)
+            mx.async_eval(pending_arrays([prefill.sampler]))
         return prefill.first
 
     def _leave(self, plan: StepPlan) -> dict[str, Handoff]:

@@ -23,6 +23,10 @@ class TokenSampler:
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._key = mx.random.key(seed)
         self._processors = []
+        # Logprobs (params.logprobs): those of the token sampled and not yet
+        # fed (lazy arrays), and those of the token being fed this step.
+        self._pending: tuple | None = None
+        self._fed: tuple | None = None
         if params.repetition_penalty != 1.0:
             self._processors.append(
                 make_repetition_penalty(params.repetition_penalty, params.repetition_context_size)
@@ -42,7 +46,40 @@ class TokenSampler:
         thread uses the sampler: MLX cannot run, on one thread, work still
         recorded on another thread's stream ('There is no Stream(cpu, 1) in
         current thread'); a split's key stays lazy after its sibling ran."""
-        return [self._key]
+        return [self._key, *(self._pending or ())]
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.params.logprobs is not None
+
+    def note_logprobs(self, logits: mx.array, token: mx.array) -> None:
+        """The raw distribution's log-probabilities of `token` (shape (1,))
+        and of the likeliest alternatives, from the same logits it was sampled
+        from (before processors, temperature and filters); kept lazily."""
+        row = logits.astype(mx.float32)
+        lp = row - mx.logsumexp(row, axis=-1, keepdims=True)
+        chosen = mx.take_along_axis(lp, token.reshape(1, 1).astype(mx.uint32), axis=-1)
+        k = self.params.logprobs
+        if k:
+            ids = mx.argpartition(-lp, kth=k - 1, axis=-1)[:, :k]
+            self._pending = (chosen, ids, mx.take_along_axis(lp, ids, axis=-1))
+        else:
+            self._pending = (chosen,)
+
+    def feed(self) -> None:
+        """Its sampled token is fed to the model now: its logprobs go with it."""
+        self._fed, self._pending = self._pending, None
+
+    def read_fed(self) -> tuple | None:
+        """The fed token's (logprob, ((id, logprob), ...) likeliest first), or None."""
+        fed, self._fed = self._fed, None
+        if fed is None:
+            return None
+        chosen = fed[0].item()
+        if len(fed) == 1:
+            return chosen, ()
+        ids, lps = fed[1].tolist()[0], fed[2].tolist()[0]
+        return chosen, tuple(sorted(zip(ids, lps), key=lambda p: -p[1]))
 
     def sample(self, logits: mx.array, context: mx.array | None) -> mx.array:
         """Pick a token from one row of logits (shape (1, V)); returns shape (1,)."""
@@ -69,9 +106,19 @@ def sample_rows(logits: mx.array, samplers: list[TokenSampler], context_of) -> m
     such as the repetition penalty; it is only called for rows that need it.
     """
     if all(s.is_plain_greedy for s in samplers):
-        return mx.argmax(logits, axis=-1)
-    rows = []
+        tokens = mx.argmax(logits, axis=-1)
+    else:
+        rows = []
+        for i, sampler in enumerate(samplers):
+            context = context_of(i) if sampler.needs_context else None
+            rows.append(sampler.sample(logits[i : i + 1], context))
+        tokens = mx.concatenate(rows, axis=0)
     for i, sampler in enumerate(samplers):
-        context = context_of(i) if sampler.needs_context else None
-        rows.append(sampler.sample(logits[i : i + 1], context))
-    return mx.concatenate(rows, axis=0)
+        if sampler.wants_logprobs:  # from the same forward pass: no second one
+            sampler.note_logprobs(logits[i : i + 1], tokens[i : i + 1])
+    return tokens
+
+
+def pending_arrays(samplers: list[TokenSampler]) -> list[mx.array]:
+    """The logprob arrays the last sampling left lazy (to evaluate with it)."""
+    return [a for s in samplers if s.wants_logprobs for a in (s._pending or ())]
