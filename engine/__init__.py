@@ -24,7 +24,7 @@ _PUBLIC = {
     "Calibrated": "core.events", "EngineErrorEvent": "core.events", "Finished": "core.events",
     "LaneSample": "core.events", "Migrated": "core.events", "Queued": "core.events",
     "Routed": "core.events", "Token": "core.events", "MemoryPlanned": "core.events",
-    "EngineError": "core.errors", "SamplingParams": "core.params",
+    "EngineError": "core.errors", "SamplingParams": "core.params", "Grammar": "core.params",
     "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
     "MemoryPlan": "core.memory", "RemoteSpec": "core.remote", "parse_remote": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",

@@ -32,6 +32,7 @@ from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.allocator import return_freed_memory
 from .runtime.cachekinds import cache_profile
+from .runtime.constrain import Constraints
 from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 from .runtime.placement import plan_lanes
@@ -91,6 +92,9 @@ class Engine:
         self.context_length = loaded.context_length
         args = getattr(loaded.model, "args", None)
         self.vocab_size = int(getattr(args, "vocab_size", 0) or len(loaded.tokenizer.vocab))
+        # Grammars (constrained decoding): llguidance over the model's tokenizer.
+        self.constraints = Constraints(loaded.tokenizer._tokenizer, loaded.stop_token_ids,
+                                       self.vocab_size)
         self.worker_nice = worker_nice
         self.watchdog_s = watchdog_s
         self._hub = EventHub(worker_nice)  # handles and observers hear here (hub.py)
@@ -129,7 +133,7 @@ class Engine:
                         nice=worker_nice, calibrate=len(enabled) > 1 or bool(remotes),
                         measure_lock=measure,
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
-                        on_ready=self._lane_ready)
+                        on_ready=self._lane_ready, constraints=self.constraints)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
         del models
@@ -264,6 +268,8 @@ class Engine:
             raise EngineError("The prompt is empty.", "bad-argument")
         if prompt_ids is not None:
             self._check_ids(ids)
+        if params.grammar is not None:
+            self.constraints.check(params.grammar)  # a bad grammar is the caller's error
         if len(ids) >= self.context_length:
             raise EngineError(
                 f"The conversation is {len(ids)} tokens long, more than the model's context "

@@ -115,9 +115,9 @@ class RemoteModelEngine:
                thinking: bool = True) -> RequestHandle:
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
-        if params is not None and params.logprobs is not None:
-            raise EngineError("Logprobs are not available from a remote model (yet).",
-                              "bad-argument")
+        if params is not None and params.needs_local_lane:
+            raise EngineError("Logprobs and grammars are not available from a remote model "
+                              "(yet).", "bad-argument")
         if prompt_ids is not None or not messages:
             raise EngineError("A remote model takes chat messages (its server applies the "
                               "template), not token ids.", "bad-argument")

@@ -100,9 +100,9 @@ class Director:
         Raises EngineError when no open lane could ever hold its KV."""
         request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
                                 self.context_length)
-        # Logprobs come from a local lane's forward pass; a remote lane does
-        # not return them (yet), so such a request stays here.
-        local_only = local_only or (request.params.logprobs is not None
+        # Logprobs and grammars come from a local lane's forward pass; a
+        # remote lane does not do them (yet), so such a request stays here.
+        local_only = local_only or (request.params.needs_local_lane
                                     and request.messages is None)
         with self.lock:
             views = [v for v in self.views(lambda lane: lane.fits_alone(request))

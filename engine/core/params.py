@@ -35,6 +35,28 @@ def _real(name: str, value, low: float, high: float | None = None,
         raise _bad(f"{name} must be {lower}{upper}; got {value}.")
 
 
+GRAMMAR_KINDS = ("json_schema", "regex", "lark", "choice")
+MAX_GRAMMAR_CHARS = 256 * 1024
+
+
+@dataclass(slots=True, frozen=True)
+class Grammar:
+    """What an answer must match, enforced token by token (constrained
+    decoding, engine/runtime/constrain.py): a JSON schema (`{"type":
+    "object"}` for any JSON object), a regular expression, a Lark grammar or
+    a JSON list of choices. Checked by the engine when submitted."""
+
+    kind: str
+    text: str
+
+    def __post_init__(self):
+        if self.kind not in GRAMMAR_KINDS:
+            raise _bad(f"A grammar is one of {', '.join(GRAMMAR_KINDS)}; got {self.kind!r}.")
+        if not isinstance(self.text, str) or not self.text or \
+                len(self.text) > MAX_GRAMMAR_CHARS:
+            raise _bad(f"A grammar's text must be 1 to {MAX_GRAMMAR_CHARS:,} characters.")
+
+
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
     """How to pick tokens and when to stop. temperature 0 means greedy.
@@ -56,6 +78,8 @@ class SamplingParams:
     # the likeliest alternatives (0 to MAX_TOP_LOGPROBS): the model's raw
     # distribution, before temperature, penalties and filters (as vLLM returns).
     logprobs: int | None = None
+    # The answer must match this (None: free text).
+    grammar: Grammar | None = None
 
     def __post_init__(self):
         _integer("max_tokens", self.max_tokens, 1)
@@ -69,6 +93,8 @@ class SamplingParams:
             _integer("seed", self.seed, 0, SEED_LIMIT)
         if self.logprobs is not None:
             _integer("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS + 1)
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise _bad(f"grammar must be a Grammar, not {type(self.grammar).__name__}.")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if not all(isinstance(s, str) for s in stop):
             raise _bad(f"stop must be a string or a list of strings; got {self.stop!r}.")
@@ -77,6 +103,12 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def needs_local_lane(self) -> bool:
+        """Logprobs and grammars come from a local lane's forward pass; a
+        remote lane does not do them (yet)."""
+        return self.logprobs is not None or self.grammar is not None
 
     @property
     def has_processors(self) -> bool:

@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..core.request import Request
+from .constrain import consume, row_masks
 from .sampling import TokenSampler, pending_arrays, sample_rows
 
 
@@ -82,7 +83,16 @@ class DecodeBatch:
             if sampler.wants_logprobs:
                 sampler.feed()
         logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
-        sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs))
+        masks = None
+        if any(s.matcher is not None for s in self.samplers):
+            # A constrained row's next mask needs the token it is fed now: read
+            # it (sampled last step) while the device runs this forward pass.
+            mx.async_eval(logits)
+            for sampler, token in zip(self.samplers, inputs.tolist()):
+                if sampler.matcher is not None:
+                    consume(sampler.matcher, token)
+            masks = row_masks([s.matcher for s in self.samplers], logits.shape[-1])
+        sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs), masks)
         self._next_inputs = sampled
         mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs

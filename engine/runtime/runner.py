@@ -21,6 +21,7 @@ from ..core.request import Request
 from ..core.step import StepPlan, StepResult
 from .batch import DecodeBatch
 from .cachekinds import arrays_of, cast
+from .constrain import row_masks
 from .calibration import kv_dtype
 from .handoff import Handoff
 from .prefill import Prefill, batch_groups, run_chunk, run_together, whole_cold
@@ -32,12 +33,13 @@ class ModelRunner:
     """Runs plans on one lane's thread and stream. `accept` is thread-safe."""
 
     def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256,
-                 solo_decode: bool = True, batch_prefill: bool = True):
+                 solo_decode: bool = True, batch_prefill: bool = True, constraints=None):
         self.model = model
         self.prefix_cache = prefix_cache
         self.clear_cache_every = clear_cache_every
         self.solo_decode = solo_decode
         self.batch_prefill = batch_prefill
+        self.constraints = constraints  # matchers for requests with a grammar (constrain.py)
         self.kv_dtype = mx.float32
         self.prefills: dict[str, Prefill] = {}
         self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
@@ -73,8 +75,11 @@ class ModelRunner:
             request = admission.request
             caches = (PrefixCache.materialize(admission.prefix, self.kv_dtype)
                       or make_prompt_cache(self.model))
-            self.prefills[request.request_id] = Prefill(request, TokenSampler(request.params),
-                                                        caches)
+            grammar = request.params.grammar
+            matcher = (self.constraints.matcher(grammar)
+                       if grammar is not None and self.constraints is not None else None)
+            self.prefills[request.request_id] = Prefill(
+                request, TokenSampler(request.params, matcher), caches)
         joins = []
         for request in plan.joins:
             state = self._take_waiting(request)
@@ -126,7 +131,9 @@ class ModelRunner:
     def _first(prefill: Prefill, logits: mx.array) -> mx.array:
         """Sample the request's first output token from its last prompt logits."""
         prompt = mx.array(prefill.request.prompt_ids, mx.uint32)
-        prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt)
+        matcher = prefill.sampler.matcher
+        masks = row_masks([matcher], logits.shape[-1]) if matcher is not None else None
+        prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt, masks)
         if prefill.sampler.wants_logprobs:  # evaluated with it (runner.run)
             mx.async_eval(pending_arrays([prefill.sampler]))
         return prefill.first

@@ -18,8 +18,9 @@ from ..core.params import SamplingParams
 class TokenSampler:
     """The sampling state of one request: its PRNG key and logits processors."""
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, matcher=None):
         self.params = params
+        self.matcher = matcher  # llguidance's, for a request with a grammar (constrain.py)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._key = mx.random.key(seed)
         self._processors = []
@@ -99,12 +100,18 @@ class TokenSampler:
         return mx.random.categorical(logprobs * (1.0 / p.temperature), key=sub)
 
 
-def sample_rows(logits: mx.array, samplers: list[TokenSampler], context_of) -> mx.array:
+def sample_rows(logits: mx.array, samplers: list[TokenSampler], context_of,
+                masks: mx.array | None = None) -> mx.array:
     """Sample one token per row of `logits` (B, V); returns shape (B,), lazily.
 
     `context_of(i)` gives row i's token history (an mx.array) for processors
     such as the repetition penalty; it is only called for rows that need it.
+    `masks` (B, V): the tokens each row may take (constrained rows); logprobs
+    are read from the logits before it.
     """
+    raw = logits
+    if masks is not None:
+        logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))
     if all(s.is_plain_greedy for s in samplers):
         tokens = mx.argmax(logits, axis=-1)
     else:
@@ -115,7 +122,7 @@ def sample_rows(logits: mx.array, samplers: list[TokenSampler], context_of) -> m
         tokens = mx.concatenate(rows, axis=0)
     for i, sampler in enumerate(samplers):
         if sampler.wants_logprobs:  # from the same forward pass: no second one
-            sampler.note_logprobs(logits[i : i + 1], tokens[i : i + 1])
+            sampler.note_logprobs(raw[i : i + 1], tokens[i : i + 1])
     return tokens
 
 
