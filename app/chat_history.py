@@ -24,7 +24,8 @@ def load_history(store: ChatStore, chat_id: int) -> History:
     messages = [{"role": m.role, "content": m.content, "id": m.id,
                  "interrupted": m.role == "assistant" and not m.complete,
                  "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s"),
-                 "attachments": (m.stats or {}).get("attachments")}
+                 "attachments": (m.stats or {}).get("attachments"),
+                 "format": (m.stats or {}).get("format")}
                 for m in stored]
     footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                if m.stats and m.stats.get("footer")}

@@ -105,7 +105,12 @@ class ChatRequests(QObject):
         try:
             if isinstance(prepared, EngineError):
                 raise prepared
-            params = SamplingParams(**tab.settings())
+            try:  # JSON asked for in the chat's settings: held to it token by token
+                grammar = tab.settings_row.grammar()
+            except ValueError as e:
+                raise EngineError(str(e), "bad-argument") from None
+            params = SamplingParams(**tab.settings(), grammar=grammar)
+            tab.answer_format = "json" if grammar is not None else None
             if isinstance(prepared, ChatMessages):  # a remote model renders it
                 handle = window.engine.submit(prepared.messages, params,
                                               tab_id=str(tab.chat_id))
@@ -186,7 +191,8 @@ class ChatRequests(QObject):
                 "footer": format_footer(finished), "reason": finished.reason,
                 "lanes": finished.lanes, "output_tokens": finished.output_tokens,
                 "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s,
-                "prompt_tokens": finished.prompt_tokens})
+                "prompt_tokens": finished.prompt_tokens,
+                "format": last.get("format") if answered else None})
 
     # ---- the Scheduler dock ---------------------------------------------------------
     def _on_routed(self, event) -> None:

@@ -3,13 +3,27 @@
 A chat follows the loaded model's sampling defaults (engine/models/
 gendefaults.py) until one of its settings is changed; then they are stored
 with the chat. "Model defaults" goes back to following the model.
+
+Its answers can be asked to be JSON: any JSON object, or JSON matching a
+schema pasted here; the engine enforces it token by token (constrained
+decoding) and the chat shows the answer formatted. That choice is stored
+with the chat whatever the sampling settings follow.
 """
 
 from __future__ import annotations
 
+import json
+
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QLineEdit, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QLineEdit,
+                               QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from engine import EngineError, Grammar
+
+FORMATS = (("text", "Answer: text"), ("json_object", "Answer: JSON"),
+           ("json_schema", "Answer: JSON matching a schema"))
+SCHEMA_EXAMPLE = ('{"type": "object", "properties": {"name": {"type": "string"}, '
+                  '"age": {"type": "integer"}}, "required": ["name", "age"]}')
 
 # key, integer?, minimum, maximum, step, initial value, prefix (in the row's order)
 SPINS = (("temperature", False, 0.0, 2.0, 0.1, 0.0, "temperature "),
@@ -60,6 +74,76 @@ class ChatSettings(QWidget):
         grid.addWidget(self.model_defaults_button, 0, 3)
         grid.setColumnStretch(4, 1)
         self.system_prompt.editingFinished.connect(self.changed.emit)
+        self.format = QComboBox()
+        for key, label in FORMATS:
+            self.format.addItem(label, key)
+        self.format.setToolTip("Ask for JSON: the answer is held to it token by token "
+                               "(constrained decoding) and shown formatted")
+        self.schema = QPlainTextEdit()
+        self.schema.setPlaceholderText(f"A JSON schema, e.g. {SCHEMA_EXAMPLE}")
+        self.schema.setMaximumHeight(90)
+        self.schema_error = QLabel("")
+        self.schema_error.setTextFormat(self.schema_error.textFormat().PlainText)
+        self.schema_error.setWordWrap(True)
+        grid.addWidget(self.format, 2, 0, 1, 2)
+        rows.addWidget(self.schema)
+        rows.addWidget(self.schema_error)
+        self._show_schema()
+        self.format.currentIndexChanged.connect(self._format_changed)
+        self.schema.textChanged.connect(self._schema_changed)
+
+    def _format_changed(self) -> None:
+        self._show_schema()
+        self.changed.emit()
+
+    def _schema_changed(self) -> None:
+        self._check_schema()
+        self.changed.emit()
+
+    def _show_schema(self) -> None:
+        schema = self.format.currentData() == "json_schema"
+        self.schema.setVisible(schema)
+        self.schema_error.setVisible(schema)
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        try:
+            self.grammar()
+            self.schema_error.setText("")
+        except ValueError as e:
+            self.schema_error.setText(f"⚠ {e}")
+
+    def answer_format(self) -> dict | None:
+        """What is stored: None (text), {"type": "json_object"}, or
+        {"type": "json_schema", "schema": "<the text as typed>"}."""
+        kind = self.format.currentData()
+        if kind == "json_object":
+            return {"type": kind}
+        if kind == "json_schema":
+            return {"type": kind, "schema": self.schema.toPlainText()}
+        return None
+
+    def grammar(self) -> Grammar | None:
+        """The grammar answers must match; ValueError says what is wrong with
+        the schema typed (the engine checks the rest when it is sent)."""
+        kind = self.format.currentData()
+        if kind == "json_object":
+            return Grammar("json_schema", '{"type": "object"}')
+        if kind != "json_schema":
+            return None
+        text = self.schema.toPlainText().strip()
+        if not text:
+            raise ValueError("Paste a JSON schema, or ask for any JSON.")
+        try:
+            schema = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"The schema is not valid JSON: {e}") from None
+        if not isinstance(schema, dict):
+            raise ValueError("A JSON schema is an object: {...}.")
+        try:
+            return Grammar("json_schema", json.dumps(schema))
+        except EngineError as e:
+            raise ValueError(str(e)) from None
 
     def _user_changed(self) -> None:
         self.follows_model = False
@@ -76,14 +160,29 @@ class ChatSettings(QWidget):
                 for key, spin in self.spins.items()}
 
     def stored(self) -> dict:
-        """What is stored with the chat: nothing while it follows the model."""
-        return {} if self.follows_model else self.sampling()
+        """What is stored with the chat: its answer format, and no sampling
+        settings while it follows the model."""
+        stored = {} if self.follows_model else self.sampling()
+        fmt = self.answer_format()
+        return {**stored, "answer_format": fmt} if fmt else stored
 
     def apply(self, system_prompt: str, params: dict) -> None:
         """The chat's stored settings; none: it follows the model's defaults."""
         self.system_prompt.setText(system_prompt)
+        params = dict(params)
+        fmt = params.pop("answer_format", None)
         self.follows_model = not params
         self.show_sampling(params)
+        self.format.blockSignals(True)
+        self.schema.blockSignals(True)
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        index = self.format.findData(kind if kind in ("json_object", "json_schema") else "text")
+        self.format.setCurrentIndex(index)
+        schema = fmt.get("schema") if isinstance(fmt, dict) else None
+        self.schema.setPlainText(schema if isinstance(schema, str) else "")
+        self.format.blockSignals(False)
+        self.schema.blockSignals(False)
+        self._show_schema()
 
     def apply_model_defaults(self, defaults: dict) -> None:
         """The loaded model's sampling defaults, if this chat follows them."""

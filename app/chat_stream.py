@@ -59,7 +59,8 @@ class ChatStream:
         if answer or reasoning or finished.reason != "error":
             self.messages.append({"role": "assistant", "content": answer,
                                   "id": self.answer_message_id, "reasoning": reasoning,
-                                  "thinking_s": self.thinking_s})
+                                  "thinking_s": self.thinking_s,
+                                  "format": self.answer_format})
             index = len(self.messages) - 1
             self.footers[index] = format_footer(finished)
             self.transcript.add_message(index, self.messages[index], self.footers[index],

@@ -47,6 +47,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.resend_without_user = False  # set for a regenerate: the user turn is stored
         # Set while an interrupted answer is being continued: its text so far.
         self.continue_from: str | None = None
+        self.answer_format: str | None = None  # "json": the answer is shown formatted
         self._stale = False
         # {"role", "content", "id"}: id is the stored row (None until stored).
         self.messages: list[dict] = [dict(m) for m in messages or []]

@@ -16,6 +16,7 @@ Built for long chats and hostile text:
 
 from __future__ import annotations
 
+import json
 import secrets
 
 from PySide6.QtCore import Signal
@@ -47,6 +48,18 @@ def _fragment(markdown: str) -> QTextDocumentFragment:
     document.setMarkdown(markdown, MARKDOWN)
     _replace_images(document)
     return QTextDocumentFragment(document)
+
+
+def _json_block(text: str) -> str:
+    """A JSON answer, formatted, in a code block (as written when it does not
+    parse: cut by max_tokens, say)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    pretty = json.dumps(value, indent=2, ensure_ascii=False)
+    fence = "~~~~" if "```" in pretty else "```"
+    return f"{fence}json\n{pretty}\n{fence}"
 
 
 def _paragraph() -> QTextBlockFormat:
@@ -172,6 +185,8 @@ class Transcript(QTextBrowser):
             content = split_message(content, files)[0]
         actions = list(actions) if actions is not None else (
             [("edit", "Edit")] if user else [("regen", "Regenerate")])
+        if not user and message.get("format") == "json":
+            content = _json_block(content)
         if len(content) > SHOWN_CHARS:
             hidden = len(content) - SHOWN_CHARS
             content = (f"{content[:SHOWN_CHARS]}\n\n*… {hidden:,} more characters are not "

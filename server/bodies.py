@@ -8,7 +8,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from engine import EngineError, SamplingParams
+from engine import EngineError, Grammar, SamplingParams
 
 from .errors import APIError
 
@@ -89,9 +89,39 @@ def completion(body: dict, chat: bool, defaults: dict | None = None) -> Completi
     logprobs = _logprobs(body, chat)
     if logprobs is not None:
         params = replace(params, logprobs=logprobs)
+    grammar = _response_format(body.get("response_format"))
+    if grammar is not None:
+        params = replace(params, grammar=grammar)
     return Completion(chat, messages, prompt, params,
                       _optional(body, "model", str, None), stream, include_usage,
                       _optional(body, "user", str, None))
+
+
+def _response_format(value) -> Grammar | None:
+    """OpenAI's response_format: text, json_object (any JSON object) or
+    json_schema (its `schema`; enforced whether `strict` or not, as vLLM does)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar("json_schema", '{"type": "object"}')
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict):
+            raise APIError(400, "response_format.json_schema must be an object with a "
+                                "'schema'.", param="response_format.json_schema")
+        schema = spec.get("schema", {"type": "object"})
+        if not isinstance(schema, (dict, bool)):
+            raise APIError(400, "response_format.json_schema.schema must be a JSON schema "
+                                "(an object).", param="response_format.json_schema.schema")
+        try:
+            return Grammar("json_schema", json.dumps(schema))
+        except EngineError as e:
+            raise APIError(400, str(e), param="response_format") from None
+    raise APIError(400, "response_format.type must be text, json_object or json_schema.",
+                   param="response_format")
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:
@@ -122,10 +152,10 @@ COMMON_FIELDS = {"model", "stream", "stream_options", "max_tokens", "temperature
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "store",
                                "metadata", "service_tier", "parallel_tool_calls", "tools",
                                "tool_choice", "response_format"}
-COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
+COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "response_format"}
 NOT_YET = {  # field -> the value that changes nothing (anything else: a 400)
     "tools": [None, []], "tool_choice": [None, "none", "auto"],
-    "response_format": [None, {"type": "text"}], "logit_bias": [None, {}],
+    "logit_bias": [None, {}],
     "echo": [None, False], "suffix": [None, ""], "best_of": [None, 1],
     "parallel_tool_calls": [None, True, False],
 }

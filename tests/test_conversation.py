@@ -218,3 +218,38 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
     assert [m["content"] for m in restored.messages][::2] == [
         "first question", "second question", "third question"]
     again.close()
+
+
+def test_a_chat_can_ask_for_json_and_shows_it_formatted(qtbot, window):
+    """Chat settings > Answer: JSON matching a schema: the answer is held to
+    the schema (constrained decoding) and shown as formatted JSON; the choice
+    is stored with the chat; a schema that is not JSON is said, not sent."""
+    import json
+
+    import jsonschema
+
+    tab = window.chat_tabs()[0] if window.chat_tabs() else window.new_chat()
+    settings = tab.settings_row
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                                                      "maximum": 9}},
+              "required": ["n"], "additionalProperties": False}
+    settings.format.setCurrentIndex(settings.format.findData("json_schema"))
+    settings.schema.setPlainText("{not json")
+    assert "not valid JSON" in settings.schema_error.text()
+    tab.composer.setPlainText("a number please")
+    tab.send()
+    qtbot.waitUntil(lambda: "not valid JSON" in tab.footer.text(), timeout=10_000)
+    settings.schema.setPlainText(json.dumps(schema))
+    assert settings.schema_error.text() == ""
+    with qtbot.waitSignal(window.bridge.finished, timeout=60_000) as finished:
+        tab.composer.setPlainText("a number please")
+        tab.send()
+    done = finished.args[0]
+    assert done.reason == "stop"
+    jsonschema.validate(json.loads(done.text), schema)
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
+    assert tab.messages[-1]["format"] == "json"
+    shown = tab.transcript.toPlainText()
+    assert json.dumps(json.loads(done.text), indent=2) in shown
+    stored = window.store.chat(tab.chat_id).params
+    assert stored["answer_format"] == {"type": "json_schema", "schema": json.dumps(schema)}

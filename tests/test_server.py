@@ -299,7 +299,7 @@ def test_fields_that_would_change_the_answer_are_done_or_refused(served):
     client = served.client()
     for extra in ({"top_logprobs": 2}, {"tools": [{"type": "function", "function": {
             "name": "f", "parameters": {"type": "object"}}}]},
-            {"response_format": {"type": "json_object"}}, {"logit_bias": {"5": 10}},
+            {"response_format": {"type": "yaml"}}, {"logit_bias": {"5": 10}},
             {"frobnicate": 1}, {"top_logprobs": 21, "logprobs": True}):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2,
@@ -315,3 +315,38 @@ def test_fields_that_would_change_the_answer_are_done_or_refused(served):
         metadata={"a": "b"}, tool_choice="none", response_format={"type": "text"},
         logit_bias={}, parallel_tool_calls=True)
     assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def test_response_format_gives_json_that_matches(served):
+    """json_object and json_schema (strict), streamed and not; a bad schema
+    is a 400 that says what is wrong."""
+    import json as json_
+
+    import jsonschema
+
+    client = served.client()
+    schema = {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "trip", "schema": schema,
+                                                   "strict": True}}
+    for seed in range(3):
+        done = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=80,
+                                              temperature=1.0, seed=seed, response_format=fmt)
+        if done.choices[0].finish_reason == "stop":
+            jsonschema.validate(json_.loads(done.choices[0].message.content), schema)
+    chunks = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=80,
+                                            temperature=0, response_format=fmt, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json_.loads(text), schema)
+    anything = client.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=120, temperature=0,
+        response_format={"type": "json_object"})
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json_.loads(anything.choices[0].message.content), dict)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=4,
+                                       response_format={"type": "json_schema", "json_schema": {
+                                           "name": "x", "schema": {"$ref": "#/nope"}}})
+    assert "grammar" in str(e.value) or "schema" in str(e.value)

@@ -159,6 +159,10 @@ def import_chat(store, data: bytes) -> int:
     parsed = parse_chat(data)
     params = {k: v for k, v in parsed["params"].items()
               if k in PARAM_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    fmt = parsed["params"].get("answer_format")  # JSON answers (app/chat_settings.py)
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
+            isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
+        params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}
     chat = store.create_chat(parsed["title"], system_prompt=parsed["system_prompt"],
                              params=params)
     store.add_tree(chat.id, parsed["messages"], parsed["leaf"])
