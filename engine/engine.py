@@ -28,6 +28,7 @@ from .handle import RequestHandle
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
 from .models.chat_template import render_chat
+from .models.tools import plan_tools, template_messages, tool_format
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.allocator import return_freed_memory
@@ -89,6 +90,7 @@ class Engine:
         self.generation_defaults = loaded.generation_defaults  # the model's own (gendefaults.py)
         self.tokenizer = loaded.tokenizer
         self.thinking_format = thinking_format(loaded.tokenizer)  # None: it does not think
+        self.tool_format = tool_format(loaded.tokenizer)  # None: its template has no tools
         self.context_length = loaded.context_length
         args = getattr(loaded.model, "args", None)
         self.vocab_size = int(getattr(args, "vocab_size", 0) or len(loaded.tokenizer.vocab))
@@ -225,10 +227,12 @@ class Engine:
         and the other markers mlx-lm infers, or gpt-oss's channels)."""
         return self.thinking_format is not None
 
-    def render(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of `messages` in the model's chat template, ready to answer.
-        Message text is data: text that spells a control token stays plain
-        text (engine/models/chat_template.py)."""
+    def render(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        """Token ids of `messages` in the model's chat template, ready to answer
+        (with `tools`, OpenAI-style, offered to the model). Message text is
+        data: text that spells a control token stays plain text
+        (engine/models/chat_template.py)."""
+        messages = template_messages(messages)
         for i, message in enumerate(messages):
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(content, str):
@@ -241,11 +245,19 @@ class Engine:
                     f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
                     "bad-argument") from None
         try:
-            return render_chat(self.tokenizer, messages)
+            return render_chat(self.tokenizer, messages, **({"tools": tools} if tools else {}))
         except EngineError:
             raise
         except Exception as e:
             raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
+
+    def parse_tool_call(self, text: str, tools: list[dict] | None = None):
+        """One raw tool call (`Finished.tool_calls`) read by the model's parser
+        (mlx-lm's): {"name", "arguments"} or a list of them; ValueError (or
+        the parser's own error) when it cannot be read."""
+        if self.tool_format is None:
+            raise ValueError("this model has no tool-call format")
+        return self.tool_format.parse(text, tools)
 
     def default_params(self, **overrides) -> SamplingParams:
         """The model's own sampling defaults (generation_config.json or GGUF
@@ -254,16 +266,24 @@ class Engine:
 
     def submit(self, messages: list[dict[str, str]] | None = None,
                params: SamplingParams | None = None, tab_id: str | None = None,
-               prompt_ids: list[int] | None = None, thinking: bool = True) -> RequestHandle:
+               prompt_ids: list[int] | None = None, thinking: bool = True,
+               tools: list[dict] | None = None, tool_choice=None) -> RequestHandle:
         """Queue a generation for `messages` (or raw `prompt_ids`). A reasoning
         model's thinking comes apart from its answer (`Token.reasoning`,
-        `Finished.reasoning`) unless `thinking` is False (raw completions)."""
+        `Finished.reasoning`) unless `thinking` is False (raw completions).
+        `tools` (OpenAI function tools) go to the template; the model's calls
+        come apart as `Token.tool_calls` / `Finished.tool_calls` (raw text;
+        `parse_tool_call` reads one); `tool_choice` "required" or a named
+        function forces a call by constrained decoding."""
         from .runtime.textstream import TextStream
 
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
         params = params or SamplingParams()
-        ids = list(prompt_ids) if prompt_ids is not None else self.render(messages or [])
+        offered, params, calls = plan_tools(self.tool_format, tools, tool_choice, params,
+                                            self.tokenizer._tokenizer)
+        ids = (list(prompt_ids) if prompt_ids is not None
+               else self.render(messages or [], offered))
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
         if prompt_ids is not None:
@@ -279,7 +299,7 @@ class Engine:
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop,
-                                  self.thinking_format if thinking else None, ids)
+                                  self.thinking_format if thinking else None, ids, calls)
         lane, routed = self.director.place(request)  # raises when it can never fit
         handle = RequestHandle(request, self.cancel)
         self._hub.register(handle)

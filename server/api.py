@@ -39,6 +39,7 @@ from .access_log import AccessLog
 from .bodies import MAX_BODY_BYTES, Completion, completion, parse_json
 from .errors import APIError, http_error, server_fault
 from .logprobs import TokenPieces, chat_entries, completion_logprobs
+from .tool_calls import read_calls
 from .slots import Slot, Slots
 from .trust import RequestGate, key_matches
 
@@ -120,7 +121,8 @@ def _submit(state: ServerState, request: Request, job: Completion):
                    else list(engine.tokenizer.encode(job.prompt)))
             return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
-        return engine.submit(job.messages, job.params, tab_id=f"api:{who}")
+        return engine.submit(job.messages, job.params, tab_id=f"api:{who}", tools=job.tools,
+                             tool_choice=job.tool_choice)
     except EngineError as e:
         if e.kind == "prompt-too-long":
             raise APIError(413, str(e), code="context_length_exceeded") from None
@@ -239,12 +241,18 @@ def make_app(engine, config: ServerConfig | None = None,
         message = {"role": "assistant", "content": done.text}
         if done.reasoning:  # a reasoning model's thinking, as llama.cpp and vLLM return it
             message["reasoning_content"] = done.reasoning
+        finish = _finish_reason(done)
+        if chat and done.tool_calls:
+            calls, unread = read_calls(state.engine, done.tool_calls, job.tools)
+            message["content"] = (done.text + unread) or None
+            if calls:
+                message["tool_calls"], finish = calls, "tool_calls"
         logprobs = None
         if job.params.logprobs is not None:
             logprobs = ({"content": chat_entries(scored, state.pieces)} if chat
                         else completion_logprobs(scored, state.pieces))
         choice = ({"index": 0, "message": message, "logprobs": logprobs,
-                   "finish_reason": _finish_reason(done)} if chat else
+                   "finish_reason": finish} if chat else
                   {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
                    "logprobs": logprobs})
         return JSONResponse({"id": rid, "object": kind, "created": created,
@@ -300,10 +308,15 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
         offset += sum(len(state.pieces.piece(t.token_id)[0]) for t in tokens)
         return out
 
-    def chunk(delta_or_text, finish=None, usage=None, first=False, reasoning=None):
+    calls_sent = 0  # tool calls streamed so far (their index)
+
+    def chunk(delta_or_text, finish=None, usage=None, first=False, reasoning=None,
+              tool_call=None):
         if chat:
             delta = {"role": "assistant", "content": ""} if first else (
                 {"content": delta_or_text} if delta_or_text is not None else {})
+            if tool_call is not None:  # a whole call at once: name and arguments
+                delta = {"tool_calls": [{"index": tool_call[0], **tool_call[1]}]}
             if reasoning:
                 delta["reasoning_content"] = reasoning
             choices = [{"index": 0, "delta": delta, "finish_reason": finish,
@@ -326,6 +339,13 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
         async for event in _events(handle):
             if isinstance(event, Token) and event.logprob is not None:
                 scored.append(event)  # sent with the next chunk (its text may be held back)
+            if chat and isinstance(event, Token) and event.tool_calls:
+                calls, unread = read_calls(state.engine, event.tool_calls, job.tools)
+                if unread:
+                    yield chunk(unread)
+                for call in calls:
+                    yield chunk(None, tool_call=(calls_sent, call))
+                    calls_sent += 1
             if isinstance(event, Token) and (event.text or event.reasoning):
                 if chat and event.reasoning:
                     yield chunk(event.text or None, reasoning=event.reasoning)
@@ -338,7 +358,8 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
                                        "type": "server_error"}}
                     yield f"data: {json.dumps(error)}\n\n"
                 else:
-                    yield chunk(None, finish=_finish_reason(event))
+                    yield chunk(None, finish="tool_calls" if calls_sent
+                                else _finish_reason(event))
                     if include_usage:
                         yield chunk(None, usage=_usage(event))
         yield "data: [DONE]\n\n"

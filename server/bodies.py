@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 
 from engine import EngineError, Grammar, SamplingParams
@@ -14,7 +15,7 @@ from .errors import APIError
 
 MAX_BODY_BYTES = 4 << 20
 MAX_NESTING = 64  # JSON deeper than this is refused before it is parsed
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,8 @@ class Completion:
     stream: bool
     include_usage: bool
     user: str | None
+    tools: list | None = None  # OpenAI function tools (chat)
+    tool_choice: object = None
 
 
 def parse_json(data: bytes) -> dict:
@@ -92,9 +95,10 @@ def completion(body: dict, chat: bool, defaults: dict | None = None) -> Completi
     grammar = _response_format(body.get("response_format"))
     if grammar is not None:
         params = replace(params, grammar=grammar)
+    tools, tool_choice = _tools(body) if chat else (None, None)
     return Completion(chat, messages, prompt, params,
                       _optional(body, "model", str, None), stream, include_usage,
-                      _optional(body, "user", str, None))
+                      _optional(body, "user", str, None), tools, tool_choice)
 
 
 def _response_format(value) -> Grammar | None:
@@ -154,7 +158,6 @@ CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprob
                                "tool_choice", "response_format"}
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "response_format"}
 NOT_YET = {  # field -> the value that changes nothing (anything else: a 400)
-    "tools": [None, []], "tool_choice": [None, "none", "auto"],
     "logit_bias": [None, {}],
     "echo": [None, False], "suffix": [None, ""], "best_of": [None, 1],
     "parallel_tool_calls": [None, True, False],
@@ -250,12 +253,17 @@ def _messages(messages) -> list[dict[str, str]]:
     return [_message(i, m) for i, m in enumerate(messages)]
 
 
-def _message(i: int, m) -> dict[str, str]:
+def _message(i: int, m) -> dict:
     field = f"messages[{i}]"
+    if isinstance(m, dict) and m.get("role") == "developer":  # OpenAI's newer name
+        m = {**m, "role": "system"}
     if not isinstance(m, dict) or m.get("role") not in ROLES:
-        raise APIError(400, f"{field} needs a role of system, user or assistant.",
+        raise APIError(400, f"{field} needs a role of system, user, assistant or tool.",
                        param=f"{field}.role")
     content = m.get("content")
+    calls = m.get("tool_calls") if m["role"] == "assistant" else None
+    if content is None and calls:
+        content = ""  # an assistant turn that only called tools
     if isinstance(content, list):  # content parts: text only
         if not all(isinstance(p, dict) and p.get("type") == "text"
                    and isinstance(p.get("text"), str) for p in content):
@@ -267,7 +275,74 @@ def _message(i: int, m) -> dict[str, str]:
     if not _is_text(content):
         raise APIError(400, f"{field}.content is not valid text (an unpaired surrogate).",
                        param=f"{field}.content")
-    return {"role": m["role"], "content": content}
+    out = {"role": m["role"], "content": content}
+    if calls is not None:
+        out["tool_calls"] = _tool_calls(field, calls)
+    if m["role"] == "tool":
+        call_id = m.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise APIError(400, f"{field}.tool_call_id must be a string.",
+                           param=f"{field}.tool_call_id")
+        out["tool_call_id"] = call_id or ""
+    return out
+
+
+def _tool_calls(field: str, calls) -> list[dict]:
+    """An assistant turn's earlier tool calls, as the template shows them."""
+    if not isinstance(calls, list) or len(calls) > MAX_TOOLS:
+        raise APIError(400, f"{field}.tool_calls must be a list.", param=f"{field}.tool_calls")
+    out = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", ""), (str, dict))):
+            raise APIError(400, f"{field}.tool_calls[{j}] needs a function with a name and "
+                                "arguments.", param=f"{field}.tool_calls")
+        out.append({"id": str(call.get("id", "")), "type": "function",
+                    "function": {"name": function["name"],
+                                 "arguments": function.get("arguments", "")}})
+    return out
+
+
+MAX_TOOLS = 128
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _tools(body: dict):
+    """OpenAI function tools and tool_choice, checked: (tools or None, choice)."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools in (None, []):
+        if choice not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice needs tools.", param="tool_choice")
+        return None, None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise APIError(400, f"tools must be a list of at most {MAX_TOOLS} functions.",
+                       param="tools")
+    checked = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (isinstance(tool, dict) and tool.get("type") == "function"
+                and isinstance(function, dict) and isinstance(function.get("name"), str)
+                and TOOL_NAME.match(function["name"])):
+            raise APIError(400, f"tools[{i}] must be {{'type': 'function', 'function': "
+                                "{'name': ..., 'parameters': {...}}} with a name of letters, "
+                                "digits, _ and -.", param=f"tools[{i}]")
+        params = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise APIError(400, f"tools[{i}].function.parameters must be a JSON schema.",
+                           param=f"tools[{i}].function.parameters")
+        entry = {"name": function["name"], "parameters": params}
+        if isinstance(function.get("description"), str):
+            entry["description"] = function["description"]
+        checked.append({"type": "function", "function": entry})
+    if choice not in (None, "none", "auto", "required") and not (
+            isinstance(choice, dict) and choice.get("type") == "function"
+            and isinstance(choice.get("function"), dict)
+            and isinstance(choice["function"].get("name"), str)):
+        raise APIError(400, "tool_choice must be none, auto, required or "
+                            "{'type': 'function', 'function': {'name': ...}}.",
+                       param="tool_choice")
+    return checked, choice
 
 
 MAX_PROMPT_IDS = 1 << 20

@@ -32,6 +32,7 @@ class Served:
             time.sleep(0.01)
         self.url = f"http://127.0.0.1:{self.port}"
         self.clients: list[openai.OpenAI] = []
+        self.engine = engine
 
     def client(self, key="none", **kw) -> openai.OpenAI:
         client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
@@ -49,7 +50,6 @@ class Served:
 def served(make_engine):
     engine = make_engine()
     s = Served(engine)
-    s.engine = engine
     yield s
     s.stop()
 
@@ -350,3 +350,15 @@ def test_response_format_gives_json_that_matches(served):
                                        response_format={"type": "json_schema", "json_schema": {
                                            "name": "x", "schema": {"$ref": "#/nope"}}})
     assert "grammar" in str(e.value) or "schema" in str(e.value)
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 10},
+        "unit": {"enum": ["C", "F"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_time", "parameters": {"type": "object", "properties": {
+            "zone": {"type": "string", "maxLength": 6}}, "required": ["zone"],
+            "additionalProperties": False}}}]

@@ -223,9 +223,10 @@ class Director:
         stream, request.text = request.text, None
         tail, thought = (stream.finish() if stream is not None
                          and reason not in ("cancelled", "error") else ("", ""))
-        if tail or thought:
+        calls = stream.take_calls() if hasattr(stream, "take_calls") else ()
+        if tail or thought or calls:
             self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "",
-                            self.clock(), reasoning=thought))
+                            self.clock(), reasoning=thought, tool_calls=calls))
         end = self.clock()
         first = request.first_token_at
         tpot = ((end - first) / (request.num_output - 1)
@@ -240,4 +241,5 @@ class Director:
             time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
             lanes=tuple(request.lane_history), error=error, time=end,
             prefix_note=request.prefix_note,
-            reasoning=stream.reasoning if stream is not None else ""))
+            reasoning=stream.reasoning if stream is not None else "",
+            tool_calls=tuple(getattr(stream, "tool_calls", ()))))

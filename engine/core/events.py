@@ -66,6 +66,9 @@ class Token(Event):
     # model's raw distribution, and the likeliest alternatives as (id, logprob).
     logprob: float | None = None
     top_logprobs: tuple[tuple[int, float], ...] = ()
+    # Tool calls this token completed (raw text between the model's markers;
+    # the request offered tools: Engine.submit(tools=...)).
+    tool_calls: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,6 +99,7 @@ class Finished(Event):
     time: float = field(default_factory=now)
     prefix_note: str | None = None  # set when the prefix cache cannot serve this model
     reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
+    tool_calls: tuple[str, ...] = ()  # raw text of each tool call, in order; not in `text`
 
     @property
     def tokens_per_s(self) -> float | None:

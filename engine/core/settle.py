@@ -45,7 +45,7 @@ def settle(scheduler: "LaneScheduler", plan: StepPlan, outcome: StepOutcome,
         text, reasoning = stream.add(token)
         tokens.append(Token(request.request_id, request.tab_id, token, text, lane, t,
                             reasoning=reasoning, logprob=lp[0] if lp else None,
-                            top_logprobs=lp[1] if lp else ()))
+                            top_logprobs=lp[1] if lp else (), tool_calls=stream.take_calls()))
         if stream.stopped:  # a stop string: the answer ends here
             if reason is None:
                 stopped.append(request)

@@ -73,7 +73,8 @@ class TextStream:
     """
 
     def __init__(self, tokenizer: TokenizerWrapper, stop: tuple[str, ...] = (),
-                 thinking: ThinkingFormat | None = None, prompt_ids: list[int] = ()):
+                 thinking: ThinkingFormat | None = None, prompt_ids: list[int] = (),
+                 tools=None):
         # A fresh streaming detokenizer, sharing the wrapper's token map.
         self._detok = tokenizer.detokenizer
         self._stop = stop
@@ -82,10 +83,22 @@ class TextStream:
         self._emitted = 0  # characters of _text already given out
         self.reasoning = ""  # the thinking so far (markers stripped)
         self.stopped = False
+        # Tool calls (`tools`: the model's ToolFormat, engine/models/tools.py,
+        # for a request that offered tools): the text between its markers,
+        # one raw call each, apart from the answer.
+        self.tool_calls: list[str] = []
+        self._tool_text = ""
+        self._new_calls: list[str] = []
         self._machine = None
+        transitions: dict = {}
         if thinking is not None:
-            self._machine = TextStateMachine(thinking.transitions)
-            inside = thinking.starts_inside(list(prompt_ids))
+            transitions = {state: list(moves) for state, moves in thinking.transitions.items()}
+        if tools is not None:
+            transitions.setdefault("normal", []).append((tools.start, "tool"))
+            transitions["tool"] = [(tools.end, "normal")]
+        if transitions:
+            self._machine = TextStateMachine(transitions)
+            inside = thinking is not None and thinking.starts_inside(list(prompt_ids))
             self._state = self._machine.make_state("reasoning" if inside else "normal")
 
     @property
@@ -131,7 +144,19 @@ class TextStream:
             if self._machine is not None:  # a marker's beginning left at the very end
                 self._state, rest, state = TextStateMachine.flush(self._state)
                 reasoning += self._take(state, rest)
+        if self._tool_text.strip():  # a call the answer ended inside: read as it is
+            self._end_call()
         return self._release(final=True), reasoning
+
+    def take_calls(self) -> tuple[str, ...]:
+        """The tool calls completed since the last time (raw text each)."""
+        calls, self._new_calls = tuple(self._new_calls), []
+        return calls
+
+    def _end_call(self) -> None:
+        self.tool_calls.append(self._tool_text)
+        self._new_calls.append(self._tool_text)
+        self._tool_text = ""
 
     def _split(self, segment: str) -> str:
         """Route decoded text: the answer's part to _text; returns the thinking's."""
@@ -139,9 +164,17 @@ class TextStream:
             self._text += segment
             return ""
         self._state, parts = TextStateMachine.split(self._state, segment)
-        return "".join(self._take(state, text) for state, text in parts)
+        thinking = "".join(self._take(state, text) for state, text in parts)
+        if self._tool_text and self._state[0] != "tool":  # its end marker came
+            self._end_call()
+        return thinking
 
     def _take(self, state: str | None, text: str) -> str:
+        if state == "tool":
+            self._tool_text += text
+            return ""
+        if self._tool_text and state != "tool":  # its end marker passed: one call
+            self._end_call()
         if state == "reasoning":
             self.reasoning += text
             return text
