@@ -139,3 +139,50 @@ def test_bad_tool_requests_are_400s(served_tools):
     with pytest.raises(Exception):
         served_tools.engine.submit(ASK, SamplingParams(max_tokens=4), tools=WEATHER,
                                    tool_choice="maybe")
+
+
+@pytest.mark.parametrize("module,written,expected", [
+    ("qwen3_coder", "Sure.<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                    "</parameter>\n<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>",
+     {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}),
+    ("pythonic", 'Sure.<|tool_call_start|>[get_weather(city="Paris", unit="C")]'
+                 "<|tool_call_end|>",
+     {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}),
+    ("mistral", 'Sure.[TOOL_CALLS][{"name": "get_weather", "arguments": '
+                '{"city": "Paris", "unit": "C"}}]',
+     {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}),
+])
+def test_other_formats_mlx_lm_parses_are_read_too(served_tools, module, written, expected):
+    """`auto` for the other formats: their markers take the call apart from
+    the text (Mistral's runs to the end: it has no end marker), and mlx-lm's
+    parser for the format reads it."""
+    import importlib
+
+    from engine.models.tools import ToolFormat
+    from engine.runtime.textstream import TextStream
+
+    engine = served_tools.engine
+    parser = importlib.import_module(f"mlx_lm.tool_parsers.{module}")
+    fmt = ToolFormat(module, parser.tool_call_start, parser.tool_call_end,
+                     parser.parse_tool_call)
+    stream = TextStream(engine.tokenizer, (), None, [], fmt)
+    shown = "".join(stream.add(t)[0] for t in
+                    engine.tokenizer.encode(written, add_special_tokens=False))
+    shown += stream.finish()[0]
+    assert shown == "Sure." and len(stream.tool_calls) == 1
+    parsed = fmt.parse(stream.tool_calls[0], WEATHER)
+    parsed = parsed[0] if isinstance(parsed, list) else parsed
+    assert parsed["name"] == expected["name"]
+    assert {k: str(v) for k, v in parsed["arguments"].items()} == expected["arguments"]
+
+
+def test_a_gguf_style_tokenizer_gets_its_format_from_the_template(served_tools):
+    """Tandem builds GGUF models' tokenizer wrappers itself, without mlx-lm's
+    tool settings: the format is inferred from the chat template."""
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    from engine.models.tools import tool_format
+
+    bare = TokenizerWrapper(served_tools.engine.tokenizer._tokenizer)
+    assert getattr(bare, "tool_parser", None) is None
+    assert tool_format(bare).name == "json_tools"

@@ -95,7 +95,8 @@ class TextStream:
             transitions = {state: list(moves) for state, moves in thinking.transitions.items()}
         if tools is not None:
             transitions.setdefault("normal", []).append((tools.start, "tool"))
-            transitions["tool"] = [(tools.end, "normal")]
+            # Mistral's calls have no end marker: they run to the answer's end.
+            transitions["tool"] = [(tools.end, "normal")] if tools.end else []
         if transitions:
             self._machine = TextStateMachine(transitions)
             inside = thinking is not None and thinking.starts_inside(list(prompt_ids))
