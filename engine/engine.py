@@ -8,6 +8,7 @@ safe from any thread.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Callable
@@ -27,7 +28,7 @@ from .hub import EventHub, Observer
 from .handle import RequestHandle
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
-from .models.chat_template import render_chat
+from .models.chat_template import render_chat, special_strings
 from .models.tools import plan_tools, template_messages, tool_format
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
@@ -244,6 +245,15 @@ class Engine:
                     f"Message {i + 1} is not valid text: it contains an unpaired surrogate "
                     f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
                     "bad-argument") from None
+        if tools or any(m.get("tool_calls") for m in messages):
+            # Tool definitions and calls go into the template as they are (only
+            # message content is kept apart): one that spells a control token
+            # would forge a turn, so it is refused.
+            spelled = json.dumps([tools, [m.get("tool_calls") for m in messages]])
+            hit = next((s for s in special_strings(self.tokenizer) if s in spelled), None)
+            if hit is not None:
+                raise EngineError(f"A tool definition or call contains {hit!r}, one of the "
+                                  "model's control tokens; remove it.", "bad-argument")
         try:
             return render_chat(self.tokenizer, messages, **({"tools": tools} if tools else {}))
         except EngineError:
