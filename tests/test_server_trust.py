@@ -161,10 +161,10 @@ def test_templates_and_tokenizing_run_off_the_event_loop(engine):
     threads, release = [], threading.Event()
     real = engine.render
 
-    def held_render(messages):
+    def held_render(messages, *tools):
         threads.append(threading.current_thread().name)
         release.wait(30)
-        return real(messages)
+        return real(messages, *tools)
 
     engine.render = held_render
     try:

@@ -54,11 +54,14 @@ def tool_format(tokenizer) -> ToolFormat | None:
 def template_messages(messages: list[dict]) -> list[dict]:
     """OpenAI messages as chat templates expect them: an assistant's
     `tool_calls` with their arguments as objects (OpenAI sends JSON text),
-    content None as ''."""
+    and its content '' when it only called tools."""
     out = []
     for message in messages:
-        message = dict(message)
-        if message.get("content") is None:
+        message = dict(message) if isinstance(message, dict) else message
+        if not isinstance(message, dict):
+            out.append(message)  # refused by the caller, with its reason
+            continue
+        if message.get("content") is None and message.get("tool_calls"):
             message["content"] = ""
         calls = message.get("tool_calls")
         if calls:
