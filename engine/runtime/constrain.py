@@ -113,5 +113,9 @@ def row_masks(matchers: list, vocab: int) -> mx.array:
             fill_next_token_bitmask(matcher, bits, i)
             if not bits[i].any():  # nothing allowed: never sample from -inf alone
                 bits[i] = _ALLOW_ALL
-    unpacked = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :vocab]
-    return mx.array(unpacked.astype(np.bool_))
+    # The packed words go to the device (V/8 bytes a row, not V) and are
+    # unpacked there: bit k of word w is token 32 w + k.
+    words_mx = mx.array(bits.view(np.uint32))
+    shifts = mx.arange(32, dtype=mx.uint32)
+    unpacked = (words_mx[:, :, None] >> shifts) & 1
+    return unpacked.reshape(len(matchers), words * 32)[:, :vocab].astype(mx.bool_)
