@@ -8,7 +8,6 @@ safe from any thread.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Callable
@@ -28,8 +27,8 @@ from .hub import EventHub, Observer
 from .handle import RequestHandle
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
-from .models.chat_template import render_chat, special_strings
-from .models.tools import plan_tools, template_messages, tool_format
+from .models.tools import plan_tools, tool_format
+from .prompt import check_ids, render_messages
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.allocator import return_freed_memory
@@ -232,34 +231,8 @@ class Engine:
         """Token ids of `messages` in the model's chat template, ready to answer
         (with `tools`, OpenAI-style, offered to the model). Message text is
         data: text that spells a control token stays plain text
-        (engine/models/chat_template.py)."""
-        messages = template_messages(messages)
-        for i, message in enumerate(messages):
-            content = message.get("content") if isinstance(message, dict) else None
-            if not isinstance(content, str):
-                raise EngineError(f"Message {i + 1} has no text content.", "bad-argument")
-            try:
-                content.encode("utf-8")
-            except UnicodeEncodeError as e:  # lone surrogates: not text
-                raise EngineError(
-                    f"Message {i + 1} is not valid text: it contains an unpaired surrogate "
-                    f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
-                    "bad-argument") from None
-        if tools or any(m.get("tool_calls") for m in messages):
-            # Tool definitions and calls go into the template as they are (only
-            # message content is kept apart): one that spells a control token
-            # would forge a turn, so it is refused.
-            spelled = json.dumps([tools, [m.get("tool_calls") for m in messages]])
-            hit = next((s for s in special_strings(self.tokenizer) if s in spelled), None)
-            if hit is not None:
-                raise EngineError(f"A tool definition or call contains {hit!r}, one of the "
-                                  "model's control tokens; remove it.", "bad-argument")
-        try:
-            return render_chat(self.tokenizer, messages, **({"tools": tools} if tools else {}))
-        except EngineError:
-            raise
-        except Exception as e:
-            raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
+        (engine/prompt.py, engine/models/chat_template.py)."""
+        return render_messages(self.tokenizer, messages, tools)
 
     def parse_tool_call(self, text: str, tools: list[dict] | None = None):
         """One raw tool call (`Finished.tool_calls`) read by the model's parser
@@ -297,7 +270,7 @@ class Engine:
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
         if prompt_ids is not None:
-            self._check_ids(ids)
+            check_ids(ids, self.vocab_size)
         if params.grammar is not None:
             self.constraints.check(params.grammar)  # a bad grammar is the caller's error
         if len(ids) >= self.context_length:
@@ -320,16 +293,6 @@ class Engine:
         else:  # the lane failed or closed since it was chosen
             self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
         return handle
-
-    def _check_ids(self, ids: list[int]) -> None:
-        """Raw token ids (an API's prompt) are each a token of this model:
-        an id past the embedding would read outside it."""
-        vocab = self.vocab_size
-        bad = next((i for i in ids if not isinstance(i, int) or isinstance(i, bool)
-                    or not 0 <= i < vocab), None)
-        if bad is not None:
-            raise EngineError(f"Token id {bad!r} is not in this model's vocabulary "
-                              f"(0 to {vocab - 1}).", "bad-argument")
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step boundary; its slot and KV are freed."""
@@ -378,18 +341,6 @@ class Engine:
 
     def remove_remote(self, name: str) -> None:
         self.remotes.remove(name)
-
-    def _remote_added(self) -> None:
-        """A routed remote makes this engine hybrid (unless a mode was asked
-        for), cost-aware (unless a policy was), and its local lanes calibrate
-        (the router compares their predicted times with the remote's)."""
-        with self.director.lock:
-            if not self._policy_chosen and isinstance(self.director.policy, LeastLoadedPolicy):
-                self.director.policy = CostAwarePolicy()
-            if not self._mode_chosen and self.director.mode == "cpu-only":
-                self.director.set_mode("hybrid")
-        for lane in self.lanes.values():
-            lane.calibrate_soon()
 
     def lane_of(self, request_id: str) -> str | None:
         """The lane holding a request now (None once it finished)."""

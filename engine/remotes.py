@@ -65,9 +65,25 @@ class Remotes:
                 give_back=self.continue_locally, on_change=self._changed, local_names=names)
             self.lanes[spec.name] = lane
             engine.director.add_lane(lane.scheduler)
-        engine._remote_added()
+        self._made_hybrid()
         lane.start()
         return lane
+
+    def _made_hybrid(self) -> None:
+        """A routed remote makes the engine hybrid (unless a mode was asked
+        for), cost-aware (unless a policy was), and its local lanes calibrate
+        (the router compares their predicted times with the remote's)."""
+        from .core.policies import CostAwarePolicy
+        from .core.router import LeastLoadedPolicy
+
+        engine, director = self.engine, self.engine.director
+        with director.lock:
+            if not engine._policy_chosen and isinstance(director.policy, LeastLoadedPolicy):
+                director.policy = CostAwarePolicy()
+            if not engine._mode_chosen and director.mode == "cpu-only":
+                director.set_mode("hybrid")
+        for lane in engine.lanes.values():
+            lane.calibrate_soon()
 
     def remove(self, name: str) -> None:
         """Stop routing to it; its requests in flight end cancelled."""

@@ -1,0 +1,54 @@
+"""A request's prompt from what a caller sends: chat messages (with tools)
+through the model's template, or raw token ids checked against the model.
+
+Message text is data (engine/models/chat_template.py keeps it apart from the
+template's control tokens); tool definitions and earlier calls go into the
+template as they are, so one that spells a control token is refused."""
+
+from __future__ import annotations
+
+import json
+
+from .core.errors import EngineError
+from .models.chat_template import render_chat, special_strings
+from .models.tools import template_messages
+
+
+def render_messages(tokenizer, messages: list[dict], tools: list[dict] | None = None
+                    ) -> list[int]:
+    """Token ids of `messages` (OpenAI-style, with `tools` offered) in the
+    model's chat template, ready to answer; EngineError says what is wrong."""
+    messages = template_messages(messages)
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
+            raise EngineError(f"Message {i + 1} has no text content.", "bad-argument")
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: not text
+            raise EngineError(
+                f"Message {i + 1} is not valid text: it contains an unpaired surrogate "
+                f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
+                "bad-argument") from None
+    if tools or any(m.get("tool_calls") for m in messages):
+        spelled = json.dumps([tools, [m.get("tool_calls") for m in messages]])
+        hit = next((s for s in special_strings(tokenizer) if s in spelled), None)
+        if hit is not None:
+            raise EngineError(f"A tool definition or call contains {hit!r}, one of the "
+                              "model's control tokens; remove it.", "bad-argument")
+    try:
+        return render_chat(tokenizer, messages, **({"tools": tools} if tools else {}))
+    except EngineError:
+        raise
+    except Exception as e:
+        raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
+
+
+def check_ids(ids: list[int], vocab: int) -> None:
+    """Raw token ids (an API's prompt) are each a token of this model: an id
+    past the embedding would read outside it."""
+    bad = next((i for i in ids if not isinstance(i, int) or isinstance(i, bool)
+                or not 0 <= i < vocab), None)
+    if bad is not None:
+        raise EngineError(f"Token id {bad!r} is not in this model's vocabulary "
+                          f"(0 to {vocab - 1}).", "bad-argument")
