@@ -4,6 +4,7 @@ engine's own DecodeBatch (pipelined as in serving), stepped 100 times, with
 finishes). Rows never leave, so every mode does the same work per step.
 
 Run: .venv/bin/python benchmarks/constrained_step_cost.py [--model default] [--rounds 3]
+     [--device gpu]   (the weights as loaded, on MLX's GPU: benchmarks/gpu/run.sh)
 
 Modes alternate within each round (a shared, noisy machine); the ratio is a
 mode's steps/s over all-free in that round.
@@ -65,13 +66,18 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args()
-    loaded = load_model(args.model, "float32")  # as the CPU lane runs it on x86
+    if args.device == "gpu":
+        mx.set_default_device(mx.gpu)
+        loaded = load_model(args.model)  # as a GPU lane runs it
+    else:
+        loaded = load_model(args.model, "float32")  # as the CPU lane runs it on x86
     constraints = Constraints(loaded.tokenizer._tokenizer, loaded.stop_token_ids,
                               loaded.model.args.vocab_size)
     modes = {"free": 0, "half": args.rows // 2, "all": args.rows}
     ratios = {m: [] for m in modes}
-    print(f"# {platform.machine()} {platform.system()}, model {args.model}, batch of "
+    print(f"# {platform.machine()} {platform.system()}, {args.device}, model {args.model}, batch of "
           f"{args.rows}, {args.steps} steps, greedy; constrained rows: an array of 200 ints")
     for r in range(args.rounds):
         got = {m: steps_per_s(loaded, constraints, args.rows, n, args.steps)

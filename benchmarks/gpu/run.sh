@@ -18,7 +18,9 @@
 #                    repeats, host time and device wait per step
 #   hybrid_think.json / hybrid_saturated.json   GPU-only vs hybrid on the
 #                    chat workload with think time, then with none
-# At most 8 files come back: gpu.txt, run.log and the four above.
+#   constrained.txt  what constrained rows (llguidance masks) cost a GPU step:
+#                    16 rows, 0 / 8 / 16 under a JSON schema (issue 23)
+# At most 8 files come back: gpu.txt, run.log and the five above.
 # STEPS="startup throughput" runs only those steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,7 +56,7 @@ from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
 
-steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated} "
+steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained} "
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
     local name=$1 limit=$2 file=$3
     shift 3
@@ -76,4 +78,7 @@ step hybrid-think "${HYBRID_S:-150}" hybrid_think.json \
 step hybrid-saturated "${SATURATED_S:-90}" hybrid_saturated.json \
     $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
     --tabs "${TABS:-16}" --repeats 1 --max-answer "${MAX_ANSWER:-128}" --think-scale 0.001
+step constrained "${CONSTRAINED_S:-90}" constrained.txt \
+    $py -X faulthandler benchmarks/constrained_step_cost.py --model "$model" --device $lane \
+    --rounds "${ROUNDS:-2}" --steps "${CSTEPS:-100}"
 tail -40 "$log"
