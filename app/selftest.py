@@ -19,6 +19,8 @@ from pathlib import Path
 
 PROMPT = "Say hello in one short sentence."
 MAX_TOKENS = 16
+JSON_CHECK = ('{"type": "object", "properties": {"ok": {"type": "boolean"}}, '
+              '"required": ["ok"], "additionalProperties": false}')
 
 
 def _since_start() -> float:
@@ -34,7 +36,7 @@ def _fail(message: str) -> int:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine import EngineError, SamplingParams, loaded_blas
+    from engine import EngineError, Grammar, SamplingParams, loaded_blas
 
     report: dict = {"python": platform.python_version(), "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}
@@ -58,6 +60,12 @@ def engine_check(model: str = "default") -> int:
         handle = engine.submit([{"role": "user", "content": PROMPT}],
                                SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0))
         done = handle.result(timeout=120)
+        # Constrained decoding (llguidance's compiled extension, in a bundle).
+        shaped = engine.submit([{"role": "user", "content": PROMPT}], SamplingParams(
+            max_tokens=32, grammar=Grammar("json_schema", JSON_CHECK))).result(timeout=120)
+        if shaped.reason == "stop":
+            json.loads(shaped.text)
+        report["json_output"] = shaped.reason
     except Exception as e:
         return _fail(f"generation: {type(e).__name__}: {e}")
     finally:
@@ -67,6 +75,7 @@ def engine_check(model: str = "default") -> int:
         from .attach_files import read_attachment
 
         report["keyring"] = keys.backend_name()
+        import httpx  # noqa: F401 (remote lanes)
         import pypdf  # noqa: F401 (a PDF's text, for attachments)
 
         sample = Path(tempfile.mkdtemp(prefix="tandem-self-test-")) / "sample.md"
