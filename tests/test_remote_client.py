@@ -13,6 +13,9 @@ import pytest
 from engine.remote.client import MAX_LINE, RemoteFault, list_models, stream_completion
 
 
+KEEP_ALIVE_FOREVER = object()
+
+
 def _client(handler) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(handler))
 
@@ -27,10 +30,11 @@ def _event(text="", finish=None, usage=None) -> bytes:
 def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, headers=None):
     async def parts():
         for part in body_parts:
-            if isinstance(part, float):
-                await asyncio.sleep(part)  # the server's pause, in the stream
-            else:
-                yield part
+            if part is KEEP_ALIVE_FOREVER:  # a server that never says anything more
+                while True:
+                    yield b": keep-alive\n\n"
+                    await asyncio.sleep(0.05)  # the server's pace, not the test's
+            yield part
 
     async def handler(request):
         sent = json.loads(request.content)
@@ -81,9 +85,9 @@ def test_more_text_than_max_tokens_allows_is_garbage():
 
 
 def test_keep_alives_do_not_keep_a_silent_server_alive():
-    """Comments every 50 ms, never an event: it times out at first_s."""
-    fault = _fault([_event("Hi")] + [b": keep-alive\n\n", 0.05] * 40, first_s=2.0,
-                   stall_s=0.3)
+    """Comments every 50 ms, forever, never another event: it still times out
+    (stall_s after the last event), whatever the machine's load."""
+    fault = _fault([_event("Hi"), KEEP_ALIVE_FOREVER], first_s=2.0, stall_s=0.3)
     assert fault.kind == "timeout" and "silent" in str(fault)
 
 
