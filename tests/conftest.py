@@ -96,3 +96,14 @@ def store(tmp_path):
     s = ChatStore(tmp_path / "tandem.db")
     yield s
     s.close()
+
+
+@pytest.fixture
+def slow_window(qtbot, tiny_model_dir, db):
+    """A window whose engine streams at human speed (20 ms a step), so an
+    answer is still streaming when the test acts."""
+    from tests.windows import open_window, paced_cpu_engine
+
+    w = open_window(qtbot, tiny_model_dir, db, paced_cpu_engine(0.02))
+    yield w
+    w.close()
