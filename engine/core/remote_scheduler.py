@@ -29,6 +29,7 @@ from .remote import MAX_CAPACITY, CircuitBreaker, RemoteSpec
 from .remote_cost import RemoteCost
 from .request import Request
 from .router import LaneView
+from .scheduler import LaneScheduler
 
 KIND = "remote"
 TABS_REMEMBERED = 256
@@ -116,21 +117,10 @@ class RemoteScheduler:
             return LaneView(self.name, KIND, len(self.waiting), len(self.in_flight), 0,
                             0, 0.0, left, cost=self.cost, capacity=self.capacity)
 
-    def enqueue(self, request: Request) -> bool:
-        with self.lock:
-            if not self.is_open:
-                return False
-            request.lane = self.name
-            self.waiting.append(request)
-            return True
-
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-
-    def fail(self, why: str) -> None:
-        with self.lock:
-            self.failed = why
+    # The same queue rules as a local lane's (is_open is this lane's own).
+    enqueue = LaneScheduler.enqueue
+    close = LaneScheduler.close
+    fail = LaneScheduler.fail
 
     # ---- what the lane that runs it does ------------------------------------------
     def next_request(self) -> Request | None:
