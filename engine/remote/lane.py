@@ -198,39 +198,38 @@ class RemoteLane(SchedulerState):
                 self._serve(request))
 
     async def _serve(self, request: Request) -> None:
-        scheduler = self.scheduler
-        raw = ""
+        scheduler, rid = self.scheduler, request.request_id
         try:
             try:
-                raw = await self._answer(request)
+                await self._answer(request)
                 return
             except RemoteFault as fault:
-                if fault.kind == "prompt" and self.prompt_as_ids and not raw:
+                if (fault.kind == "prompt" and self.prompt_as_ids and request.messages is None
+                        and not self._received.get(rid)):
                     self.prompt_as_ids = False  # a server that takes text only: once more
-                    raw = await self._answer(request)
+                    await self._answer(request)
                     return
                 raise
         except asyncio.CancelledError:
             scheduler.done(request)
             if self._handing_back and not request.is_cancelled:
-                self.give_back(request, self._received.get(request.request_id, ""),
+                self.give_back(request, self._received.get(rid, ""),
                                f"{self.name.upper()} was removed")
             else:
                 self.director.finish(request, "cancelled", self.name)
         except RemoteFault as fault:
-            raw = getattr(fault, "received", raw)
+            scheduler.done(request)
             if request.is_cancelled:
-                scheduler.done(request)
                 self.director.finish(request, "cancelled", self.name)
                 return
             self._broken(fault)
-            scheduler.done(request)
-            why = f"{self.name.upper()} {'refused it' if fault.kind in ('busy', 'prompt') else 'failed'}: {fault}"
-            self.give_back(request, raw, why)
+            what = "refused it" if fault.kind in ("busy", "prompt") else "failed"
+            self.give_back(request, self._received.get(rid, ""),
+                           f"{self.name.upper()} {what}: {fault}")
             self.on_change(self)
         finally:
-            self._tasks.pop(request.request_id, None)
-            self._received.pop(request.request_id, None)
+            self._tasks.pop(rid, None)
+            self._received.pop(rid, None)
             if not self._closing:
                 self._dispatch()
 
@@ -256,8 +255,8 @@ class RemoteLane(SchedulerState):
         return body
 
     async def _answer(self, request: Request, probe: bool = False) -> str:
-        """Stream one answer; returns its raw text. A fault carries the text
-        received before it (`fault.received`)."""
+        """Stream one answer; returns its raw text (what it streamed so far is
+        in `_received` meanwhile, for a fault's hand-back)."""
         spec, scheduler, director = self.spec, self.scheduler, self.director
         believed = 0 if probe else scheduler.held_for(request)
         view = director.request_view(request) if not probe else None
@@ -274,52 +273,46 @@ class RemoteLane(SchedulerState):
                                    spec.first_token_s, spec.stall_s,
                                    CHARS_PER_TOKEN_LIMIT * request.params.max_tokens,
                                    chat=request.messages is not None)
-        try:
-            # aclosing: a stop string ends the answer here, and the remote's
-            # stream closes now (it stops generating), not when collected.
-            async with contextlib.aclosing(chunks) as chunks:
-                async for chunk in chunks:
-                    concurrency += max(scheduler.batch_size, 1)
-                    seen += 1
-                    if chunk.cached_tokens is not None:
-                        usage_cached = chunk.cached_tokens
-                    if chunk.completion_tokens is not None:
-                        usage_out = chunk.completion_tokens
-                    if chunk.prompt_tokens is not None and request.messages is not None:
-                        # A remote model's prompt: its server counted it (ours guessed).
-                        request.prompt_ids = [0] * chunk.prompt_tokens
-                    finish = chunk.finish_reason or finish
-                    if not (chunk.text or chunk.reasoning):
-                        continue
-                    if first is None:
-                        first = time.monotonic()
-                        request.first_token_at = director.clock()
-                    if chunk.reasoning and stream is not None:  # a chat's thinking, apart
-                        stream.reasoning += chunk.reasoning
-                        director.emit(Token(request.request_id, request.tab_id, -1, "",
-                                            self.name, director.clock(),
-                                            reasoning=chunk.reasoning))
-                    if not chunk.text:
-                        continue
-                    raw += chunk.text
-                    if not probe:
-                        self._received[request.request_id] = raw
-                    if stream is not None:
-                        text, thought = stream.add_text(chunk.text)
-                        if text or thought:
-                            director.emit(Token(request.request_id, request.tab_id, -1, text,
-                                                self.name, director.clock(), reasoning=thought))
-                        if stream.stopped:
-                            finish = "stop"
-                            break
-                    scheduler.output_tokens += 1
-        except RemoteFault as fault:
-            fault.received = raw
-            raise
+        # aclosing: a stop string ends the answer here, and the remote's
+        # stream closes now (it stops generating), not when collected.
+        async with contextlib.aclosing(chunks) as chunks:
+            async for chunk in chunks:
+                concurrency += max(scheduler.batch_size, 1)
+                seen += 1
+                if chunk.cached_tokens is not None:
+                    usage_cached = chunk.cached_tokens
+                if chunk.completion_tokens is not None:
+                    usage_out = chunk.completion_tokens
+                if chunk.prompt_tokens is not None and request.messages is not None:
+                    # A remote model's prompt: its server counted it (ours guessed).
+                    request.prompt_ids = [0] * chunk.prompt_tokens
+                finish = chunk.finish_reason or finish
+                if not (chunk.text or chunk.reasoning):
+                    continue
+                if first is None:
+                    first = time.monotonic()
+                    request.first_token_at = director.clock()
+                if chunk.reasoning and stream is not None:  # a chat's thinking, apart
+                    stream.reasoning += chunk.reasoning
+                    director.emit(Token(request.request_id, request.tab_id, -1, "",
+                                        self.name, director.clock(),
+                                        reasoning=chunk.reasoning))
+                if not chunk.text:
+                    continue
+                raw += chunk.text
+                if not probe:
+                    self._received[request.request_id] = raw
+                if stream is not None:
+                    text, thought = stream.add_text(chunk.text)
+                    if text or thought:
+                        director.emit(Token(request.request_id, request.tab_id, -1, text,
+                                            self.name, director.clock(), reasoning=thought))
+                    if stream.stopped:
+                        finish = "stop"
+                        break
+                scheduler.output_tokens += 1
         if finish not in ("stop", "length"):
-            fault = RemoteFault("cut", f"the answer ended with {finish!r}")
-            fault.received = raw
-            raise fault
+            raise RemoteFault("cut", f"the answer ended with {finish!r}")
         end = time.monotonic()
         ids = self.encode(raw) if self.encode is not None else []
         out = usage_out if usage_out is not None else (len(ids) or seen)
