@@ -223,7 +223,7 @@ class Director:
         stream, request.text = request.text, None
         tail, thought = (stream.finish() if stream is not None
                          and reason not in ("cancelled", "error") else ("", ""))
-        calls = stream.take_calls() if hasattr(stream, "take_calls") else ()
+        calls = stream.take_calls() if stream is not None else ()
         if tail or thought or calls:
             self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "",
                             self.clock(), reasoning=thought, tool_calls=calls))
@@ -242,4 +242,4 @@ class Director:
             lanes=tuple(request.lane_history), error=error, time=end,
             prefix_note=request.prefix_note,
             reasoning=stream.reasoning if stream is not None else "",
-            tool_calls=tuple(getattr(stream, "tool_calls", ()))))
+            tool_calls=tuple(stream.tool_calls) if stream is not None else ()))

@@ -36,6 +36,7 @@ class PlainText:
     what the server streamed, answer and thinking apart."""
 
     stopped = False
+    tool_calls: tuple = ()  # a remote model's calls are not read apart (yet)
 
     def __init__(self):
         self.text = ""
@@ -47,6 +48,9 @@ class PlainText:
 
     def finish(self) -> tuple[str, str]:
         return "", ""
+
+    def take_calls(self) -> tuple[str, ...]:
+        return ()
 
 
 class RemoteLane(SchedulerState):
