@@ -59,8 +59,13 @@ class ChatRequests(QObject):
         if engine is None:
             tab.fail("The model is still loading.")
             return
-        # Tokenising runs off the GUI thread; the request starts in _start.
-        self._preparer.start(tab, engine, messages, tab.continue_from)
+        # Tokenising (and building the answer's grammar, if the chat asks for
+        # JSON) runs off the GUI thread; the request starts in _start.
+        try:
+            grammar = tab.settings_row.grammar()
+        except ValueError:
+            grammar = None  # said when the request starts (_start)
+        self._preparer.start(tab, engine, messages, tab.continue_from, grammar)
 
     def attach(self, tab: ChatTab, paths: list[str]) -> None:
         """Read files for `tab` off the GUI thread and count their tokens with

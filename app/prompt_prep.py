@@ -18,6 +18,7 @@ class PromptJob:
     engine: Any
     messages: list[dict[str, str]]
     prefix: str | None  # an interrupted answer being continued: its text so far
+    grammar: Any = None  # the chat's answer format: built here, found cached at submit
 
 
 @dataclass(eq=False)
@@ -41,8 +42,9 @@ class PromptPreparer(QObject):
         self._jobs: dict[int, PromptJob] = {}  # id(tab) -> its pending job
         self._finished.connect(self._on_finished)
 
-    def start(self, tab, engine, messages, prefix: str | None = None) -> PromptJob:
-        job = PromptJob(tab, engine, messages, prefix)
+    def start(self, tab, engine, messages, prefix: str | None = None,
+              grammar=None) -> PromptJob:
+        job = PromptJob(tab, engine, messages, prefix, grammar)
         self._jobs[id(tab)] = job
         threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
         return job
@@ -63,6 +65,8 @@ class PromptPreparer(QObject):
             ids = job.engine.render(job.messages)
             if job.prefix:
                 ids += list(job.engine.tokenizer.encode(job.prefix, add_special_tokens=False))
+            if job.grammar is not None:  # a big schema takes a while to build
+                job.engine.prepare_grammar(job.grammar)
             result: Any = ids
         except EngineError as e:
             result = e

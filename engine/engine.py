@@ -19,7 +19,7 @@ from .core.director import Director
 from .core.errors import EngineError
 from .core.events import Finished, MemoryPlanned, Queued
 from .core.laneconfig import LaneInfo, LaneSpec
-from .core.params import SamplingParams
+from .core.params import Grammar, SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.request import Request
 from .core.router import LeastLoadedPolicy, Policy
@@ -96,7 +96,7 @@ class Engine:
         self.vocab_size = int(getattr(args, "vocab_size", 0) or len(loaded.tokenizer.vocab))
         # Grammars (constrained decoding): llguidance over the model's tokenizer.
         self.constraints = Constraints(loaded.tokenizer._tokenizer, loaded.stop_token_ids,
-                                       self.vocab_size)
+                                       self.vocab_size, nice=worker_nice)
         self.worker_nice = worker_nice
         self.watchdog_s = watchdog_s
         self._hub = EventHub(worker_nice)  # handles and observers hear here (hub.py)
@@ -135,7 +135,7 @@ class Engine:
                         nice=worker_nice, calibrate=len(enabled) > 1 or bool(remotes),
                         measure_lock=measure,
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
-                        on_ready=self._lane_ready, constraints=self.constraints)
+                        on_ready=self._lane_ready)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
         del models
@@ -271,14 +271,16 @@ class Engine:
             raise EngineError("The prompt is empty.", "bad-argument")
         if prompt_ids is not None:
             check_ids(ids, self.vocab_size)
-        if params.grammar is not None:
-            self.constraints.check(params.grammar)  # a bad grammar is the caller's error
+        # A bad grammar is the caller's error; it is built here, off the lanes
+        # (on the builder's thread, waited for), and a lane only copies it.
+        grammar = self.prepare_grammar(params.grammar) if params.grammar is not None else None
         if len(ids) >= self.context_length:
             raise EngineError(
                 f"The conversation is {len(ids)} tokens long, more than the model's context "
                 f"of {self.context_length} tokens. Start a new chat or shorten it.",
                 "prompt-too-long")
         request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
+        request.grammar_matcher = grammar
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop,
@@ -293,6 +295,13 @@ class Engine:
         else:  # the lane failed or closed since it was chosen
             self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
         return handle
+
+    def prepare_grammar(self, grammar: Grammar):
+        """Build `grammar` (bounded, on a thread of its own, within a time
+        limit) or find it built; EngineError says what is wrong with it. An
+        app calls it off its GUI thread before `submit`, which then finds it
+        cached."""
+        return self.constraints.prepare(grammar)
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step boundary; its slot and KV are freed."""
@@ -382,6 +391,7 @@ class Engine:
             for lane in self.lanes.values():
                 lane.refuse_work()
         self.remotes.close()  # their requests in flight end cancelled
+        self.constraints.close()
         for lane in self.lanes.values():
             lane.close()
         self._hub.stop()  # what is queued is delivered first

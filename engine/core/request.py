@@ -56,6 +56,11 @@ class Request:
     # A chat for a remote model (engine/remote_model.py): the server applies
     # its own template to these; `prompt_ids` then only counts (estimated).
     messages: list | None = None
+    # Why its lane must end it with an error at the next commit (its grammar
+    # reached a state it cannot continue from): set by the runtime, read by
+    # the scheduler, so that no token sampled past that point is ever shown.
+    failure: str | None = None
+    grammar_matcher: Any = None  # its grammar, built at submit (runtime/constrain.py): copied
 
     @property
     def num_prompt(self) -> int:

@@ -285,6 +285,10 @@ class LaneScheduler:
         with self.lock:
             logprobs = result.logprobs or [None] * len(result.tokens)
             for request, token, lp in zip(plan.decode, result.tokens, logprobs):
+                if request.failure is not None:  # nothing more of it is shown
+                    self.running.remove(request)
+                    outcome.finished.append((request, "error"))
+                    continue
                 if request.first_token_at is None:
                     request.first_token_at = t
                 request.output_ids.append(token)

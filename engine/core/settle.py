@@ -56,4 +56,6 @@ def settle(scheduler: "LaneScheduler", plan: StepPlan, outcome: StepOutcome,
     finished = [r for r, _ in outcome.finished] + stopped
     release(finished)
     for request in finished:
-        director.finish(request, reasons[request.request_id], lane)
+        reason = reasons[request.request_id]
+        director.finish(request, reason, lane,
+                        error=request.failure if reason == "error" else None)

@@ -91,11 +91,16 @@ class DecodeBatch:
             for sampler, token in zip(self.samplers, inputs.tolist()):
                 if sampler.matcher is not None:
                     consume(sampler.matcher, token)
-            masks = row_masks([s.matcher for s in self.samplers], logits.shape[-1])
+            masks = row_masks([s.matcher for s in self.samplers], logits.shape[-1],
+                              self._fail_row)
         sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs), masks)
         self._next_inputs = sampled
         mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs
+
+    def _fail_row(self, index: int, why: str) -> None:
+        """Its grammar cannot go on: the request ends with `why` at this step's commit."""
+        self.requests[index].failure = why
 
     def fed_logprobs(self) -> list:
         """Per request, the logprobs of the token `step` just returned (read

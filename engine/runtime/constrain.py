@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
 
 from ..core.errors import EngineError
 from ..core.params import Grammar
+from ..core.schema_check import SchemaError, check_bounds, check_satisfiable
+from .grammar_build import BUILD_TIMEOUT_S, GrammarBuilder
 
 _ALLOW_ALL = -1  # every bit set: a free row
+GRAMMAR_NAMES = {"json_schema": "JSON schema", "regex": "regular expression",
+                 "lark": "Lark grammar", "choice": "list of choices"}
 
 
 def grammar_text(grammar: Grammar) -> str:
@@ -44,16 +49,29 @@ def grammar_text(grammar: Grammar) -> str:
     return llguidance.grammar_from(grammar.kind, text)
 
 
+# llguidance's own work limits, tighter than its defaults where a hostile
+# grammar could stall a lane's step: a mask (computed on the lane thread,
+# per constrained row and token) gets at most ~5 ms of lexer and parser work.
+def _limits():
+    import llguidance
+
+    return llguidance.LLParserLimits(step_lexer_fuel=70_000, step_max_items=50_000,
+                                     max_grammar_size=500_000, verbose_errors=False)
+
+
 class Constraints:
     """The model's llguidance tokenizer (built once, ~0.4 s, on first use)
-    and a matcher per constrained request."""
+    and a matcher per constrained request: built off the lanes, bounded and
+    cached (grammar_build.py); a lane only copies the built one."""
 
-    def __init__(self, hf_tokenizer, stop_token_ids: set[int], vocab_size: int):
+    def __init__(self, hf_tokenizer, stop_token_ids: set[int], vocab_size: int,
+                 nice: int = 0):
         self._hf = hf_tokenizer
         self._stops = sorted(stop_token_ids)
         self.vocab_size = vocab_size
         self._tokenizer = None
         self._lock = threading.Lock()
+        self._builder = GrammarBuilder(self._build, nice)
 
     def _llg_tokenizer(self):
         with self._lock:
@@ -68,29 +86,68 @@ class Constraints:
                                       f"decoding: {e}", "bad-argument") from None
             return self._tokenizer
 
-    def check(self, grammar: Grammar) -> None:
-        """Raise EngineError naming what is wrong with `grammar`."""
+    def prepare(self, grammar: Grammar, timeout_s: float = BUILD_TIMEOUT_S):
+        """The built matcher for `grammar` (a template: `matcher` copies it),
+        from the cache or built now on the builder's thread; EngineError
+        naming what is wrong with the grammar."""
+        schema = None
         if grammar.kind == "json_schema":
             try:
-                json.loads(grammar.text)
-            except ValueError as e:
+                schema = json.loads(grammar.text)
+            except (ValueError, RecursionError) as e:
                 raise EngineError(f"The JSON schema is not valid JSON: {e}",
                                   "bad-argument") from None
-        self.matcher(grammar)  # ~2 ms: the grammar is built, and its errors said
+            try:  # before llguidance sees it: its compile recurses per level
+                check_bounds(schema)
+            except SchemaError as e:
+                raise EngineError(str(e), "bad-argument") from None
+        return self._builder.get(grammar.kind, grammar.text, timeout_s)
+
+    def check(self, grammar: Grammar) -> None:
+        """Raise EngineError naming what is wrong with `grammar`."""
+        self.prepare(grammar)
 
     def matcher(self, grammar: Grammar):
+        """A fresh matcher for one request."""
+        return self.prepare(grammar).deep_copy()
+
+    def close(self) -> None:
+        self._builder.close()
+
+    def _build(self, kind: str, text: str):
+        """On the builder's thread: the grammar, its matcher, and a first mask
+        (a grammar that allows nothing at its start is refused here)."""
         import llguidance
 
+        from llguidance.numpy import fill_next_token_bitmask
+
+        name = GRAMMAR_NAMES[kind]
         try:
-            text = grammar_text(grammar)
+            source = grammar_text(Grammar(kind, text))
         except Exception as e:
-            raise EngineError(f"The {grammar.kind} grammar is not valid: {e}",
-                              "bad-argument") from None
-        matcher = llguidance.LLMatcher(self._llg_tokenizer(), text)
+            raise EngineError(f"The {name} is not valid: {e}", "bad-argument") from None
+        matcher = llguidance.LLMatcher(self._llg_tokenizer(), source, log_level=0,
+                                       limits=_limits())
         if matcher.is_error():
-            raise EngineError(f"The {grammar.kind} grammar is not valid: "
-                              f"{matcher.get_error()}", "bad-argument")
+            raise EngineError(f"The {name} is not valid: {_first_line(matcher.get_error())}",
+                              "bad-argument")
+        if kind == "json_schema":
+            try:
+                check_satisfiable(json.loads(text))
+            except SchemaError as e:
+                raise EngineError(str(e), "bad-argument") from None
+        probe = matcher.deep_copy()
+        bits = np.zeros((1, (self.vocab_size + 31) // 32), dtype=np.int32)
+        fill_next_token_bitmask(probe, bits, 0)
+        if probe.is_error() or not bits.any():
+            raise EngineError(f"The {name} cannot be satisfied: nothing may be written at its "
+                              f"start ({_first_line(probe.get_error())}).", "bad-argument")
         return matcher
+
+
+def _first_line(message: str) -> str:
+    """llguidance's error without the parser state it appends."""
+    return (message or "no reason given").strip().split("\n", 1)[0][:300]
 
 
 def consume(matcher, token: int) -> None:
@@ -99,20 +156,30 @@ def consume(matcher, token: int) -> None:
         matcher.consume_token(token)
 
 
-def row_masks(matchers: list, vocab: int) -> mx.array:
+def row_masks(matchers: list, vocab: int,
+              on_dead: Callable[[int, str], None] | None = None) -> mx.array:
     """(B, V) booleans: the tokens each row may take next; every token for a
-    row without a matcher (or a broken one); only a stop token once a row's
-    grammar is complete."""
+    row without a matcher; only a stop token once a row's grammar is
+    complete. A row whose grammar cannot go on (its matcher in error, or
+    nothing allowed) is reported to `on_dead(row, why)`: its request ends
+    with an error before the token sampled now is shown, never with text
+    the grammar did not allow (its row samples freely, to be thrown away)."""
     from llguidance.numpy import fill_next_token_bitmask
 
     words = (vocab + 31) // 32
     bits = np.full((len(matchers), words), _ALLOW_ALL, dtype=np.int32)
     for i, matcher in enumerate(matchers):
-        if matcher is not None and not matcher.is_error():
+        if matcher is None:
+            continue
+        if not matcher.is_error():
             # A finished grammar allows only the stop tokens (llguidance's mask).
             fill_next_token_bitmask(matcher, bits, i)
-            if not bits[i].any():  # nothing allowed: never sample from -inf alone
-                bits[i] = _ALLOW_ALL
+        if matcher.is_error() or not bits[i].any():
+            bits[i] = _ALLOW_ALL  # never sample from -inf alone
+            if on_dead is not None:
+                on_dead(i, "The answer's grammar reached a point it cannot continue from ("
+                           f"{(matcher.get_error() or 'nothing is allowed next').strip()[:200]}"
+                           "); the answer is cut there.")
     # The packed words go to the device (V/8 bytes a row, not V) and are
     # unpacked there: bit k of word w is token 32 w + k.
     words_mx = mx.array(bits.view(np.uint32))

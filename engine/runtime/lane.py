@@ -39,7 +39,7 @@ class Lane(SchedulerState):
                  kv_budget_bytes: int | None = None, nice: int = 0,
                  calibrate: bool = False, measure_lock: threading.Lock | None = None,
                  warm_up_s: float = 300.0, contention: float = 0.0,
-                 on_ready: Callable[["Lane"], None] | None = None, constraints=None):
+                 on_ready: Callable[["Lane"], None] | None = None):
         self.name = name
         self.device = device
         self.kind = kind
@@ -52,7 +52,7 @@ class Lane(SchedulerState):
                                        kv_bytes_per_token, kv_budget_bytes)
         config = self.scheduler.config
         self.runner = ModelRunner(model, prefix_cache, config.clear_cache_every,
-                                  config.solo_decode, config.batch_prefill, constraints)
+                                  config.solo_decode, config.batch_prefill)
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate

@@ -33,13 +33,12 @@ class ModelRunner:
     """Runs plans on one lane's thread and stream. `accept` is thread-safe."""
 
     def __init__(self, model: nn.Module, prefix_cache: PrefixCache, clear_cache_every: int = 256,
-                 solo_decode: bool = True, batch_prefill: bool = True, constraints=None):
+                 solo_decode: bool = True, batch_prefill: bool = True):
         self.model = model
         self.prefix_cache = prefix_cache
         self.clear_cache_every = clear_cache_every
         self.solo_decode = solo_decode
         self.batch_prefill = batch_prefill
-        self.constraints = constraints  # matchers for requests with a grammar (constrain.py)
         self.kv_dtype = mx.float32
         self.prefills: dict[str, Prefill] = {}
         self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
@@ -75,9 +74,8 @@ class ModelRunner:
             request = admission.request
             caches = (PrefixCache.materialize(admission.prefix, self.kv_dtype)
                       or make_prompt_cache(self.model))
-            grammar = request.params.grammar
-            matcher = (self.constraints.matcher(grammar)
-                       if grammar is not None and self.constraints is not None else None)
+            matcher = (request.grammar_matcher.deep_copy()  # built at submit, never here
+                       if request.grammar_matcher is not None else None)
             self.prefills[request.request_id] = Prefill(
                 request, TokenSampler(request.params, matcher), caches)
         joins = []
@@ -132,7 +130,10 @@ class ModelRunner:
         """Sample the request's first output token from its last prompt logits."""
         prompt = mx.array(prefill.request.prompt_ids, mx.uint32)
         matcher = prefill.sampler.matcher
-        masks = row_masks([matcher], logits.shape[-1]) if matcher is not None else None
+        request = prefill.request
+        masks = (row_masks([matcher], logits.shape[-1],
+                           lambda _, why: setattr(request, "failure", why))
+                 if matcher is not None else None)
         prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt, masks)
         if prefill.sampler.wants_logprobs:  # evaluated with it (runner.run)
             mx.async_eval(pending_arrays([prefill.sampler]))

@@ -1,0 +1,139 @@
+"""Grammars built where they cannot hurt: bounded first, then compiled by
+llguidance on a thread of their own, within a time limit, and cached.
+
+Why a thread with a 64 MiB stack rather than a subprocess: a compiled
+matcher is a native object that cannot cross a process boundary (a
+subprocess would have to compile it again here, on an ordinary stack), and
+llguidance's stack use is measured: ~8 KiB per level of schema nesting (a
+`$ref` chain of 1,000 overflowed 8 MiB; 64 MiB built 5,000). The schema's
+depth is bounded at 128 levels before llguidance sees it
+(engine/core/schema_check.py), so the big stack is the second guard, not
+the first.
+
+Why off the lane threads and the caller's: a 243 KB `anyOf` schema takes
+~0.5 s to build; on a lane thread that is a stalled step for every stream
+in the batch. The builder runs one grammar at a time (memory stays that of
+one build, however many arrive together), at a lower CPU priority than the
+lanes on Linux (its niceness 5 above theirs), and llguidance drops the GIL while it builds. A caller waits
+at most `BUILD_TIMEOUT_S`; a build still running then goes on and its result
+is cached, so the same schema sent again is answered at once.
+
+Cached by the grammar's hash (kind and text): a hit costs a `deep_copy` of
+the built matcher (~20 us) instead of a build, and a grammar found bad is
+refused again without building.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from typing import Callable
+
+from ..core import priority
+from ..core.errors import EngineError
+
+BUILD_TIMEOUT_S = 10.0
+BUILD_STACK_BYTES = 64 << 20
+MAX_QUEUED = 32  # grammars waiting to be built; more is a busy engine, not a bigger queue
+CACHE_ENTRIES = 64
+CACHE_TEXT_BYTES = 32 << 20  # grammar text the cache keeps built matchers for
+BUILDER_NICE = 5  # above the lanes' niceness: a build yields to decoding, but still ends
+
+
+def grammar_key(kind: str, text: str) -> str:
+    return hashlib.sha256(f"{kind}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class GrammarBuilder:
+    """Builds with `build(kind, text)` (returns a template matcher or raises
+    EngineError) on its own thread; `get` answers from the cache or waits."""
+
+    def __init__(self, build: Callable[[str, str], object], nice: int = 0):
+        self._build = build
+        self._nice = nice + BUILDER_NICE
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[object, int]] = OrderedDict()  # key -> (result, bytes)
+        self._cached_bytes = 0
+        self._running: dict[str, Future] = {}  # key -> its build, queued or running
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def get(self, kind: str, text: str, timeout_s: float = BUILD_TIMEOUT_S):
+        """The built template for (kind, text); EngineError if it is bad, too
+        slow to build, or the builder is full."""
+        key = grammar_key(kind, text)
+        with self._lock:
+            if self._closed:
+                raise EngineError("The engine is closed.", "closed")
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return _unwrap(hit[0])
+            future = self._running.get(key)
+            if future is None:
+                if len(self._running) >= MAX_QUEUED:
+                    raise EngineError(f"{MAX_QUEUED} grammars are being built already; "
+                                      "send this one again in a moment.", "busy")
+                future = self._running[key] = Future()
+                self._queue.put((key, kind, text, future))
+                self._start()
+        try:
+            return _unwrap(future.result(timeout_s))
+        except TimeoutError:
+            raise EngineError(
+                f"The {kind} grammar took more than {timeout_s:.0f} s to build; simplify it "
+                "(fewer alternatives, shorter patterns).", "bad-argument") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._cache.clear()
+        self._queue.put(None)
+
+    def _start(self) -> None:
+        if self._thread is not None:
+            return
+        # stack_size applies to threads started after it: set, start, restore.
+        # Nothing else in Tandem sets it, so the restore cannot undo another's.
+        old = threading.stack_size(BUILD_STACK_BYTES)
+        try:
+            self._thread = threading.Thread(target=self._serve, name="grammar-builder",
+                                            daemon=True)
+            self._thread.start()
+        finally:
+            threading.stack_size(old)
+
+    def _serve(self) -> None:
+        priority.lower_thread(self._nice)
+        while (job := self._queue.get()) is not None:
+            key, kind, text, future = job
+            try:
+                result = self._build(kind, text)
+            except EngineError as e:
+                result = e
+            except Exception as e:  # llguidance misused or broken: said, never raised here
+                result = EngineError(f"The {kind} grammar could not be built: "
+                                     f"{type(e).__name__}: {str(e)[:200]}", "bad-argument")
+            with self._lock:
+                self._running.pop(key, None)
+                if not self._closed:
+                    self._remember(key, result, len(text))
+            future.set_result(result)
+
+    def _remember(self, key: str, result, size: int) -> None:
+        self._cache[key] = (result, size)
+        self._cached_bytes += size
+        while len(self._cache) > CACHE_ENTRIES or (
+                self._cached_bytes > CACHE_TEXT_BYTES and len(self._cache) > 1):
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_bytes -= dropped
+
+
+def _unwrap(result):
+    if isinstance(result, EngineError):
+        raise EngineError(str(result), result.kind)
+    return result
