@@ -24,13 +24,21 @@ class AttachmentLoader(QObject):
 
     def load(self, key, path: str | Path, count: Callable[[str], int] | None) -> None:
         def work():
-            attachment = read_attachment(path)
-            if attachment.error is None and count is not None:
-                try:
-                    attachment.tokens = count(attachment.block())
-                except Exception as e:  # a tokenizer that cannot take it
-                    attachment.error = f"It could not be tokenized ({str(e)[:80]})."
-            self.loaded.emit(key, attachment)
+            # `loaded` is sent whatever happens: the tab waits for every file
+            # it asked for, and cannot send until each has come back.
+            attachment = Attachment(Path(path).name, 0, error="It could not be read.")
+            try:
+                attachment = read_attachment(path)
+                if attachment.error is None and count is not None:
+                    try:
+                        attachment.tokens = count(attachment.block())
+                    except Exception as e:  # a tokenizer that cannot take it
+                        attachment.error = f"It could not be tokenized ({str(e)[:80]})."
+            except Exception as e:  # a bug or a library's surprise
+                attachment = Attachment(Path(path).name, 0, error=f"It could not be read "
+                                        f"({type(e).__name__}: {str(e)[:80]}).")
+            finally:
+                self.loaded.emit(key, attachment)
 
         threading.Thread(target=work, name="attach-file", daemon=True).start()
 

@@ -11,7 +11,7 @@ from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from .paths import file_name_for
-from .store.chat_json import ImportError_, check_size, export_chat, import_chat
+from .store.chat_json import ImportError_, check_size, export_chat, parse_chat, write_chat
 
 KINDS = {"md": "Markdown (*.md)", "json": "JSON (*.json)"}
 
@@ -56,11 +56,17 @@ def import_file(window, path: str | Path) -> int | None:
     """Import the chat in `path` as a new chat and open it; a file that is not
     one is refused with the reason, and nothing is written."""
     try:
-        chat_id = import_chat(window.store, read_chat_file(path))
-    except (ImportError_, OSError) as e:
-        why = str(e) if isinstance(e, ImportError_) else f"It could not be read: {e.strerror}."
+        parsed = parse_chat(read_chat_file(path))
+    except Exception as e:  # a file is outside data: whatever it does, refused
+        if isinstance(e, ImportError_):
+            why = str(e)
+        elif isinstance(e, OSError):
+            why = f"It could not be read: {e.strerror}."
+        else:  # a check this file slipped past: still a refusal, before anything is written
+            why = f"It is not a chat Tandem can read ({type(e).__name__}: {str(e)[:80]})."
         QMessageBox.warning(window, "Import chat", f"{Path(path).name} was not imported.\n\n{why}")
         return None
+    chat_id = write_chat(window.store, parsed)
     window.sidebar.refresh()
     window.open_chat(chat_id)
     return chat_id

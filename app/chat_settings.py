@@ -20,22 +20,26 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, Q
 
 from engine import EngineError, Grammar
 
+from .store.chat_json import PARAMS
+
 FORMATS = (("text", "Answer: text"), ("json_object", "Answer: JSON"),
            ("json_schema", "Answer: JSON matching a schema"))
 SCHEMA_EXAMPLE = ('{"type": "object", "properties": {"name": {"type": "string"}, '
                   '"age": {"type": "integer"}}, "required": ["name", "age"]}')
 
-# key, integer?, minimum, maximum, step, initial value, prefix (in the row's order)
-SPINS = (("temperature", False, 0.0, 2.0, 0.1, 0.0, "temperature "),
-         ("top_p", False, 0.05, 1.0, 0.05, 1.0, "top-p "),
-         ("top_k", True, 0, 1000, 1, 0, "top-k "),
-         ("min_p", False, 0.0, 1.0, 0.01, 0.0, "min-p "),
-         ("repetition_penalty", False, 1.0, 2.0, 0.05, 1.0, "repeat penalty "),
-         ("max_tokens", True, 1, 32768, 1, 1024, "max tokens "))
+# key, step, initial value, prefix (in the row's order); the type and range of
+# each are PARAMS', which an imported chat is held to as well.
+SPINS = (("temperature", 0.1, 0.0, "temperature "),
+         ("top_p", 0.05, 1.0, "top-p "),
+         ("top_k", 1, 0, "top-k "),
+         ("min_p", 0.01, 0.0, "min-p "),
+         ("repetition_penalty", 0.05, 1.0, "repeat penalty "),
+         ("max_tokens", 1, 1024, "max tokens "))
 
 
-def _spin(integer: bool, low, high, step, value, prefix: str):
-    spin = QSpinBox() if integer else QDoubleSpinBox()
+def _spin(key: str, step, value, prefix: str):
+    kind, low, high = PARAMS[key]
+    spin = QSpinBox() if kind is int else QDoubleSpinBox()
     spin.setRange(low, high)
     spin.setSingleStep(step)
     spin.setValue(value)
@@ -53,7 +57,7 @@ class ChatSettings(QWidget):
         super().__init__(parent)
         self.system_prompt = QLineEdit()
         self.system_prompt.setPlaceholderText("System prompt (empty: the model's default)")
-        self.spins = {key: _spin(*spec) for key, *spec in SPINS}
+        self.spins = {key: _spin(key, *spec) for key, *spec in SPINS}
         self.spins["top_k"].setSpecialValueText("top-k off")
         self.model_defaults_button = QPushButton("Model defaults")
         self.model_defaults_button.setToolTip(
@@ -191,7 +195,13 @@ class ChatSettings(QWidget):
 
     def show_sampling(self, params: dict) -> None:
         for key, spin in self.spins.items():
-            if key in params:
-                spin.blockSignals(True)
-                spin.setValue(params[key])
-                spin.blockSignals(False)
+            value = params.get(key)
+            # A database from before imports were checked may hold anything:
+            # a number is held to the box's range, anything else left out
+            # (setValue raises OverflowError on 1e308 and takes NaN).
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                continue
+            value = min(max(value, spin.minimum()), spin.maximum())
+            spin.blockSignals(True)
+            spin.setValue(int(value) if isinstance(spin, QSpinBox) else float(value))
+            spin.blockSignals(False)

@@ -2,6 +2,8 @@
 size and token cost shown before sending, the words shown and the whole file
 sent, over-context refused clearly, broken files refused with the reason."""
 
+import zlib
+
 from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtWidgets import QLabel
 
@@ -9,15 +11,20 @@ from app import attach_files
 from app.attach_files import join_message, read_attachment, split_message
 
 
-def _pdf(path, text: str | None):
-    """A one-page PDF with `text` on it (None: a page with no text layer)."""
+def _pdf(path, text: str | None, *, stream: bytes | None = None, pages: int = 1):
+    """A PDF with `text` on each of its `pages` (None: a page with no text
+    layer); `stream`: the pages share this Flate-compressed content instead."""
     content = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode() if text else b""
+    flate = b" /Filter /FlateDecode" if stream is not None else b""
+    data = stream if stream is not None else content
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+               b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+                   b" ".join(b"%d 0 R" % (6 + i) for i in range(pages)), pages),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               b"<< /Length %d%s >>\nstream\n" % (len(data), flate) + data + b"\nendstream",
+               b"<< /Font << /F1 3 0 R >> >>"]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                b"/Resources 5 0 R >>"] * pages
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for i, body in enumerate(objects, start=1):
         offsets.append(len(out))
@@ -29,6 +36,25 @@ def _pdf(path, text: str | None):
         len(objects) + 1, xref)
     path.write_bytes(bytes(out))
     return path
+
+
+def _deflate(chunk: bytes, times: int) -> bytes:
+    """`chunk` repeated `times` times, zlib-compressed (without holding it whole)."""
+    z = zlib.compressobj(9)
+    return b"".join(z.compress(chunk) for _ in range(times)) + z.flush()
+
+
+def _flate_bomb(path):
+    """0.1 MiB on disk, 80 MiB of zeros once inflated: past pypdf's own 75 MB limit."""
+    return _pdf(path, None, stream=_deflate(bytes(1 << 20), 80))
+
+
+def _text_bomb(path, pages: int = 12):
+    """A few KiB on disk; each page shares one content stream of 0.5 MiB of
+    text, so the file's text is `pages` / 2 MiB."""
+    line = b"BT /F1 12 Tf 72 720 Td (" + b"the quick brown fox jumps over the lazy dog " * 64 + \
+        b") Tj ET\n"
+    return _pdf(path, None, stream=_deflate(line, (1 << 19) // (len(line) - 30)), pages=pages)
 
 
 def test_text_code_and_pdf_are_read_and_the_rest_refused(tmp_path, monkeypatch):
@@ -153,3 +179,85 @@ def test_a_file_name_that_looks_like_html_is_shown_as_text(qtbot):
     assert "&lt;img" in label.toolTip()  # the tooltip shows the characters
     tab.attached(Attachment(hostile, 0, error="It is not a file."))
     assert tab.footer.textFormat() == Qt.PlainText and hostile in tab.footer.text()
+
+
+def test_a_flate_bomb_is_refused_with_the_reason(tmp_path):
+    """Issue 30 (8): pypdf's LimitReachedError escaped and killed the reader."""
+    bomb = _flate_bomb(tmp_path / "bomb.pdf")
+    assert bomb.stat().st_size < 256 << 10
+    f = read_attachment(bomb)
+    assert f.text == "" and "expands to over 8 MiB when decompressed" in f.error
+
+
+def test_the_loader_sends_loaded_whatever_happens(qtbot, tmp_path, monkeypatch):
+    """Issue 30 (8): a reader that raised never sent `loaded`, so the tab kept
+    waiting for the file and could not send again."""
+    from app import attachment_bar
+    from app.attachment_bar import AttachmentLoader
+
+    loader = AttachmentLoader()
+    counted = []
+    with qtbot.waitSignal(loader.loaded, timeout=20_000) as got:
+        loader.load("bomb", _flate_bomb(tmp_path / "bomb.pdf"), counted.append)
+    key, f = got.args
+    assert key == "bomb" and "decompressed" in f.error and counted == []
+
+    def broken(path):
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr(attachment_bar, "read_attachment", broken)
+    with qtbot.waitSignal(loader.loaded, timeout=20_000) as got:
+        loader.load("bug", tmp_path / "notes.txt", counted.append)
+    key, f = got.args
+    assert key == "bug" and f.name == "notes.txt" and "a bug in the reader" in f.error
+
+
+def test_a_tab_stays_usable_after_a_file_that_breaks_the_reader(qtbot, window, tmp_path):
+    tab = window.chat_tabs()[0]
+    tab.attach_requested.emit([str(_flate_bomb(tmp_path / "bomb.pdf"))])
+    qtbot.waitUntil(lambda: tab.attachment_bar.pending == 0, timeout=20_000)
+    assert "bomb.pdf was not attached" in tab.footer.text() and tab.attachment_bar.files == []
+    tab.composer.setPlainText("still here?")
+    tab.send()
+    assert len(tab.messages) == 1  # sent, not "Still reading the attached files…"
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+
+
+def test_a_pdf_whose_text_expands_is_refused_while_it_is_read(qtbot, tmp_path, monkeypatch):
+    """Issue 30 (9): a few KiB of PDF gave 73 MB of text, all read and then
+    tokenized before the context check. The text is bounded like a text
+    file's, page by page, and nothing past the bound is read or counted."""
+    from pypdf import PageObject
+
+    read, stopped = [], []
+    extract = PageObject.extract_text
+
+    def spy(page, *args, **kwargs):
+        read.append(page)
+        try:
+            return extract(page, *args, **kwargs)
+        except Exception as e:
+            stopped.append(type(e).__name__)
+            raise
+
+    monkeypatch.setattr(PageObject, "extract_text", spy)
+    bomb = _text_bomb(tmp_path / "expands.pdf")
+    assert bomb.stat().st_size < 16 << 10
+    f = read_attachment(bomb)
+    assert f.text == "" and f.error == ("The PDF's text is over 4 MiB; files up to that much "
+                                        "text can be attached.")
+    assert len(read) == 9  # 8 pages are under 4 MiB, the 9th goes over: 3 are never read
+    # Within a page too: with a bound of 64 KiB the first page (0.5 MiB) is
+    # stopped part-way, not read whole and then measured.
+    monkeypatch.setattr(attach_files, "MAX_TEXT_BYTES", 64 << 10)
+    read.clear()
+    stopped.clear()
+    assert "text is over 0.0625 MiB" in read_attachment(bomb).error
+    assert len(read) == 1 and stopped == ["_TooMuchText"]
+    # Nor is it counted with the tokenizer.
+    from app.attachment_bar import AttachmentLoader
+
+    loader, counted = AttachmentLoader(), []
+    with qtbot.waitSignal(loader.loaded, timeout=20_000) as got:
+        loader.load("expands", bomb, counted.append)
+    assert "text is over" in got.args[1].error and counted == []

@@ -72,6 +72,24 @@ def test_openai_style_messages_import_as_one_branch(store):
      b'"role": "user", "content": "x"}]}', "not before it"),
     (b'{"format": "tandem-chat", "version": 1, "messages": [{"id": 1, "role": "user", '
      b'"content": "x"}, {"id": 1, "role": "user", "content": "y"}]}', "id of its own"),
+    # Issue 30 (10): Python refuses to read an integer of over 4,300 digits.
+    (b'{"messages": [{"role": "user", "content": "x", "n": ' + b"9" * 5000 + b"}]}",
+     "more than 4,300 digits"),
+    (b'{"format": "tandem-chat", "version": 1, "messages": [{"id": 1, "parent": [1], '
+     b'"role": "user", "content": "x"}]}', "not before it"),
+    # Issue 30 (11): settings the settings row could not show.
+    (b'{"params": {"top_k": 1e308}, "messages": [{"role": "user", "content": "x"}]}',
+     "setting top_k is 1e\\+308; it is an integer from 0 to 1000"),
+    (b'{"params": {"top_k": 40.0}, "messages": [{"role": "user", "content": "x"}]}',
+     "setting top_k is 40.0; it is an integer"),
+    (b'{"params": {"temperature": NaN}, "messages": [{"role": "user", "content": "x"}]}',
+     "setting temperature is nan; it is a number from 0.0 to 2.0"),
+    (b'{"params": {"max_tokens": 0}, "messages": [{"role": "user", "content": "x"}]}',
+     "setting max_tokens is 0"),
+    (b'{"params": {"min_p": "0.1"}, "messages": [{"role": "user", "content": "x"}]}',
+     "setting min_p is 0.1"),
+    (b'{"title": "\\udc00", "messages": [{"role": "user", "content": "x"}]}',
+     "title, system prompt, settings or stats hold text that is not valid Unicode"),
 ])
 def test_broken_or_hostile_files_are_refused_and_write_nothing(store, data, why):
     before = (len(store.chats()), store.schema_version)
@@ -87,6 +105,50 @@ def test_stats_from_a_file_are_checked_field_by_field():
                    "lanes": [["prefill", "cpu"]], "ttft_s": -1}}]}
     parsed = parse_chat(json.dumps(doc).encode())
     assert parsed["messages"][0]["stats"] == {"footer": "ok", "lanes": [["prefill", "cpu"]]}
+
+
+def test_settings_in_range_are_kept_and_bounded_like_the_settings_row(store):
+    from app.chat_settings import SPINS
+    from app.store.chat_json import PARAMS
+
+    doc = {"params": {"temperature": 2, "top_k": 1000, "max_tokens": 1, "min_p": 0.05,
+                      "newer": 1e308}, "messages": [{"role": "user", "content": "x"}]}
+    new = import_chat(store, json.dumps(doc).encode())
+    assert store.chat(new).params == {"temperature": 2.0, "top_k": 1000, "max_tokens": 1,
+                                      "min_p": 0.05}
+    assert [key for key, *_ in SPINS] == list(PARAMS)  # one row, one set of bounds
+
+
+def test_attachment_records_from_a_file_are_counts_inside_the_message():
+    """Issue 30 (11): a size of 10**400 was written, and opening the chat then
+    raised OverflowError describing the file."""
+    files = [{"name": "ok.txt", "size": 10, "tokens": 3, "start": 1, "end": 4},
+             {"name": "huge.txt", "size": 10 ** 400, "start": 0, "end": 1},
+             {"name": "far.txt", "size": 1, "start": 0, "end": 6},
+             {"name": "many.txt", "size": 1, "tokens": 2 ** 53, "start": 0, "end": 1},
+             {"name": "float.txt", "size": 1.5, "start": 0, "end": 1}]
+    doc = {"format": "tandem-chat", "version": 1, "messages": [
+        {"id": 1, "parent": None, "role": "user", "content": "hello",
+         "stats": {"attachments": files}}]}
+    parsed = parse_chat(json.dumps(doc).encode())
+    assert parsed["messages"][0]["stats"] == {"attachments": files[:1]}
+
+
+def test_a_chat_stored_by_an_older_import_opens(qtbot, window):
+    """Issue 30 (11): numbers no import lets in now, already in a database."""
+    from app.attach_files import describe_record
+
+    store = window.store
+    chat = store.create_chat("old", params={"top_k": 1e308, "temperature": float("nan"),
+                                            "max_tokens": 10 ** 400, "top_p": "x"})
+    huge = {"name": "big.txt", "size": 10 ** 400, "tokens": 10 ** 400, "start": 0, "end": 2}
+    store.add_message(chat.id, "user", "hi", stats={"attachments": [huge]})
+    assert describe_record(huge) == "big.txt · 0.0 KiB"
+    tab = window.open_chat(chat.id)
+    sampling = tab.settings_row.sampling()
+    assert sampling["top_k"] == 1000 and sampling["max_tokens"] == 32768
+    assert sampling["top_p"] == 1.0 and sampling["temperature"] == 0.0  # left as they were
+    assert "File: big.txt" in tab.transcript.toPlainText()
 
 
 def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypatch):
@@ -118,4 +180,22 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
         lambda parent, title, where, kinds: (str(tmp_path / "bad.json"), "")))
     window.import_action.trigger()
     assert warned and "bad.json was not imported" in warned[0] and "role" in warned[0]
+    assert len(window.store.chats()) == count + 1
+    # Issue 30 (10): a number Python will not read raised out of the menu.
+    (tmp_path / "huge.json").write_text('{"messages": [{"role": "user", "content": "x", '
+                                        '"n": ' + "9" * 5000 + "}]}")
+    monkeypatch.setattr(chat_files.QFileDialog, "getOpenFileName", staticmethod(
+        lambda parent, title, where, kinds: (str(tmp_path / "huge.json"), "")))
+    warned.clear()
+    window.import_action.trigger()
+    assert "huge.json was not imported" in warned[0] and "digits" in warned[0]
+    # A file that gets past every check and still breaks: refused all the same.
+
+    def broken(data):
+        raise OverflowError("a check this file slipped past")
+
+    monkeypatch.setattr(chat_files, "parse_chat", broken)
+    warned.clear()
+    window.import_action.trigger()
+    assert "huge.json was not imported" in warned[0] and "OverflowError" in warned[0]
     assert len(window.store.chats()) == count + 1

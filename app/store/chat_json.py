@@ -10,13 +10,21 @@ ids are renumbered, nothing in it can touch another chat.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
+
+from ..attach_files import file_record
 
 FORMAT, VERSION = "tandem-chat", 1
 MAX_BYTES = 64 << 20  # a chat file larger than this is refused before it is read
 MAX_MESSAGES = 100_000
 ROLES = ("user", "assistant", "system")
-PARAM_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
+# A chat's sampling settings: type, least, most. The settings row's spin boxes
+# (app/chat_settings.py) have these ranges, and an imported chat is held to
+# them: a spin box cannot show 1e308 or NaN.
+PARAMS = {"temperature": (float, 0.0, 2.0), "top_p": (float, 0.05, 1.0), "top_k": (int, 0, 1000),
+          "min_p": (float, 0.0, 1.0), "repetition_penalty": (float, 1.0, 2.0),
+          "max_tokens": (int, 1, 32768)}
 
 
 class ImportError_(ValueError):
@@ -58,6 +66,8 @@ def parse_chat(data: bytes) -> dict[str, Any]:
         _fail("The file is not UTF-8 text.")
     except (json.JSONDecodeError, RecursionError) as e:
         _fail(f"The file is not valid JSON ({getattr(e, 'msg', 'too deeply nested')}).")
+    except ValueError:  # Python's guard against quadratic int(str) on huge numbers
+        _fail(f"The file holds a number of more than {sys.get_int_max_str_digits():,} digits.")
     if isinstance(doc, list):
         doc = {"messages": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
@@ -85,12 +95,12 @@ def parse_chat(data: bytes) -> dict[str, Any]:
         reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
         if not isinstance(reasoning, str):
             _fail(f"Message {i}'s thinking is not text.")
-        stats = _stats(m.get("stats")) if tree else None
+        stats = _stats(m.get("stats"), len(content)) if tree else None
         if tree:
             mid, parent = m.get("id"), m.get("parent")
-            if not isinstance(mid, int) or isinstance(mid, bool) or mid in seen:
+            if not _is_int(mid) or mid in seen:
                 _fail(f"Message {i} has no id of its own.")
-            if parent is not None and parent not in seen:
+            if parent is not None and not (_is_int(parent) and parent in seen):
                 _fail(f"Message {i} follows a message that is not before it in the file.")
         else:  # a plain list is one branch
             mid, parent = i, (i - 1 if i > 1 else None)
@@ -107,17 +117,50 @@ def parse_chat(data: bytes) -> dict[str, Any]:
         _fail("The file has no messages.")
     title = doc.get("title")
     system = doc.get("system_prompt", "")
-    params = doc.get("params", {})
     leaf = doc.get("leaf")
-    return {"title": title[:200] if isinstance(title, str) and title.strip() else
+    chat = {"title": title[:200] if isinstance(title, str) and title.strip() else
             "Imported chat",
             "system_prompt": system if isinstance(system, str) else "",
-            "params": params if isinstance(params, dict) else {},
-            "leaf": leaf if leaf in seen else messages[-1]["id"],
+            "params": _params(doc.get("params")),
+            "leaf": leaf if _is_int(leaf) and leaf in seen else messages[-1]["id"],
             "messages": messages}
+    try:  # the rest of the text written: SQLite refuses lone surrogates
+        json.dumps([chat["title"], chat["system_prompt"], chat["params"],
+                    [m["stats"] for m in messages]], ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        _fail("The file's title, system prompt, settings or stats hold text that is not "
+              "valid Unicode.")
+    return chat
 
 
-def _stats(raw: Any) -> dict | None:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _params(raw: Any) -> dict:
+    """The chat's settings, each held to what the settings row can show; an
+    unknown key is left out (a newer Tandem's), a known one out of range
+    refuses the file."""
+    if not isinstance(raw, dict):
+        return {}
+    params: dict[str, Any] = {}
+    for key, (kind, low, high) in PARAMS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        number = _is_int(value) or (kind is float and isinstance(value, float))
+        if not (number and low <= value <= high):  # NaN compares false: refused too
+            _fail(f"The chat's setting {key} is {str(value)[:24]}; it is "
+                  f"{'an integer' if kind is int else 'a number'} from {low} to {high}.")
+        params[key] = kind(value)
+    fmt = raw.get("answer_format")  # JSON answers (app/chat_settings.py)
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
+            isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
+        params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}
+    return params
+
+
+def _stats(raw: Any, length: int) -> dict | None:
     """An answer's stats as the app writes them, each field checked: what does
     not fit is left out (a file cannot put a non-number where one is read)."""
     if not isinstance(raw, dict):
@@ -128,7 +171,7 @@ def _stats(raw: Any) -> dict | None:
             out[key] = raw[key][:1000]
     for key in ("output_tokens", "prompt_tokens", "cached_tokens"):
         value = raw.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31:
+        if _is_int(value) and 0 <= value < 1 << 31:
             out[key] = value
     for key in ("ttft_s", "thinking_s"):
         value = raw.get(key)
@@ -137,13 +180,7 @@ def _stats(raw: Any) -> dict | None:
             out[key] = float(value)
     files = raw.get("attachments")
     if isinstance(files, list):
-        kept = [{"name": f["name"][:255], "size": f["size"], "tokens": f.get("tokens"),
-                 "start": f["start"], "end": f["end"]} for f in files[:100]
-                if isinstance(f, dict) and isinstance(f.get("name"), str)
-                and all(isinstance(f.get(k), int) and not isinstance(f.get(k), bool)
-                        and f[k] >= 0 for k in ("size", "start", "end"))
-                and f["start"] <= f["end"]
-                and (f.get("tokens") is None or isinstance(f.get("tokens"), int))]
+        kept = [f for f in (file_record(f, length) for f in files[:100]) if f is not None]
         if kept:
             out["attachments"] = kept
     lanes = raw.get("lanes")
@@ -156,14 +193,12 @@ def _stats(raw: Any) -> dict | None:
 def import_chat(store, data: bytes) -> int:
     """A new chat from a file's bytes (parse_chat's checks), written in one
     transaction; returns its id."""
-    parsed = parse_chat(data)
-    params = {k: v for k, v in parsed["params"].items()
-              if k in PARAM_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
-    fmt = parsed["params"].get("answer_format")  # JSON answers (app/chat_settings.py)
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
-            isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
-        params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}
+    return write_chat(store, parse_chat(data))
+
+
+def write_chat(store, parsed: dict[str, Any]) -> int:
+    """A new chat from parse_chat's checked chat; returns its id."""
     chat = store.create_chat(parsed["title"], system_prompt=parsed["system_prompt"],
-                             params=params)
+                             params=parsed["params"])
     store.add_tree(chat.id, parsed["messages"], parsed["leaf"])
     return chat.id
