@@ -6,6 +6,9 @@ Built for long chats and hostile text:
   reshape the others, and a finished message is rendered once. While an answer
   streams, only that answer is re-rendered on each flush: the cost follows the
   answer, not the chat.
+- A long chat opens with its newest messages only; older ones are inserted
+  above them in slices that each take a few milliseconds, so opening a
+  100,000-message chat never freezes the window (app/transcript_slices.py).
 - The app's own actions (Edit, Regenerate, Copy code) are links whose address
   carries a random per-view key. Text in a message (a model's answer, a paste)
   cannot know it, so its links can never trigger an action; they are offered
@@ -27,6 +30,7 @@ from PySide6.QtWidgets import QTextBrowser
 from . import thinking
 from .attach_files import describe_record, split_message
 from .highlight import CodeHighlighter
+from .transcript_slices import Slices, Starts
 
 MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
 # A message longer than this shows its start only (a 1 MB paste would take
@@ -106,7 +110,7 @@ def _replace_images(document: QTextDocument) -> None:
         cursor.insertText(f"[image: {name}]", QTextCharFormat())
 
 
-class Transcript(QTextBrowser):
+class Transcript(Slices, QTextBrowser):
     """Emits `action(kind, index)` for the app's own links (kind: edit, regen,
     copy), `open_requested(url)` for an http(s) link in a message, and
     `refused(url)` for any other link."""
@@ -122,13 +126,19 @@ class Transcript(QTextBrowser):
         self._key = secrets.token_hex(16)
         self.setDocument(_InertDocument(self))
         self.document().setDocumentMargin(10)
+        # A read-only view never undoes; the undo stack would keep every
+        # insertion of a long chat for nothing.
+        self.document().setUndoRedoEnabled(False)
         self.highlighter = CodeHighlighter(self.document())
+        # Copy links carry their block's index here; slices render out of
+        # document order, so an index is where the block was appended.
         self.code_blocks: list[str] = []
-        self.message_starts: dict[int, int] = {}  # message index -> its document position
+        self.message_starts = Starts()  # message index -> its document position
         self._stream_start: int | None = None  # where the streaming answer begins
         self._stable = 0  # how much of the streaming answer is rendered for good
         self._tail_start = 0  # where its paragraph being written begins
         self.anchorClicked.connect(self._on_anchor)
+        self._init_slices()
 
     # ---- links ---------------------------------------------------------------
     def action_href(self, kind: str, index: int) -> str:
@@ -149,23 +159,11 @@ class Transcript(QTextBrowser):
         return None  # never fetch: not remote images, not local files
 
     # ---- rendering -----------------------------------------------------------
-    def show_messages(self, messages: list[dict], footers: dict[int, str],
-                      actions=None, versions=None) -> None:
-        """Render the whole conversation (opening a chat, edit, regenerate).
-        `actions(index, message)`: the (kind, label) links under a message;
-        `versions(index)`: (which, of how many) versions it is, or None."""
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        self.document().clear()
-        self.code_blocks = []
-        self.message_starts = {}
-        self._stream_start = None
-        for index, message in enumerate(messages):
-            self.add_message(index, message, footers.get(index),
-                             actions(index, message) if actions else None, keep_scroll=False,
-                             version=versions(index) if versions else None)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+    @staticmethod
+    def _scratch() -> QTextDocument:
+        """A document without a layout for a slice to be rendered into (text
+        inserted there costs no layout until the slice joins the view)."""
+        return _InertDocument()
 
     def add_message(self, index: int, message: dict, footer: str | None,
                     actions: list[tuple[str, str]] | None = None,
@@ -176,8 +174,18 @@ class Transcript(QTextBrowser):
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
+        self.message_starts.set(index, self._render(cursor, index, message, footer, actions,
+                                                    version))
+        if keep_scroll and at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _render(self, cursor: QTextCursor, index: int, message: dict, footer: str | None,
+                actions: list[tuple[str, str]] | None,
+                version: tuple[int, int] | None) -> int:
+        """Write message `index` at `cursor` (the end of this view's document,
+        or of a slice's); returns where it starts there."""
         self._separate(cursor)
-        self.message_starts[index] = cursor.position()
+        start = cursor.position()
         user = message["role"] == "user"
         content = message["content"]
         files = (message.get("attachments") or []) if user else []
@@ -235,8 +243,7 @@ class Transcript(QTextBrowser):
                 cursor.insertText(" · ", italic)
             self._link(cursor, kind, index, label)
         cursor.setCharFormat(QTextCharFormat())
-        if keep_scroll and at_bottom:
-            bar.setValue(bar.maximum())
+        return start
 
     def _link(self, cursor: QTextCursor, kind: str, index: int, label: str,
               live: bool = True, plain: QTextCharFormat | None = None) -> None:
@@ -253,17 +260,6 @@ class Transcript(QTextBrowser):
             link.setFontWeight(QFont.Bold)
             link.setFontPointSize(self.font().pointSizeF() * 1.4)
         cursor.insertText(label, link)
-
-    def scroll_to_message(self, index: int) -> bool:
-        """Scroll so that message `index` starts at the top of the view."""
-        position = self.message_starts.get(index)
-        if position is None:
-            return False
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(position)
-        bar = self.verticalScrollBar()
-        bar.setValue(bar.value() + self.cursorRect(cursor).top())
-        return True
 
     def show_streaming(self, text: str) -> None:
         """Show (or update) the answer being generated. Finished paragraphs are
