@@ -115,14 +115,18 @@ class Remotes:
         engine, director = self.engine, self.engine.director
         if request.is_finished:
             return
+        budget = request.params.max_tokens  # what is left of it (lowered at each hand-back)
         ids = list(engine.tokenizer.encode(received, add_special_tokens=False,
                                            split_special_tokens=True)) if received else []
+        # The lane already cut the text at max_tokens; the count is bounded
+        # here too, so a request never counts more output than it allowed.
+        ids = ids[:budget]
         if ids:
             if request.text is not None:
                 request.text.resume(ids)
             request.prompt_ids = request.prompt_ids + ids
             request.carried += len(ids)
-            if request.carried >= request.params.max_tokens:
+            if len(ids) >= budget:
                 director.finish(request, "length", request.lane)
                 return
             request.params = dataclasses.replace(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -13,7 +14,18 @@ import pytest
 from engine.remote.client import MAX_LINE, RemoteFault, list_models, stream_completion
 
 
-KEEP_ALIVE_FOREVER = object()
+class Forever:
+    """A server that sends `part` again and again, every `pace_s` (its pace,
+    not the test's; 0: as fast as it can, never pausing)."""
+
+    def __init__(self, part: bytes, pace_s: float = 0.05):
+        self.part, self.pace_s = part, pace_s
+
+
+KEEP_ALIVE_FOREVER = Forever(b": keep-alive\n\n")  # never anything more
+# "Forever" is this long: a stream that the code under test fails to end
+# then ends by itself (a cut, not the fault a test expects), not in a hang.
+GUARD_S = 30
 
 
 def _client(handler) -> httpx.AsyncClient:
@@ -27,14 +39,18 @@ def _event(text="", finish=None, usage=None) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
-def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, headers=None):
+def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, headers=None,
+         total_s=None):
     async def parts():
         for part in body_parts:
-            if part is KEEP_ALIVE_FOREVER:  # a server that never says anything more
-                while True:
-                    yield b": keep-alive\n\n"
-                    await asyncio.sleep(0.05)  # the server's pace, not the test's
-            yield part
+            if isinstance(part, Forever):
+                end = time.monotonic() + GUARD_S
+                while time.monotonic() < end:
+                    yield part.part
+                    if part.pace_s:
+                        await asyncio.sleep(part.pace_s)
+            else:
+                yield part
 
     async def handler(request):
         sent = json.loads(request.content)
@@ -45,7 +61,7 @@ def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, hea
         async with _client(handler) as client:
             return [c async for c in stream_completion(
                 client, "http://remote/v1", "k", {"prompt": [1, 2]}, first_s, stall_s,
-                max_chars)]
+                max_chars, **({"total_s": total_s} if total_s is not None else {}))]
 
     return asyncio.run(main())
 
@@ -118,3 +134,77 @@ def test_the_model_list_and_a_refused_connection():
     with pytest.raises(RemoteFault) as e:
         asyncio.run(main(refuse))
     assert e.value.kind == "refused" and "secret" not in str(e.value)
+
+
+@pytest.mark.parametrize("endless", [
+    Forever(_event(""), 0.01),  # empty text, at a pace
+    Forever(_event(usage={"prompt_tokens": 2, "completion_tokens": 1}), 0.01),  # usage only
+    Forever(_event(""), 0),  # empty text, a flood that never lets the loop run anything else
+], ids=["empty", "usage-only", "flood"])
+def test_chunks_without_text_are_not_progress(endless):
+    """Only text moves the stall deadline on: a server that streams events
+    with no text forever times out stall_s after its last text."""
+    fault = _fault([_event("Hi"), endless], first_s=2.0, stall_s=0.3)
+    assert fault.kind == "timeout" and "no text" in str(fault)
+
+
+def test_an_endless_trickle_of_text_ends_at_the_overall_deadline():
+    """Text every 10 ms, forever, within every per-event limit: only the
+    request's overall deadline can end it."""
+    fault = _fault([Forever(_event("a"), 0.01)], stall_s=5.0, max_chars=10 ** 9, total_s=0.3)
+    assert fault.kind == "timeout" and "deadline" in str(fault)
+
+
+def test_a_flooding_stream_can_be_cancelled():
+    """A cancel is never swallowed by a read that completes meanwhile (it
+    was, with asyncio.wait_for on Python 3.11: the lane's close then waited
+    out its timeout with the stream still running)."""
+    ended = False
+
+    async def flood():
+        while not ended:  # ends with the test, so that a failure cannot hang it
+            yield _event("")
+            await asyncio.sleep(0)  # the server's pace: it lets the loop run
+
+    async def main():
+        reading = asyncio.Event()
+
+        async def read(client):
+            async for _ in stream_completion(client, "http://remote/v1", "k", {}, 30, 30,
+                                             10_000):
+                reading.set()
+
+        nonlocal ended
+        async with _client(lambda request: httpx.Response(200, content=flood())) as client:
+            try:
+                for _ in range(20):
+                    task = asyncio.create_task(read(client))
+                    await reading.wait()
+                    reading.clear()
+                    task.cancel()
+                    done, _ = await asyncio.wait({task}, timeout=10)
+                    assert task in done and task.cancelled()
+            finally:
+                ended = True
+
+    asyncio.run(main())
+
+
+def test_an_error_body_that_never_ends_is_read_no_further_than_its_start():
+    pulled = []
+
+    async def endless():  # an error page that goes on forever
+        yield b'{"error": {"message": "overloaded"'
+        while len(pulled) < 100_000:  # an end, should the client read on
+            pulled.append(1)
+            yield b" " * 100
+            await asyncio.sleep(0)
+
+    async def main():
+        async with _client(lambda request: httpx.Response(500, content=endless())) as client:
+            async for _ in stream_completion(client, "http://remote/v1", "k", {}, 30, 30, 100):
+                pass
+
+    with pytest.raises(RemoteFault) as e:
+        asyncio.run(main())
+    assert e.value.kind == "http" and len(pulled) < 100  # 4 KiB, not the whole body

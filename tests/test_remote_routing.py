@@ -231,3 +231,43 @@ def test_the_simulator_runs_the_production_remote_lane():
     learned = sim.remotes[0].scheduler.cost
     assert learned.decode_tps == pytest.approx(remote.truth.decode_tps, rel=0.1)
     assert learned.overhead_s == pytest.approx(remote.truth.overhead_s, rel=0.3)
+
+
+def test_a_requests_overall_deadline_follows_max_tokens_and_the_measured_speed():
+    from engine.core.remote_limits import MAX_REQUEST_S, request_deadline_s
+
+    spec = RemoteSpec("http://localhost:8000/v1", first_token_s=20.0, stall_s=5.0)
+    cost = RemoteCost(decode_tps=50.0, batch_alpha=0.0)
+    # First token, then max_tokens at a tenth of the measured speed.
+    assert request_deadline_s(spec, cost, 500, 1) == pytest.approx(20.0 + 500 / 5.0)
+    # Never under a first token and one stall; never over the cap; never
+    # counting on less than 1 token/s however slow it was measured.
+    assert request_deadline_s(spec, RemoteCost(decode_tps=1e6), 10, 1) == 25.0
+    assert request_deadline_s(spec, cost, 10 ** 9, 1) == MAX_REQUEST_S
+    assert request_deadline_s(spec, RemoteCost(decode_tps=0.01), 100, 1) == 120.0
+
+
+def test_an_output_budget_cuts_text_at_max_tokens():
+    from engine.core.remote_limits import OutputBudget
+
+    words = lambda text: text.split()  # a tokenizer: a token a word  # noqa: E731
+    budget = OutputBudget(5, words)
+    assert budget.take("one two ") == ("one two ", "")
+    assert budget.take("three four five six seven") == ("three four five ", "")  # longest
+    assert budget.full and budget.take("eight") == ("", "")
+    assert len(words(budget.text)) == 5
+    plain = OutputBudget(2)  # no tokenizer: a chunk with text is a token
+    assert [plain.take(t) for t in ("a", "", "b", "c")] == [("a", ""), ("", ""), ("b", ""),
+                                                            ("", "")]
+    assert plain.full and plain.text == "ab" and plain.chunks == 2
+
+
+def test_scrub_removes_a_key_and_any_long_piece_of_it():
+    from engine.core.remote_limits import scrub
+
+    key = "sk-abcdefghijklmnop"
+    assert scrub(f"bad header: Bearer {key}", key) == "bad header: Bearer ***"
+    assert scrub(f"cut: {key[:11]}", key) == "cut: ***"  # a body cut mid-key
+    assert scrub(f"x{key[4:12]}y and {key[:7]}", key) == f"x***y and {key[:7]}"  # 8+ only
+    assert scrub("nothing here", key) == "nothing here" and scrub("t", None) == "t"
+    assert scrub("pin 1234 ok", "1234") == "pin *** ok"  # a short key, where it is whole

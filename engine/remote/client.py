@@ -5,8 +5,16 @@ that ends without a finish reason, a line that is not an event, JSON that is
 not a completion chunk, text that is not a string, or more text than the
 request allows are `RemoteFault`s with a kind the lane acts on ("busy" for
 429, "refused", "timeout", "http", "cut", "garbage", "auth", "model").
-Redirects are not followed (an API key must not travel to another host),
-and no error message carries the key.
+Redirects are not followed (an API key must not travel to another host).
+No error message carries the key: the lane scrubs every fault's text
+(engine/core/remote_limits.py `scrub`, in RemoteLane._fault).
+
+Progress is text: only a chunk that carries text or reasoning moves the
+stall deadline on (empty or usage-only chunks, comments and keep-alives do
+not), and `total_s` ends the whole answer, however it streams. Waits use
+`asyncio.timeout`, not `asyncio.wait_for`: on Python 3.11 wait_for swallows a
+cancel that arrives as its read completes, so a remote flooding events could
+not be cancelled (removing it took the lane's 10 s close timeout).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import httpx
 
 MAX_LINE = 1 << 20  # one event's bytes
 MAX_ERROR_TEXT = 300
+MAX_ERROR_BODY = 4096  # bytes of an error response read
 
 
 class RemoteFault(Exception):
@@ -62,9 +71,20 @@ def _retry_after(response: httpx.Response) -> float | None:
     return value if 0 <= value <= 3600 else None
 
 
-async def _status_fault(response: httpx.Response) -> RemoteFault:
+async def _status_fault(response: httpx.Response, timeout_s: float) -> RemoteFault:
+    # Its first MAX_ERROR_BODY bytes, within timeout_s: an error body that
+    # never ends must not hang the lane nor fill memory.
+    raw = b""
     try:
-        body = (await response.aread())[:4096].decode("utf-8", "replace")
+        async with asyncio.timeout(timeout_s):
+            async for piece in response.aiter_bytes():
+                raw += piece
+                if len(raw) >= MAX_ERROR_BODY:
+                    break
+    except Exception:
+        pass
+    try:
+        body = raw[:MAX_ERROR_BODY].decode("utf-8", "replace")
         message = json.loads(body).get("error", {}).get("message", body)
     except Exception:
         message = ""
@@ -91,14 +111,14 @@ async def list_models(client: httpx.AsyncClient, base: str, key: str | None,
                       timeout_s: float) -> list[str]:
     """The model ids the server lists (GET /v1/models)."""
     try:
-        response = await asyncio.wait_for(
-            client.get(f"{base}/models", headers=_headers(key)), timeout_s)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get(f"{base}/models", headers=_headers(key))
+    except TimeoutError:
         raise RemoteFault("timeout", "no answer to /v1/models") from None
     except httpx.HTTPError as exc:
         raise _transport_fault(exc) from None
     if response.status_code != 200:
-        raise await _status_fault(response)
+        raise await _status_fault(response, timeout_s)
     try:
         data = response.json()["data"]
         return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
@@ -176,35 +196,44 @@ async def _lines(response: httpx.Response) -> AsyncIterator[str]:
 
 async def stream_completion(client: httpx.AsyncClient, base: str, key: str | None,
                             body: dict, first_s: float, stall_s: float,
-                            max_chars: int, chat: bool = False) -> AsyncIterator[Chunk]:
+                            max_chars: int, chat: bool = False,
+                            total_s: float | None = None) -> AsyncIterator[Chunk]:
     """POST /v1/completions (`chat`: /v1/chat/completions) with stream on;
     yield its chunks until the one that carries the finish reason (and the
-    usage chunk after it, if any)."""
+    usage chunk after it, if any). Faults: no text for `first_s` at first or
+    `stall_s` after the last text, or no end within `total_s` (all "timeout")."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     path = "chat/completions" if chat else "completions"
     request = client.build_request("POST", f"{base}/{path}", headers=_headers(key),
                                    json=body)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    end_at = start + total_s if total_s is not None else float("inf")
     try:
-        response = await asyncio.wait_for(client.send(request, stream=True), first_s)
-    except asyncio.TimeoutError:
-        raise RemoteFault("timeout", f"no answer within {first_s:.0f} s") from None
+        async with asyncio.timeout_at(min(start + first_s, end_at)):
+            response = await client.send(request, stream=True)
+    except TimeoutError:
+        raise _timeout(loop.time() >= end_at, total_s, first_s, False) from None
     except httpx.HTTPError as exc:
         raise _transport_fault(exc) from None
+    lines = _lines(response)
     try:
         if response.status_code != 200:
-            raise await _status_fault(response)
-        lines = _lines(response)
-        loop = asyncio.get_running_loop()
+            raise await _status_fault(response, first_s)
         wait, chars, finished = first_s, 0, False
-        deadline = loop.time() + first_s  # moved on by events, not by keep-alives
+        stall_at = start + first_s  # moved on by text only
         while True:
+            # Checked here too: a flood of events may never suspend this task,
+            # so the timeout below could not fire.
+            if loop.time() >= min(stall_at, end_at):
+                raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0)
             try:
-                line = await asyncio.wait_for(anext(lines), max(deadline - loop.time(), 0.001))
+                async with asyncio.timeout_at(min(stall_at, end_at)):
+                    line = await anext(lines)
             except StopAsyncIteration:
                 break
-            except asyncio.TimeoutError:
-                raise RemoteFault("timeout", f"silent for {wait:.0f} s mid-answer"
-                                  if chars else f"no answer within {wait:.0f} s") from None
+            except TimeoutError:
+                raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0) from None
             except httpx.HTTPError as exc:
                 raise _transport_fault(exc) from None
             if not line.strip() or line.startswith(":"):
@@ -216,8 +245,9 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
             chunk = _parse_event(line, chat)
             if chunk is None:
                 break
-            wait = stall_s
-            deadline = loop.time() + stall_s
+            if chunk.text or chunk.reasoning:  # progress: empty chunks keep nothing alive
+                wait = stall_s
+                stall_at = loop.time() + stall_s
             chars += len(chunk.text) + len(chunk.reasoning)
             if chars > max_chars:
                 raise RemoteFault("garbage", "more text than max_tokens allows")
@@ -226,4 +256,13 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
         if not finished:
             raise RemoteFault("cut", "the stream ended before the answer did")
     finally:
+        await lines.aclose()
         await response.aclose()
+
+
+def _timeout(overall: bool, total_s: float | None, wait: float, mid: bool) -> RemoteFault:
+    if overall:
+        return RemoteFault("timeout", f"no end of the answer within {total_s:.0f} s "
+                                      "(its deadline for max_tokens)")
+    return RemoteFault("timeout", f"silent (no text) for {wait:.0f} s mid-answer" if mid
+                       else f"no answer within {wait:.0f} s")

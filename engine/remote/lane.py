@@ -7,6 +7,11 @@ as token ids (the remote serves the same model), or as text to a server that
 refuses ids. When the remote fails mid-answer the request is given back to
 the engine (`give_back`) with the text received so far, and a local lane
 goes on from there: nothing shown is lost or repeated.
+
+What the remote says is bounded here (engine/core/remote_limits.py): its
+text stops at max_tokens (finish "length"), its counts are clamped before
+use, each request has an overall deadline, and every fault passes through
+`_fault`, which scrubs the API key from its text.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from ..core.events import EngineErrorEvent, Token
 from ..core.laneconfig import SchedulerState
 from ..core.remote import RemoteSpec
 from ..core.remote_cost import RemoteCost
+from ..core.remote_limits import (OutputBudget, bound_prompt_tokens, request_deadline_s,
+                                  scrub)
 from ..core.remote_scheduler import RemoteScheduler
 from ..core.request import Request
 from .client import RemoteFault, list_models, make_client, stream_completion
@@ -168,18 +175,27 @@ class RemoteLane(SchedulerState):
             probe = Request(list(self.probe_ids), _probe_params())
             probe.messages = self.probe_messages
             await self._answer(probe, probe=True)
-        except RemoteFault as fault:
-            self._broken(fault)
         except asyncio.CancelledError:  # the engine closed meanwhile
             pass
-        except Exception as exc:  # a bug or an odd server: said, not raised on the loop
-            self._broken(RemoteFault("garbage", f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # a fault, a bug or an odd server: said, not raised
+            self._broken(self._fault(exc))
         finally:
             self._probe = None
             scheduler.warming_up = False
             self.ready.set()
             self.on_change(self)
             self._dispatch()
+
+    def _fault(self, exc: Exception) -> RemoteFault:
+        """Any failure as a RemoteFault whose text carries no API key: the
+        one place every message built from a remote's reply (status bodies,
+        mid-stream errors, model lists, exception texts) passes through on
+        its way to the breaker, the dock, an error event or a request."""
+        if isinstance(exc, RemoteFault):
+            kind, text, retry = exc.kind, str(exc), exc.retry_after_s
+        else:  # a bug or an odd server's effect: garbage, and the request goes on
+            kind, text, retry = "garbage", f"{type(exc).__name__}: {exc}", None
+        return RemoteFault(kind, scrub(text, self._key), retry)
 
     def _broken(self, fault: RemoteFault) -> None:
         why = f"{self.name.upper()} ({self.spec.host}): {fault}"
@@ -221,7 +237,8 @@ class RemoteLane(SchedulerState):
                                f"{self.name.upper()} was removed")
             else:
                 self.director.finish(request, "cancelled", self.name)
-        except RemoteFault as fault:
+        except Exception as exc:  # a fault, or a bug: never a request left hanging
+            fault = self._fault(exc)
             scheduler.done(request)
             if request.is_cancelled:
                 self.director.finish(request, "cancelled", self.name)
@@ -260,7 +277,8 @@ class RemoteLane(SchedulerState):
 
     async def _answer(self, request: Request, probe: bool = False) -> str:
         """Stream one answer; returns its raw text (what it streamed so far is
-        in `_received` meanwhile, for a fault's hand-back)."""
+        in `_received` meanwhile, for a fault's hand-back). Its text stops at
+        max_tokens (finish "length"); the counts it reports are clamped."""
         spec, scheduler, director = self.spec, self.scheduler, self.director
         believed = 0 if probe else scheduler.held_for(request)
         view = director.request_view(request) if not probe else None
@@ -268,17 +286,20 @@ class RemoteLane(SchedulerState):
         predicted = (scheduler.cost.request_s(request.num_prompt - believed,
                                               view.expected_output, n_at_start)
                      if view is not None else None)
-        raw, finish, usage_cached, usage_out = "", None, None, None
+        max_tokens = request.params.max_tokens
+        budget = OutputBudget(max_tokens, self.encode)
+        finish, usage_cached, usage_out, usage_prompt = None, None, None, None
         concurrency, seen = 0.0, 0
         sent = time.monotonic()
         first = None
         stream = request.text
-        chunks = stream_completion(self._client, spec.url, self._key, self._body(request),
-                                   spec.first_token_s, spec.stall_s,
-                                   CHARS_PER_TOKEN_LIMIT * request.params.max_tokens,
-                                   chat=request.messages is not None)
-        # aclosing: a stop string ends the answer here, and the remote's
-        # stream closes now (it stops generating), not when collected.
+        chunks = stream_completion(
+            self._client, spec.url, self._key, self._body(request), spec.first_token_s,
+            spec.stall_s, CHARS_PER_TOKEN_LIMIT * max_tokens,
+            chat=request.messages is not None,
+            total_s=request_deadline_s(spec, scheduler.cost, max_tokens, scheduler.capacity))
+        # aclosing: a stop string or max_tokens ends the answer here, and the
+        # remote's stream closes now (it stops generating), not when collected.
         async with contextlib.aclosing(chunks) as chunks:
             async for chunk in chunks:
                 concurrency += max(scheduler.batch_size, 1)
@@ -286,42 +307,53 @@ class RemoteLane(SchedulerState):
                 if chunk.cached_tokens is not None:
                     usage_cached = chunk.cached_tokens
                 if chunk.completion_tokens is not None:
-                    usage_out = chunk.completion_tokens
-                if chunk.prompt_tokens is not None and request.messages is not None:
-                    # A remote model's prompt: its server counted it (ours guessed).
-                    request.prompt_ids = [0] * chunk.prompt_tokens
+                    usage_out = min(chunk.completion_tokens, max_tokens)
+                if chunk.prompt_tokens is not None:
+                    usage_prompt = chunk.prompt_tokens
                 finish = chunk.finish_reason or finish
-                if not (chunk.text or chunk.reasoning):
+                text, thought = budget.take(chunk.text, chunk.reasoning)
+                if not (text or thought):
+                    if budget.full:
+                        finish = "length"
+                        break
                     continue
                 if first is None:
                     first = time.monotonic()
                     request.first_token_at = director.clock()
-                if chunk.reasoning and stream is not None:  # a chat's thinking, apart
-                    stream.reasoning += chunk.reasoning
+                if thought and stream is not None:  # a chat's thinking, apart
+                    stream.reasoning += thought
                     director.emit(Token(request.request_id, request.tab_id, -1, "",
-                                        self.name, director.clock(),
-                                        reasoning=chunk.reasoning))
-                if not chunk.text:
-                    continue
-                raw += chunk.text
-                if not probe:
-                    self._received[request.request_id] = raw
-                if stream is not None:
-                    text, thought = stream.add_text(chunk.text)
-                    if text or thought:
-                        director.emit(Token(request.request_id, request.tab_id, -1, text,
-                                            self.name, director.clock(), reasoning=thought))
-                    if stream.stopped:
-                        finish = "stop"
-                        break
-                scheduler.output_tokens += 1
+                                        self.name, director.clock(), reasoning=thought))
+                if text:
+                    if not probe:
+                        self._received[request.request_id] = budget.text
+                    if stream is not None:
+                        shown, thinking = stream.add_text(text)
+                        if shown or thinking:
+                            director.emit(Token(request.request_id, request.tab_id, -1,
+                                                shown, self.name, director.clock(),
+                                                reasoning=thinking))
+                        if stream.stopped:
+                            finish = "stop"
+                            break
+                    scheduler.output_tokens += 1
+                if budget.full:  # the rest is beyond max_tokens: not shown, not counted
+                    finish = "length"
+                    break
         if finish not in ("stop", "length"):
             raise RemoteFault("cut", f"the answer ended with {finish!r}")
         end = time.monotonic()
-        ids = self.encode(raw) if self.encode is not None else []
-        out = usage_out if usage_out is not None else (len(ids) or seen)
+        raw = budget.text
+        if request.messages is not None and usage_prompt is not None:
+            # A remote model's prompt: its server counted it (ours guessed),
+            # bounded by what the chat can be (it becomes a list's length).
+            request.prompt_ids = [0] * bound_prompt_tokens(usage_prompt, request.messages)
+        if usage_cached is not None:
+            usage_cached = min(usage_cached, request.num_prompt)
+        ids = self.encode(raw)[:max_tokens] if self.encode is not None else []
+        out = usage_out if usage_out is not None else (len(ids) or min(budget.chunks, max_tokens))
         if self.encode is None:
-            ids = [-1] * out  # counted, not known: the server's tokens
+            ids = [-1] * out  # counted, not known: the server's tokens (<= max_tokens)
         ttft = (first or end) - sent
         mean_n = concurrency / seen if seen else float(n_at_start)
         cost = scheduler.cost
