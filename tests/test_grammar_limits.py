@@ -350,11 +350,15 @@ def test_the_app_refuses_a_hostile_schema_in_the_tab_and_builds_off_the_gui_thre
     them built."""
     tab = window.chat_tabs()[0] if window.chat_tabs() else window.new_chat()
     engine = window.engine
-    prepared_on = []
+    from engine.runtime.grammar_build import grammar_key
+
+    prepared_on = []  # (thread, already built?)
     real = engine.prepare_grammar
+    cache = engine.constraints._builder._cache
 
     def spy(grammar):
-        prepared_on.append(threading.current_thread().name)
+        built = grammar_key(grammar.kind, grammar.text) in cache
+        prepared_on.append((threading.current_thread().name, built))
         return real(grammar)
 
     engine.prepare_grammar = spy
@@ -369,4 +373,7 @@ def test_the_app_refuses_a_hostile_schema_in_the_tab_and_builds_off_the_gui_thre
         tab.composer.setPlainText("a tree please")
         tab.send()
     assert finished.args[0].reason in ("stop", "length")
-    assert prepared_on and threading.main_thread().name not in prepared_on
+    # Built on the tokenising thread; the GUI thread's submit found it built.
+    gui = threading.main_thread().name
+    assert ("tokenise", False) in prepared_on and (gui, False) not in prepared_on
+    assert (gui, True) in prepared_on

@@ -13,10 +13,15 @@ the first.
 Why off the lane threads and the caller's: a 243 KB `anyOf` schema takes
 ~0.5 s to build; on a lane thread that is a stalled step for every stream
 in the batch. The builder runs one grammar at a time (memory stays that of
-one build, however many arrive together), at a lower CPU priority than the
-lanes on Linux (its niceness 5 above theirs), and llguidance drops the GIL while it builds. A caller waits
-at most `BUILD_TIMEOUT_S`; a build still running then goes on and its result
-is cached, so the same schema sent again is answered at once.
+one build, however many arrive together; one thread holding the GIL for a
+schema's checks, not one per caller), at a lower CPU priority than the
+lanes on Linux (niceness 14 above theirs), and llguidance drops the GIL
+while it builds. What a build still costs the streams on a machine whose
+cores the lanes fill is measured in benchmarks/grammar_stall.py
+(RESULTS.md): the lane no longer waits for it, but shares the machine. A caller waits at most `BUILD_TIMEOUT_S`; a build still running
+then goes on and its result is cached, so the same schema sent again is
+answered at once. (The limit counts from the start of a grammar's own
+build, not from when it queued.)
 
 Cached by the grammar's hash (kind and text): a hit costs a `deep_copy` of
 the built matcher (~20 us) instead of a build, and a grammar found bad is
@@ -28,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Callable
@@ -38,9 +44,10 @@ from ..core.errors import EngineError
 BUILD_TIMEOUT_S = 10.0
 BUILD_STACK_BYTES = 64 << 20
 MAX_QUEUED = 32  # grammars waiting to be built; more is a busy engine, not a bigger queue
+QUEUE_WAIT_S = 120.0  # for the builds queued before one's own to end
 CACHE_ENTRIES = 64
 CACHE_TEXT_BYTES = 32 << 20  # grammar text the cache keeps built matchers for
-BUILDER_NICE = 5  # above the lanes' niceness: a build yields to decoding, but still ends
+BUILDER_NICE = 14  # above the lanes' niceness (capped at 19): decoding first, builds in the gaps
 
 
 def grammar_key(kind: str, text: str) -> str:
@@ -78,15 +85,28 @@ class GrammarBuilder:
                 if len(self._running) >= MAX_QUEUED:
                     raise EngineError(f"{MAX_QUEUED} grammars are being built already; "
                                       "send this one again in a moment.", "busy")
-                future = self._running[key] = Future()
+                future = self._running[key] = _Build()
                 self._queue.put((key, kind, text, future))
                 self._start()
+        # The limit is on its own build: the builds queued before it (at most
+        # MAX_QUEUED, each within its limit or refused) are waited for apart.
+        if not future.started.wait(QUEUE_WAIT_S):
+            raise EngineError("The grammar builder is busy; send this again in a moment.",
+                              "busy")
+        left = timeout_s - (time.monotonic() - future.started_at)
         try:
-            return _unwrap(future.result(timeout_s))
+            return _unwrap(future.result(max(left, 0.0)))
         except TimeoutError:
             raise EngineError(
-                f"The {kind} grammar took more than {timeout_s:.0f} s to build; simplify it "
+                f"The {kind} grammar took more than {timeout_s:g} s to build; simplify it "
                 "(fewer alternatives, shorter patterns).", "bad-argument") from None
+
+    def run_first(self, work: Callable[[], object]) -> None:
+        """Run `work` on the builder's thread before any build (its errors
+        are the builds' to meet again)."""
+        with self._lock:
+            self._queue.put(work)
+            self._start()
 
     def close(self) -> None:
         with self._lock:
@@ -110,7 +130,15 @@ class GrammarBuilder:
     def _serve(self) -> None:
         priority.lower_thread(self._nice)
         while (job := self._queue.get()) is not None:
+            if callable(job):
+                try:
+                    job()
+                except Exception:
+                    pass  # said by the first build that needs it
+                continue
             key, kind, text, future = job
+            future.started_at = time.monotonic()
+            future.started.set()
             try:
                 result = self._build(kind, text)
             except EngineError as e:
@@ -131,6 +159,15 @@ class GrammarBuilder:
                 self._cached_bytes > CACHE_TEXT_BYTES and len(self._cache) > 1):
             _, (_, dropped) = self._cache.popitem(last=False)
             self._cached_bytes -= dropped
+
+
+class _Build(Future):
+    """A build's result, and when it started (the caller's limit counts from then)."""
+
+    def __init__(self):
+        super().__init__()
+        self.started = threading.Event()
+        self.started_at = 0.0
 
 
 def _unwrap(result):
