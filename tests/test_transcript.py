@@ -15,8 +15,13 @@ HOSTILE = ("Click [here](edit:0) or [there](regen:1) or [guess](tandem://0000/ed
 
 def _anchors(tab):
     """Every link address in the rendered transcript, in order."""
-    hrefs, block = [], tab.transcript.document().begin()
-    while block.isValid():
+    return hrefs_between(tab, 0, tab.transcript.document().characterCount())
+
+
+def hrefs_between(tab, start, end):
+    """The link addresses in document positions [start, end), in order."""
+    hrefs, block = [], tab.transcript.document().findBlock(start)
+    while block.isValid() and block.position() < end:
         it = block.begin()
         while not it.atEnd():
             fmt = it.fragment().charFormat()

@@ -10,6 +10,7 @@ from PySide6.QtGui import QGuiApplication, QTextCursor
 
 from app.chat_tab import ChatTab
 from app.transcript import Transcript
+from tests.test_transcript import hrefs_between
 
 
 def _chat(count, text="message {i}"):
@@ -32,20 +33,6 @@ def _top(tab, index):
     cursor = QTextCursor(tab.transcript.document())
     cursor.setPosition(tab.transcript.message_starts[index])
     return tab.transcript.cursorRect(cursor).top()
-
-
-def _hrefs(tab, start, end):
-    """The link addresses in document positions [start, end)."""
-    hrefs, block = [], tab.transcript.document().findBlock(start)
-    while block.isValid() and block.position() < end:
-        it = block.begin()
-        while not it.atEnd():
-            fmt = it.fragment().charFormat()
-            if fmt.isAnchor() and fmt.anchorHref() not in hrefs:
-                hrefs.append(fmt.anchorHref())
-            it += 1
-        block = block.next()
-    return hrefs
 
 
 def _same_html(a, b):
@@ -175,7 +162,7 @@ def test_action_links_keep_their_message_on_old_and_new_slices(qtbot):
     transcript = tab.transcript
     for index in (0, 1, 150, 298, 299):  # the first slices, the middle, the newest
         end = transcript.message_starts.get(index + 1, 10**9)
-        hrefs = _hrefs(tab, transcript.message_starts[index], end)
+        hrefs = hrefs_between(tab, transcript.message_starts[index], end)
         kind = "edit" if index % 2 == 0 else "regen"
         assert transcript.action_href(kind, index) in hrefs
         assert transcript.action_href("copymsg", index) in hrefs
