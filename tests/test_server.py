@@ -350,6 +350,18 @@ def test_response_format_gives_json_that_matches(served):
                                        response_format={"type": "json_schema", "json_schema": {
                                            "name": "x", "schema": {"$ref": "#/nope"}}})
     assert "grammar" in str(e.value) or "schema" in str(e.value)
+    # Issue 30: a 75 KB $ref chain 1,000 deep ended the server's process; a
+    # schema no finite JSON matches answered 200 with text that was not JSON.
+    from tests.test_grammar_limits import UNSATISFIABLE, chain
+
+    for bad, why in ((chain(1000), "levels deep"),
+                     (UNSATISFIABLE["itself, required"], "cannot be satisfied")):
+        with pytest.raises(openai.BadRequestError, match=why):
+            client.chat.completions.create(
+                model="tiny", messages=HELLO, max_tokens=4, response_format={
+                    "type": "json_schema", "json_schema": {"name": "x", "schema": bad}})
+    assert client.chat.completions.create(model="tiny", messages=HELLO,
+                                          max_tokens=2).choices[0].message is not None
 
 
 WEATHER = [{"type": "function", "function": {
