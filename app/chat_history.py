@@ -18,7 +18,7 @@ class History:
 
 
 def load_history(store: ChatStore, chat_id: int) -> History:
-    stored = store.messages(chat_id)
+    stored, versions = store.branch(chat_id)  # few queries, even for 100,000 messages
     # An answer still marked incomplete was cut (the app was killed, or its
     # tab closed mid-stream): it shows as interrupted, with Continue.
     messages = [{"role": m.role, "content": m.content, "id": m.id,
@@ -31,7 +31,7 @@ def load_history(store: ChatStore, chat_id: int) -> History:
                if m.stats and m.stats.get("footer")}
     last = next((m.stats for m in reversed(stored)
                  if m.stats and "prompt_tokens" in m.stats), None) or {}
-    return History(messages, footers, store.versions(chat_id),
+    return History(messages, footers, versions,
                    last.get("prompt_tokens", 0) + last.get("output_tokens", 0))
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .journal import MARKER_KEY, Op, PendingJournal, journal_path
-from .tree import Links, newest_below, shown_path, versions_of
+from .branch import branch_and_versions, read_branch
+from .tree import Links, newest_below, versions_of
 from .readonly import OPEN_WAIT_S, read_only_copy
 from .schema import MIGRATIONS, check_version, migrate, schema_version
 from .writer import READ_WAIT_MS, RETRY, StoreWriter
@@ -334,13 +335,12 @@ class ChatStore:
     def messages(self, chat_id: int) -> list[Message]:
         """The shown path, first message first (one branch of the tree; where
         a parent was lost on a damaged page, see store/tree.py)."""
-        path = shown_path(self._links(chat_id), self.leaf(chat_id))
-        rows: list[sqlite3.Row] = []
-        for start in range(0, len(path), 500):  # SQLite's bound-parameter limit
-            chunk = path[start:start + 500]
-            rows += self._read(f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(chunk))})"
-                               " ORDER BY id", tuple(chunk))
-        return [_message(r) for r in rows]
+        return [_message(r) for r in read_branch(self._read, chat_id)[0]]
+
+    def branch(self, chat_id: int) -> tuple[list[Message], dict[int, list[int]]]:
+        """`messages` and `versions` together, from one read (store/branch.py)."""
+        rows, versions = branch_and_versions(self._read, chat_id)
+        return [_message(r) for r in rows], versions
 
     def _links(self, chat_id: int) -> Links:
         return {r["id"]: r["parent_id"] for r in self._read(
