@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .store import ChatStore
+from .store.chats import Message
 
 
 @dataclass
@@ -18,7 +19,12 @@ class History:
 
 
 def load_history(store: ChatStore, chat_id: int) -> History:
-    stored, versions = store.branch(chat_id)  # few queries, even for 100,000 messages
+    return history_of(*store.branch(chat_id))  # few queries, even for 100,000 messages
+
+
+def history_of(stored: list[Message], versions: dict[int, list[int]]) -> History:
+    """The History of a branch's messages (ChatStore.branch, or a worker's
+    read of it: store/bulk_write.py)."""
     # An answer still marked incomplete was cut (the app was killed, or its
     # tab closed mid-stream): it shows as interrupted, with Continue.
     messages = [{"role": m.role, "content": m.content, "id": m.id,

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabWidget
 from . import tab_badges
 from .bridge import EngineBridge
 from .chat_files import write_export
-from .chat_history import load_history, show_version
+from .chat_history import History, load_history, show_version
 from .chat_requests import ChatRequests
 from .chat_tab import ChatTab
 from .engine_session import EngineSession
@@ -123,14 +123,15 @@ class MainWindow(QMainWindow):
         self.sidebar.refresh()
         return self.open_chat(chat.id)
 
-    def open_chat(self, chat_id: int) -> ChatTab:
-        """Bring the chat's tab forward, opening it from the database if needed."""
+    def open_chat(self, chat_id: int, history: History | None = None) -> ChatTab:
+        """Bring the chat's tab forward, opening it from the database if needed
+        (from `history` when it was read already: a large import's worker)."""
         for tab in self.chat_tabs():
             if tab.chat_id == chat_id:
                 self.tabs.setCurrentWidget(tab)
                 return tab
         chat = self.store.chat(chat_id)
-        history = load_history(self.store, chat_id)
+        history = history or load_history(self.store, chat_id)
         tab = ChatTab(chat.title, chat_id=chat_id, messages=history.messages,
                       footers=history.footers, versions=history.versions)
         tab.apply_settings(chat.system_prompt, chat.params)

@@ -85,6 +85,13 @@ def open_chat(count: int, code: str) -> int:
         if hasattr(chat_files, name):
             setattr(chat_files, name, timed(f"{name} (store/chat_json.py)",
                                             getattr(chat_files, name)))
+    try:  # a large import written and read back on a worker (app/store/bulk_write.py)
+        from app.store import bulk_write
+        for name in ("write_chat", "read_branch"):
+            setattr(bulk_write, name, timed(f"bulk_write.{name} (worker thread)",
+                                            getattr(bulk_write, name)))
+    except ImportError:  # code before it
+        pass
     main_window.load_history = timed("load_history (store)", main_window.load_history)
     window = MainWindow(str(build_tiny_llama(folder / "tiny")), engine_factory=cpu_engine,
                         store=ChatStore(folder / "long.db"))

@@ -326,6 +326,13 @@ class ChatStore:
         self._write(ops)
         return new_id
 
+    def reserve_ids(self, messages: int) -> tuple[int, int]:
+        """(chat id, first of `messages` message ids) for a chat written on
+        another connection (store/bulk_write.py); never given out again."""
+        ids = self._next_chat, self._next_message
+        self._next_chat, self._next_message = ids[0] + 1, ids[1] + messages
+        return ids
+
     def leaf(self, chat_id: int) -> int | None:
         """The last message of the chat's shown path (None: no messages)."""
         rows = self._read("SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE "
