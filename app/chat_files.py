@@ -104,7 +104,7 @@ class ChatImporter(QObject):
         if isinstance(result, Exception):
             self._refused(path, result)
             return
-        if window.store._closed:  # the window closed meanwhile: nothing is written
+        if window.store.is_closed:  # the window closed meanwhile: nothing is written
             self.running -= 1
             self.done.emit(None)
             return
@@ -136,7 +136,7 @@ class ChatImporter(QObject):
         if isinstance(result, Exception):
             self._refused(path, result)
             return
-        if self.window.store._closed:
+        if self.window.store.is_closed:
             self.running -= 1
             self.done.emit(chat_id)
             return

@@ -204,6 +204,10 @@ class ChatStore:
         holding the write lock for `wait` s: SQLITE_BUSY). Asked once, at start."""
         self._writer.check_writable(wait)
 
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
     def close(self, timeout: float = 3.0) -> int:
         """Give waiting changes up to `timeout` s, then close. Returns how many
         are still unwritten: they are kept in `journal_path` for the next start."""
