@@ -76,6 +76,9 @@ class ModelRunner:
                       or make_prompt_cache(self.model))
             matcher = (request.grammar_matcher.deep_copy()  # built at submit, never here
                        if request.grammar_matcher is not None else None)
+            if matcher is None and request.params.grammar is not None:
+                # Never unconstrained text for a request that asked for a grammar.
+                request.failure = "Its grammar was not built before it reached the lane."
             self.prefills[request.request_id] = Prefill(
                 request, TokenSampler(request.params, matcher), caches)
         joins = []
