@@ -377,3 +377,28 @@ def test_the_app_refuses_a_hostile_schema_in_the_tab_and_builds_off_the_gui_thre
     gui = threading.main_thread().name
     assert ("tokenise", False) in prepared_on and (gui, False) not in prepared_on
     assert (gui, True) in prepared_on
+
+
+def test_the_cache_of_built_grammars_is_bounded_by_their_size():
+    """A built matcher takes ~40x its text in memory: the cache keeps at most
+    CACHE_TEXT_BYTES of grammar text (and CACHE_ENTRIES grammars), oldest
+    out first; a grammar still wanted stays."""
+    from engine.runtime import grammar_build as gb
+
+    builds = []
+    builder = gb.GrammarBuilder(lambda kind, text: builds.append(text) or object())
+    try:
+        big = gb.CACHE_TEXT_BYTES // 4
+        texts = [str(i) * big for i in range(1, 8)]
+        first = builder.get("regex", texts[0])
+        for text in texts[1:]:
+            builder.get("regex", text)
+            assert builder._cached_bytes <= gb.CACHE_TEXT_BYTES
+        assert builder.get("regex", texts[-1]) is not None and len(builds) == len(texts)
+        assert builder.get("regex", texts[0]) is not first  # evicted: built again
+        assert len(builds) == len(texts) + 1
+        for i in range(gb.CACHE_ENTRIES + 5):
+            builder.get("regex", f"x{i}")
+        assert len(builder._cache) <= gb.CACHE_ENTRIES
+    finally:
+        builder.close()
