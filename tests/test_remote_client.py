@@ -148,6 +148,17 @@ def test_chunks_without_text_are_not_progress(endless):
     assert fault.kind == "timeout" and "no text" in str(fault)
 
 
+@pytest.mark.parametrize("endless", [Forever(_event(""), 0.01), KEEP_ALIVE_FOREVER],
+                         ids=["empty", "keep-alive"])
+def test_a_finished_answer_followed_by_endless_nothing_ends_as_it_finished(endless):
+    """A finish reason, then no [DONE] but empty events or keep-alives
+    forever: the answer is whole, so the stream ends there (a fault would
+    have sent it on to a local lane, which would have written more)."""
+    chunks = _run([_event("Hi"), _event(" there", finish="stop"), endless], stall_s=0.3)
+    assert "".join(c.text for c in chunks) == "Hi there"
+    assert any(c.finish_reason == "stop" for c in chunks)
+
+
 def test_an_endless_trickle_of_text_ends_at_the_overall_deadline():
     """Text every 10 ms, forever, within every per-event limit: only the
     request's overall deadline can end it."""

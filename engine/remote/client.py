@@ -226,6 +226,8 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
             # Checked here too: a flood of events may never suspend this task,
             # so the timeout below could not fire.
             if loop.time() >= min(stall_at, end_at):
+                if finished:  # the answer ended; only its trailer is late
+                    break
                 raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0)
             try:
                 async with asyncio.timeout_at(min(stall_at, end_at)):
@@ -233,6 +235,8 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
             except StopAsyncIteration:
                 break
             except TimeoutError:
+                if finished:  # a finish reason, then silence or empty events: it ended
+                    break
                 raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0) from None
             except httpx.HTTPError as exc:
                 raise _transport_fault(exc) from None
