@@ -7,9 +7,9 @@ import sys
 
 from PySide6.QtWidgets import QApplication
 
-from .engine_session import LAST_MODEL_KEY
-from .main_window import MainWindow
-from .paths import default_db_path, prepare_application
+from app.models.engine_session import LAST_MODEL_KEY
+from app.window.main_window import MainWindow
+from app.ui.paths import default_db_path, prepare_application
 
 
 def startup_model(store, requested: str) -> str:
@@ -20,7 +20,7 @@ def startup_model(store, requested: str) -> str:
 
 
 def run_gui(model: str = "default") -> int:
-    from .store import db_dialog
+    from app.store import db_dialog
 
     app = QApplication.instance() or QApplication(sys.argv)
     prepare_application(app)

@@ -71,8 +71,8 @@ def engine_check(model: str = "default") -> int:
     finally:
         engine.close()
     try:  # what the app loads on first use: in a bundle, collected or not
-        from . import keys
-        from .attach_files import read_attachment
+        from app.connections import keys
+        from app.conversation.attach_files import read_attachment
 
         report["keyring"] = keys.backend_name()
         import httpx  # noqa: F401 (remote lanes)
@@ -103,9 +103,9 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from .main_window import MainWindow
-    from .paths import prepare_application
-    from .store import ChatStore
+    from app.window.main_window import MainWindow
+    from app.ui.paths import prepare_application
+    from app.store import ChatStore
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     prepare_application(app)

@@ -59,9 +59,9 @@ def _quantiles(late: list[float]) -> dict:
 def open_chat(count: int, code: str) -> int:
     """Lateness of the GUI thread while a `count`-message chat is imported and opened."""
     app = QApplication(sys.argv)
-    import app.chat_files as chat_files
-    import app.main_window as main_window
-    from app.main_window import MainWindow
+    import app.chat.chat_files as chat_files
+    import app.window.main_window as main_window
+    from app.window.main_window import MainWindow
     from app.store import ChatStore
     from tests.tiny_model import build_tiny_llama
     from tests.windows import cpu_engine
@@ -182,8 +182,8 @@ def main() -> int:
         sys.path.insert(0, args.code)
         return open_chat(args.open_chat, args.code)
     app = QApplication(sys.argv)
-    from app.engine_loader import ENGINE_NICE
-    from app.main_window import MainWindow
+    from app.models.engine_loader import ENGINE_NICE
+    from app.window.main_window import MainWindow
     from engine import Engine
     from app.store import ChatStore
 

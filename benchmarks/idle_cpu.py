@@ -46,8 +46,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     app = QApplication([])  # noqa: F841
-    from app.main_window import MainWindow
-    from app.lane_plots import LanePlots
+    from app.window.main_window import MainWindow
+    from app.scheduler.lane_plots import LanePlots
     from app.store import ChatStore
 
     window = MainWindow(store=ChatStore(Path(tempfile.mkdtemp()) / "t.db"))

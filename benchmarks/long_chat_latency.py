@@ -44,8 +44,8 @@ import engine  # OpenBLAS before MLX
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
-from app.engine_loader import ENGINE_NICE
-from app.main_window import MainWindow
+from app.models.engine_loader import ENGINE_NICE
+from app.window.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine
 

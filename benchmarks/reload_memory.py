@@ -34,7 +34,7 @@ def child(model: str, reloads: int) -> None:
     import psutil
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from app.store import ChatStore
     from engine.runtime import lanethreads
 

@@ -33,7 +33,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     app = QApplication([])
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from app.store import ChatStore
     from engine import Engine, LaneSpec
     from tests.soak import Ledger, SoakStats, check_and_measure, soak_round, wait_until

@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtWidgets import QLabel
 
 from app import attach_files
-from app.attach_files import join_message, read_attachment, split_message
+from app.conversation.attach_files import join_message, read_attachment, split_message
 
 
 def _pdf(path, text: str | None, *, stream: bytes | None = None, pages: int = 1):
@@ -146,7 +146,7 @@ def test_attach_send_edit_and_the_context_limit_in_the_window(qtbot, window, tmp
 
 
 def test_dropped_files_are_attached_not_typed(qtbot, tmp_path):
-    from app.chat_tab import ChatTab
+    from app.chat.chat_tab import ChatTab
 
     tab = ChatTab()
     qtbot.addWidget(tab)
@@ -167,8 +167,8 @@ def test_a_file_name_that_looks_like_html_is_shown_as_text(qtbot):
     """A name is text: Qt would render '<img src=...>' in a label or tooltip."""
     from PySide6.QtCore import Qt
 
-    from app.attach_files import Attachment
-    from app.chat_tab import ChatTab
+    from app.conversation.attach_files import Attachment
+    from app.chat.chat_tab import ChatTab
 
     tab = ChatTab()
     qtbot.addWidget(tab)
@@ -193,7 +193,7 @@ def test_the_loader_sends_loaded_whatever_happens(qtbot, tmp_path, monkeypatch):
     """Issue 30 (8): a reader that raised never sent `loaded`, so the tab kept
     waiting for the file and could not send again."""
     from app import attachment_bar
-    from app.attachment_bar import AttachmentLoader
+    from app.chat.attachment_bar import AttachmentLoader
 
     loader = AttachmentLoader()
     counted = []
@@ -255,7 +255,7 @@ def test_a_pdf_whose_text_expands_is_refused_while_it_is_read(qtbot, tmp_path, m
     assert "text is over 0.0625 MiB" in read_attachment(bomb).error
     assert len(read) == 1 and stopped == ["_TooMuchText"]
     # Nor is it counted with the tokenizer.
-    from app.attachment_bar import AttachmentLoader
+    from app.chat.attachment_bar import AttachmentLoader
 
     loader, counted = AttachmentLoader(), []
     with qtbot.waitSignal(loader.loaded, timeout=20_000) as got:

@@ -2,7 +2,7 @@
 
 import sys
 
-from app.bridge import EngineBridge
+from app.models.bridge import EngineBridge
 from engine.core.events import Finished, Queued, Token
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-import app.chat_files as chat_files
-from app.chat_history import load_history
+import app.chat.chat_files as chat_files
+from app.chat.chat_history import load_history
 from app.store.branch import versions
 from app.store.tree import versions_of
 

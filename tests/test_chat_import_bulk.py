@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-import app.chat_files as chat_files
-from app.chat_history import load_history
+import app.chat.chat_files as chat_files
+from app.chat.chat_history import load_history
 from app.store import bulk_write
 
 

@@ -108,7 +108,7 @@ def test_stats_from_a_file_are_checked_field_by_field():
 
 
 def test_settings_in_range_are_kept_and_bounded_like_the_settings_row(store):
-    from app.chat_settings import SPINS
+    from app.chat.chat_settings import SPINS
     from app.store.chat_json import PARAMS
 
     doc = {"params": {"temperature": 2, "top_k": 1000, "max_tokens": 1, "min_p": 0.05,
@@ -136,7 +136,7 @@ def test_attachment_records_from_a_file_are_counts_inside_the_message():
 
 def test_a_chat_stored_by_an_older_import_opens(qtbot, window):
     """Issue 30 (11): numbers no import lets in now, already in a database."""
-    from app.attach_files import describe_record
+    from app.conversation.attach_files import describe_record
 
     store = window.store
     chat = store.create_chat("old", params={"top_k": 1e308, "temperature": float("nan"),
@@ -152,7 +152,7 @@ def test_a_chat_stored_by_an_older_import_opens(qtbot, window):
 
 
 def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypatch):
-    import app.chat_files as chat_files
+    import app.chat.chat_files as chat_files
 
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("hello world")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.attach_files import describe_record, split_message
+from app.conversation.attach_files import describe_record, split_message
 from app.store.chat_json import PARAMS, ROLES, ImportError_, export_chat, import_chat
 
 
@@ -95,7 +95,7 @@ FILES = mostly(tandem_chat(), PLAIN, PLAIN.map(lambda m: {"messages": m}), JUNK)
 
 @pytest.fixture
 def settings_row(qtbot):
-    from app.chat_settings import ChatSettings
+    from app.chat.chat_settings import ChatSettings
 
     row = ChatSettings()
     qtbot.addWidget(row)

@@ -17,7 +17,7 @@ CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from PySide6.QtWidgets import QApplication
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from app.store import ChatStore
     from engine import Engine, LaneConfig, LaneSpec
     from engine.models.loader import load_model

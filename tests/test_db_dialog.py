@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from app.store import ChatStore, db_dialog
 from app.store.db_dialog import DatabaseProblemDialog, ask, open_database
 from app.store.db_open import FRESH, QUIT, READ_ONLY, RETRY, _write_locked, diagnose

@@ -74,7 +74,7 @@ def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_mode
 def test_offline_is_said_at_once_and_plainly(qtbot, window, tmp_path):
     """No network (here: a Hub whose name cannot resolve): search and download
     say "Offline" in words, not a raw socket error after ~25 s of retries."""
-    from app.download import HubSearch
+    from app.models.download import HubSearch
 
     endpoint = "http://tandem-hub.invalid"
     search = HubSearch(window, endpoint=endpoint)
@@ -94,7 +94,7 @@ def test_offline_is_said_at_once_and_plainly(qtbot, window, tmp_path):
 def test_a_refused_connection_reads_as_offline_too():
     import socket
 
-    from app.download import offline_reason
+    from app.models.download import offline_reason
 
     try:
         socket.create_connection(("127.0.0.1", 9), timeout=2)  # nothing listens on discard

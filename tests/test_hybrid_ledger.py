@@ -4,7 +4,7 @@ predictor's measured error; and in the window, on a real two-lane engine."""
 
 import pytest
 
-from app.hybrid_ledger import HybridLedger, note
+from app.scheduler.hybrid_ledger import HybridLedger, note
 
 GPU = {"gpu"}
 

@@ -169,6 +169,6 @@ def test_the_contract_sees_a_broken_rule(tmp_path):
 
 def test_the_main_window_stays_a_wiring_of_parts():
     """New window features get modules of their own (docs/ARCHITECTURE.md):
-    app/main_window.py only wires tabs, docks, menus and the status bar."""
+    app/window/main_window.py only wires tabs, docks, menus and the status bar."""
     lines = len((ROOT / "app" / "main_window.py").read_text().splitlines())
-    assert lines < 300, f"app/main_window.py has {lines} lines"
+    assert lines < 300, f"app/window/main_window.py has {lines} lines"

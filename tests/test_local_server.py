@@ -124,7 +124,7 @@ def _status(url, key=None):
 
 def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
         qtbot, tiny_model_dir, tmp_path, memory_keyring):
-    from app.server_settings import open_server_settings
+    from app.connections.server_settings import open_server_settings
 
     db = tmp_path / "settings.db"
     window = open_window(qtbot, tiny_model_dir, db)
@@ -159,7 +159,7 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
 
 def test_without_a_keyring_the_key_lasts_the_session_and_the_user_is_told(
         qtbot, tiny_model_dir, tmp_path, no_keyring):
-    from app.server_settings import open_server_settings
+    from app.connections.server_settings import open_server_settings
 
     db = tmp_path / "nokeyring.db"
     window = open_window(qtbot, tiny_model_dir, db)

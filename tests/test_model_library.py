@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.model_library import ADDED_KEY, ModelLibrary
+from app.models.model_library import ADDED_KEY, ModelLibrary
 from engine import Engine, LaneSpec
 from engine.models.loader import default_model_path, load_model
 from tests.windows import open_window
@@ -192,7 +192,7 @@ def test_search_the_hub_and_download(qtbot, window, tmp_path, tiny_model_dir, mo
 
 
 def test_a_gguf_repo_downloads_one_file_the_common_k_quant():
-    from app.download import pick_gguf
+    from app.models.download import pick_gguf
 
     files = ["README.md", "m-Q8_0.gguf", "m-Q4_K_M.gguf", "m-Q2_K.gguf", "mmproj-Q4_K_M.gguf"]
     assert pick_gguf(files) == "m-Q4_K_M.gguf"

@@ -143,7 +143,7 @@ def test_the_app_folds_thinking_into_a_line_stores_it_and_keeps_it_out_of_the_ne
 
 
 def test_thoughts_stream_then_fold_when_the_answer_starts(qtbot):
-    from app.chat_tab import ChatTab
+    from app.chat.chat_tab import ChatTab
 
     tab = ChatTab(messages=[{"role": "user", "content": "hi", "id": 1}])
     qtbot.addWidget(tab)

@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 from app import keys
-from app.remote_lanes import SETTING, RemoteLanesDialog, key_name, load_saved
+from app.connections.remote_lanes import SETTING, RemoteLanesDialog, key_name, load_saved
 from tests.test_local_server import memory_keyring  # noqa: F401 (a fixture)
 from tests.test_remote_lanes import serving
 from tests.windows import open_window
@@ -71,12 +71,12 @@ def test_plain_http_to_another_machine_asks_first(qtbot, tiny_model_dir, db):
 
 
 def test_a_saved_remote_serving_another_model_is_listed_not_routed(qtbot, tiny_model_dir, db):
-    from app.remote_lanes import SavedRemote, save
+    from app.connections.remote_lanes import SavedRemote, save
 
     window = open_window(qtbot, tiny_model_dir, db)
     try:
         save(window.store, [SavedRemote("remote", "https://gpu.example/v1", "big-model")])
-        from app.remote_lanes import apply_remotes
+        from app.connections.remote_lanes import apply_remotes
 
         assert apply_remotes(window, window.engine) == []
         window.scheduler.show_engine(window.engine)
@@ -93,7 +93,7 @@ def test_a_remote_model_is_a_model_choice_of_its_own(qtbot, tiny_model_dir, db,
     """A remote serving another model (here: the same tiny model under the
     name the server gives it) is used as the window's model: chats go to
     its server, which applies the template; the dock says nothing is routed."""
-    from app.remote_lanes import SavedRemote, save
+    from app.connections.remote_lanes import SavedRemote, save
 
     window = open_window(qtbot, tiny_model_dir, db)
     try:

@@ -5,7 +5,7 @@ and quitting with changes not saved asks first."""
 
 from __future__ import annotations
 
-import app.saving_status as saving_status
+import app.window.saving_status as saving_status
 import app.store.journal as journal_module
 from app.store import ChatStore
 from tests.test_db_full_disk import FAST, FullDisk, full_disk_for

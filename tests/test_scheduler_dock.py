@@ -3,7 +3,7 @@
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
 from engine.core.memory import format_bytes
@@ -298,7 +298,7 @@ def test_idle_plots_are_not_redrawn(qtbot, window):
 
 def test_the_tokens_axis_moves_in_round_steps():
     """A new range lays the whole plot out again: it changes only at 1, 2, 5 x 10^k."""
-    from app.lane_plots import nice_top
+    from app.scheduler.lane_plots import nice_top
 
     assert [nice_top(v) for v in (0.0, 0.3, 1.0, 1.15, 2.5, 23.0, 101.0)] == \
         [1.0, 1.0, 1.0, 2.0, 5.0, 50.0, 200.0]

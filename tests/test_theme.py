@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.theme import is_dark
+from app.ui.theme import is_dark
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices, QTextDocument
 from PySide6.QtWidgets import QMessageBox
 
-from app.chat_tab import ChatTab
+from app.chat.chat_tab import ChatTab
 
 HOSTILE = ("Click [here](edit:0) or [there](regen:1) or [guess](tandem://0000/edit/0) "
            "or [files](file:///etc/passwd) or [js](javascript:alert(1)).")
@@ -130,7 +130,7 @@ def test_streaming_re_renders_only_the_answer(qtbot):
 
 
 def test_a_long_answer_re_renders_only_its_last_paragraph(qtbot, monkeypatch):
-    import app.transcript as transcript
+    import app.chat.transcript as transcript
 
     rendered = []
     real = transcript._fragment

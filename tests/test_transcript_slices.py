@@ -1,5 +1,5 @@
 """A long chat opens with its newest messages and the rest arrives in slices
-(app/transcript_slices.py): the window never renders it all at once, and
+(app/chat/transcript_slices.py): the window never renders it all at once, and
 everything that depends on the transcript still works while it fills in."""
 
 import re
@@ -8,8 +8,8 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication, QTextCursor
 
-from app.chat_tab import ChatTab
-from app.transcript import Transcript
+from app.chat.chat_tab import ChatTab
+from app.chat.transcript import Transcript
 from tests.test_transcript import hrefs_between
 
 

@@ -61,7 +61,7 @@ def test_a_new_chat_takes_the_keyboard_and_knows_its_context(qtbot, window):
 
 def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_dir, tmp_path,
                                                             monkeypatch):
-    import app.status_bar as status_bar
+    import app.window.status_bar as status_bar
     from engine.runtime.blas import ADVICE
 
     monkeypatch.setattr(status_bar, "openblas_advice", lambda: ADVICE)
@@ -205,7 +205,7 @@ def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, slow_window):
 def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
     from PySide6.QtGui import QKeySequence
 
-    import app.chat_files as chat_files
+    import app.chat.chat_files as chat_files
 
     assert window.new_action.shortcut() == QKeySequence(QKeySequence.New)
     assert window.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")

@@ -5,7 +5,7 @@ offscreen Qt, driven by qtbot, on the real engine."""
 import threading
 from pathlib import Path
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from app.store import ChatStore
 from tests.test_warm_up import held_warm_up  # noqa: F401 (a fixture)
 
@@ -84,7 +84,7 @@ def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         from PySide6.QtCore import QTimer
         from PySide6.QtWidgets import QApplication
-        from app.main_window import MainWindow
+        from app.window.main_window import MainWindow
         from app.store import ChatStore
         from engine import Engine, LaneSpec
         from engine.models.loader import load_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from app.store import ChatStore
 from engine import Engine, LaneConfig, LaneSpec
 from engine.models.loader import load_model

@@ -13,14 +13,14 @@ import json
 import sys
 from typing import Any
 
-from ..attach_files import file_record
+from app.conversation.attach_files import file_record
 
 FORMAT, VERSION = "tandem-chat", 1
 MAX_BYTES = 64 << 20  # a chat file larger than this is refused before it is read
 MAX_MESSAGES = 100_000
 ROLES = ("user", "assistant", "system")
 # A chat's sampling settings: type, least, most. The settings row's spin boxes
-# (app/chat_settings.py) have these ranges, and an imported chat is held to
+# (app/chat/chat_settings.py) have these ranges, and an imported chat is held to
 # them: a spin box cannot show 1e308 or NaN.
 PARAMS = {"temperature": (float, 0.0, 2.0), "top_p": (float, 0.05, 1.0), "top_k": (int, 0, 1000),
           "min_p": (float, 0.0, 1.0), "repetition_penalty": (float, 1.0, 2.0),
@@ -153,7 +153,7 @@ def _params(raw: Any) -> dict:
             _fail(f"The chat's setting {key} is {str(value)[:24]}; it is "
                   f"{'an integer' if kind is int else 'a number'} from {low} to {high}.")
         params[key] = kind(value)
-    fmt = raw.get("answer_format")  # JSON answers (app/chat_settings.py)
+    fmt = raw.get("answer_format")  # JSON answers (app/chat/chat_settings.py)
     if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
             isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
         params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}

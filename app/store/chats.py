@@ -6,7 +6,7 @@ second). When another program holds the database's lock, writes never wait:
 they queue and are written in order when the lock goes away, kept meanwhile
 in a journal beside the database and visible to reads (store_writer.py).
 
-One Tandem process per database (the app holds a lock file, app/paths.py):
+One Tandem process per database (the app holds a lock file, app/ui/paths.py):
 row ids are allocated here, in memory (max + 1 at open), so a write can
 return its id before it reaches the disk. A second writer would collide.
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QStyle, QVBoxLayout, QWidget)
 
-from ..paths import instance_lock
+from app.ui.paths import instance_lock
 from .chats import ChatStore
 from .db_open import (FRESH, QUIT, READ_ONLY, RETRY, WAIT, DatabaseProblem, aside_name,
                       in_use_problem, open_store)

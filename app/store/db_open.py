@@ -169,7 +169,7 @@ def _unknown(path: Path, error: BaseException) -> DatabaseProblem:
 
 
 def in_use_problem(path: str | Path) -> DatabaseProblem:
-    """Another Tandem holds the database's lock file (app/paths.py)."""
+    """Another Tandem holds the database's lock file (app/ui/paths.py)."""
     return _problem("in-use", Path(path), "Another Tandem is already using this chat "
                     "database.", "Two copies writing the same chats would lose changes. "
                     "Switch to the other window, or quit it and choose Retry.", RETRY, READ_ONLY)

@@ -1,0 +1,1 @@
+"""A chat tab: transcript, composer, attachments, requests to the engine, files."""

@@ -1,0 +1,355 @@
+"""One chat: the conversation rendered as Markdown, a composer, Send and Stop.
+
+The tab's versions (edit, regenerate, ‹ ›) are in app/chat/chat_versions.py and
+its streaming answer in app/chat/chat_stream.py: parts of ChatTab, kept apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
+                               QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
+
+from app.conversation.attach_files import join_message
+from app.chat.attachment_bar import AttachmentBar
+from app.chat.chat_settings import ChatSettings
+from app.chat.chat_stream import ChatStream
+from app.chat.chat_versions import ChatVersions
+from app.chat.composer import Composer
+from app.ui.plain_text import plain
+from app.chat.transcript import Transcript
+
+
+class ChatTab(ChatVersions, ChatStream, QWidget):
+    """A conversation. Emits `send_requested(messages)` and `stop_requested()`;
+    the window submits to the engine and feeds events back."""
+
+    send_requested = Signal(object)
+    attach_requested = Signal(list)  # local paths to read and attach
+    stop_requested = Signal()
+    settings_changed = Signal()  # system prompt or sampling settings edited
+    model_defaults_requested = Signal()  # "Model defaults": show the model's again
+    # ‹ › under a message with versions: show the version with this stored id
+    # (the window loads its branch from the database).
+    version_requested = Signal(int)
+    INTERRUPTED = "⚠ interrupted: the app or the tab closed while it was being written"
+
+    def __init__(self, title: str = "New chat", chat_id: int | None = None,
+                 messages: list[dict[str, str]] | None = None,
+                 footers: dict[int, str] | None = None,
+                 versions: dict[int, list[int]] | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.title = title
+        self.chat_id = chat_id
+        self.answer_message_id: int | None = None  # the stored row of the streaming answer
+        self.resend_without_user = False  # set for a regenerate: the user turn is stored
+        # Set while an interrupted answer is being continued: its text so far.
+        self.continue_from: str | None = None
+        self.answer_format: str | None = None  # "json": the answer is shown formatted
+        self._stale = False
+        # {"role", "content", "id"}: id is the stored row (None until stored).
+        self.messages: list[dict] = [dict(m) for m in messages or []]
+        # Message id -> the ids of its versions (itself included), for ‹ 2/3 ›.
+        self.versions: dict[int, list[int]] = dict(versions or {})
+        self.editing: int | None = None  # the user message being edited (index)
+        self._draft: tuple[str, list] = ("", [])  # the composer before an edit, back on Esc
+        # The shown branch before an edit or regenerate was sent: back if it fails.
+        self._before: tuple[list[dict], dict[int, str]] | None = None
+        self.streaming_text: str | None = None  # the answer being generated
+        self.streaming_reasoning = ""  # a reasoning model's thinking before it
+        self._thinking_since: float | None = None  # monotonic: when thinking began
+        self.thinking_s: float | None = None  # how long it thought (once the answer began)
+        self.request_id: str | None = None
+        self.stats_lines: list[str] = []
+
+        # Per-chat settings: system prompt and sampling, hidden behind a toggle.
+        self.settings_toggle = QToolButton()
+        self.settings_toggle.setText("Chat settings")
+        self.settings_toggle.setCheckable(True)
+        self.settings_toggle.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.settings_toggle.setArrowType(Qt.RightArrow)
+        self.settings_row = ChatSettings()  # app/chat/chat_settings.py
+        self.settings_row.changed.connect(self.settings_changed.emit)
+        self.settings_row.model_defaults_requested.connect(self.model_defaults_requested.emit)
+        self.system_prompt = self.settings_row.system_prompt
+        self.model_defaults_button = self.settings_row.model_defaults_button
+        spins = self.settings_row.spins
+        self.temperature, self.top_p, self.max_tokens = (
+            spins["temperature"], spins["top_p"], spins["max_tokens"])
+        self.top_k, self.min_p, self.repetition_penalty = (
+            spins["top_k"], spins["min_p"], spins["repetition_penalty"])
+        self.settings_row.setVisible(False)
+        self.settings_toggle.toggled.connect(self._toggle_settings)
+        self.context_meter = QProgressBar()
+        self.context_meter.setRange(0, 1)
+        self.context_meter.setValue(0)
+        self.context_meter.setFormat("context: waiting for the model")
+        self.context_used = 0  # tokens of the conversation, as of its last answer
+        self.context_meter.setMinimumWidth(240)
+        self.context_meter.setToolTip("Tokens of the model's context this chat uses")
+        header = QHBoxLayout()
+        header.addWidget(self.settings_toggle)
+        header.addStretch(1)
+        header.addWidget(self.context_meter)
+
+        self.transcript = Transcript()
+        self.transcript.action.connect(self._on_action)
+        self.transcript.open_requested.connect(self._open_link)
+        self.transcript.refused.connect(self._refuse_link)
+        self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
+        self.composer = Composer()
+        # Editing a message changes nothing until the edit is sent; this row
+        # says so and cancels (as Esc does).
+        self.edit_banner = QLabel("Editing your message: Send makes it a new version (the "
+                                  "old one stays, ‹ › switches). Esc cancels.")
+        self.edit_banner.setWordWrap(True)
+        self.edit_banner.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.cancel_edit_button = QPushButton("Cancel edit")
+        self.cancel_edit_button.clicked.connect(self.cancel_edit)
+        self.edit_row = QWidget()
+        edit_layout = QHBoxLayout(self.edit_row)
+        edit_layout.setContentsMargins(0, 0, 0, 0)
+        edit_layout.addWidget(self.edit_banner, 1)
+        edit_layout.addWidget(self.cancel_edit_button)
+        self.edit_row.setVisible(False)
+        self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
+        self.composer.setFixedHeight(80)
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.edit_button = QPushButton("Edit last")
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setToolTip("Attach text, code, Markdown or PDF files (or drop "
+                                      "them on the chat)")
+        self.attach_button.clicked.connect(self._choose_files)
+        self.attachment_bar = AttachmentBar()
+        self.attachment_bar.changed.connect(self.check_fit)
+        self.composer.files_dropped.connect(self.attach_requested.emit)
+        self.setAcceptDrops(True)
+        self.regenerate_button.setToolTip("Answer the last message again (or use the "
+                                          "Regenerate link under any answer)")
+        self.edit_button.setToolTip("Put your last message back in the composer to edit and "
+                                    "resend (or use the Edit link under any message)")
+        self.footer = plain(QLabel(""))  # it names files and says errors: text, not markup
+        self.footer.setObjectName("answerFooter")
+        # A long stats line or message wraps within its row: it never widens
+        # the window (it grew from 1200 to 1572 px after a first answer).
+        self.footer.setWordWrap(True)
+        self.footer.setMinimumWidth(120)
+        self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.attach_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.edit_button)
+        buttons.addWidget(self.regenerate_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.settings_row)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.edit_row)
+        layout.addWidget(self.attachment_bar)
+        layout.addWidget(self.composer)
+        layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
+        layout.addLayout(buttons)
+
+        self.composer.submitted.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.stop_button.clicked.connect(self.composer.setFocus)  # keep typing after Stop
+        self.regenerate_button.clicked.connect(self._regenerate)
+        self.edit_button.clicked.connect(self._edit)
+        self.set_ready(False)
+        self.render()
+
+    # ---- user actions -----------------------------------------------------
+    def send(self) -> None:
+        text = self.composer.toPlainText().strip()
+        files = self.attachment_bar.files
+        if (not text and not files) or not self.send_button.isEnabled() or self.is_streaming:
+            return
+        if self.attachment_bar.pending:
+            self.footer.setText("Still reading the attached files…")
+            return
+        if not self.check_fit():
+            return
+        if self.editing is not None:  # the edit becomes a new version of that message
+            index = self.editing
+            self._end_edit()
+            self._branch_at(index)
+            self.render()
+        self.composer.clear()
+        content, record = join_message(text, files)
+        self.attachment_bar.clear()
+        self.messages.append({"role": "user", "content": content, "attachments": record})
+        self.transcript.add_message(len(self.messages) - 1, self.messages[-1], None)
+        self.streaming_text = ""
+        self._set_streaming(True)
+        self.transcript.show_streaming("")
+        self.send_requested.emit(self.conversation())
+
+    # ---- attachments ----------------------------------------------------------
+    def _choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Attach files", str(Path.home()),
+            "Text, code, Markdown and PDF (*.txt *.md *.markdown *.py *.js *.ts *.json *.yaml "
+            "*.yml *.toml *.csv *.html *.css *.c *.h *.cpp *.rs *.go *.java *.sh *.sql *.pdf);;"
+            "All files (*)")
+        if paths:
+            self.attach_requested.emit(paths)
+
+    def dragEnterEvent(self, event):  # noqa: N802
+        if Composer._files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):  # noqa: N802
+        files = Composer._files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.attach_requested.emit(files)
+
+    def attached(self, attachment) -> None:
+        """A file read for this chat: attached, or why it cannot be."""
+        self.attachment_bar.pending = max(self.attachment_bar.pending - 1, 0)
+        if attachment.error:
+            self.footer.setText(f"⚠ {attachment.name} was not attached: {attachment.error}")
+        else:
+            self.attachment_bar.add(attachment)
+
+    def check_fit(self) -> bool:
+        """Whether the attached files fit in what the chat has left of the
+        model's context; if not, they are marked and the footer says so."""
+        context = self.context_meter.maximum() if self.context_meter.maximum() > 1 else 0
+        files = self.attachment_bar.tokens
+        fits = not context or not files or self.context_used + files < context
+        self.attachment_bar.mark_over(not fits)
+        if not fits:
+            self.footer.setText(
+                f"⚠ The attached files are ~{files:,} tokens: this chat already uses "
+                f"{self.context_used:,} of the model's {context:,}. Remove a file or start "
+                f"a new chat.")
+        return fits
+
+    def _toggle_settings(self, shown: bool) -> None:
+        self.settings_row.setVisible(shown)
+        self.settings_toggle.setArrowType(Qt.DownArrow if shown else Qt.RightArrow)
+
+    @property
+    def follows_model(self) -> bool:
+        """Whether the chat samples as the loaded model's defaults say."""
+        return self.settings_row.follows_model
+
+    def settings(self) -> dict:
+        """The chat's sampling settings, as shown."""
+        return self.settings_row.sampling()
+
+    def stored_settings(self) -> dict:
+        """What is stored with the chat: nothing while it follows the model."""
+        return self.settings_row.stored()
+
+    def apply_settings(self, system_prompt: str, params: dict) -> None:
+        self.settings_row.apply(system_prompt, params)
+
+    def apply_model_defaults(self, defaults: dict) -> None:
+        self.settings_row.apply_model_defaults(defaults)
+
+    def conversation(self) -> list[dict[str, str]]:
+        """The messages to send: the system prompt (if any) and the chat."""
+        system = self.system_prompt.text().strip()
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": m["role"], "content": m["content"]} for m in self.messages
+            if m["content"] or m["role"] == "user"]  # an answer cut before its first token
+
+    def show_context(self, used: int, context_length: int) -> None:
+        self.context_used = used
+        self.context_meter.setFormat("context: %v / %m tokens")
+        self.context_meter.setRange(0, max(context_length, 1))
+        self.context_meter.setValue(min(used, context_length))
+
+    # ---- engine feedback (GUI thread) ---------------------------------------
+    @property
+    def is_streaming(self) -> bool:
+        return self.streaming_text is not None
+
+    def set_ready(self, ready: bool) -> None:
+        """Enable sending once a model is loaded."""
+        self.send_button.setEnabled(ready and not self.is_streaming)
+
+    # ---- rendering --------------------------------------------------------
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.PaletteChange and hasattr(self, "transcript"):
+            self.render()  # links and code colours are set when rendered
+        super().changeEvent(event)
+
+    def showEvent(self, event):  # noqa: N802
+        if self._stale and self.is_streaming:
+            self.transcript.show_streaming(self.stream_markdown())
+        self._stale = False
+        super().showEvent(event)
+
+    @property
+    def code_blocks(self) -> list[str]:
+        return self.transcript.code_blocks
+
+    def render(self) -> None:
+        """Render the whole conversation (the answer streams in by itself)."""
+        self._stale = False
+        footers = {i: self.INTERRUPTED for i, m in enumerate(self.messages)
+                   if m.get("interrupted")} | self.footers
+        self.transcript.show_messages(self.messages, footers, self.message_actions,
+                                      self.version)
+        if self.is_streaming:
+            self.transcript.show_streaming(self.stream_markdown())
+
+    def _on_action(self, kind: str, index: int) -> None:
+        if kind == "think" and 0 <= index < len(self.messages):  # open / fold the thoughts
+            message = self.messages[index]
+            message["thinking_open"] = not message.get("thinking_open")
+            self.render()
+        elif kind == "copy" and 0 <= index < len(self.code_blocks):
+            QGuiApplication.clipboard().setText(self.code_blocks[index])
+        elif kind == "copymsg" and 0 <= index < len(self.messages):
+            QGuiApplication.clipboard().setText(self.messages[index]["content"])
+        elif self.is_streaming and kind in ("edit", "regen", "continue", "prev", "next"):
+            self.footer.setText("Stop the answer first, then edit, regenerate or switch "
+                                "versions.")
+        elif kind in ("prev", "next") and 0 <= index < len(self.messages):
+            ids = self.versions.get(self.messages[index].get("id"), [])
+            at = ids.index(self.messages[index]["id"]) + (1 if kind == "next" else -1) if ids \
+                else -1
+            if 0 <= at < len(ids):
+                self.version_requested.emit(ids[at])
+        elif kind == "continue":
+            self.continue_answer(index)
+        elif kind == "edit":
+            self.edit_message(index)
+        elif kind == "regen":
+            self.regenerate_answer(index)
+
+    def _open_link(self, url) -> None:
+        """A link in a message: only http(s), and only after the user sees where."""
+        address = url.toString()
+        answer = QMessageBox.question(
+            self, "Open link", f"Open this address in your browser?\n\n{address}",
+            QMessageBox.Open | QMessageBox.Cancel, QMessageBox.Cancel)
+        if answer == QMessageBox.Open:
+            QDesktopServices.openUrl(url)
+
+    def _refuse_link(self, url) -> None:
+        self.footer.setText(f"Not opened: only http and https links open "
+                            f"({url.scheme() or 'no scheme'}: link).")
+
+    def _set_streaming(self, streaming: bool) -> None:
+        if streaming:
+            self.footer.setText("")  # the last answer's stats belong to that answer
+        self.stop_button.setEnabled(streaming)
+        self.send_button.setEnabled(not streaming)
+        has_answer = bool(self.messages) and self.messages[-1]["role"] == "assistant"
+        self.regenerate_button.setEnabled(not streaming and has_answer)
+        self.edit_button.setEnabled(not streaming and any(
+            m["role"] == "user" for m in self.messages))

@@ -1,0 +1,338 @@
+"""The conversation view: messages rendered as Markdown, one document.
+
+Built for long chats and hostile text:
+- Each message is rendered on its own (a Markdown fragment inserted into the
+  document), so an unclosed code fence or a stray rule in one message cannot
+  reshape the others, and a finished message is rendered once. While an answer
+  streams, only that answer is re-rendered on each flush: the cost follows the
+  answer, not the chat.
+- A long chat opens with its newest messages only; older ones are inserted
+  above them in slices that each take a few milliseconds, so opening a
+  100,000-message chat never freezes the window (app/chat/transcript_slices.py).
+- The app's own actions (Edit, Regenerate, Copy code) are links whose address
+  carries a random per-view key. Text in a message (a model's answer, a paste)
+  cannot know it, so its links can never trigger an action; they are offered
+  to the user to open only when they are http or https (`open_requested`).
+- Markdown never loads a resource: no remote images, no local files, and raw
+  HTML in a message is shown as text.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
+                           QTextDocumentFragment, QTextFormat)
+from PySide6.QtWidgets import QTextBrowser
+
+from app.conversation import thinking
+from app.conversation.attach_files import describe_record, split_message
+from app.ui.highlight import CodeHighlighter
+from app.chat.transcript_slices import Slices, Starts
+
+MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
+# A message longer than this shows its start only (a 1 MB paste would take
+# seconds to lay out); the whole text is kept, sent and copyable.
+SHOWN_CHARS = 50_000
+ACTION_SCHEME = "tandem"
+SAFE_SCHEMES = ("http", "https")
+
+
+class _InertDocument(QTextDocument):
+    """A document that loads nothing an image or a link points at."""
+
+    def loadResource(self, kind, name):  # noqa: N802 (Qt naming)
+        return None
+
+
+def _fragment(markdown: str) -> QTextDocumentFragment:
+    document = _InertDocument()
+    document.setMarkdown(markdown, MARKDOWN)
+    _replace_images(document)
+    return QTextDocumentFragment(document)
+
+
+def _json_block(text: str) -> str:
+    """A JSON answer, formatted, in a code block (as written when it does not
+    parse: cut by max_tokens, say)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    pretty = json.dumps(value, indent=2, ensure_ascii=False)
+    fence = "~~~~" if "```" in pretty else "```"
+    return f"{fence}json\n{pretty}\n{fence}"
+
+
+def _paragraph() -> QTextBlockFormat:
+    """A block spaced like a Markdown paragraph (the fragment's first block
+    takes the format of the block it is inserted into)."""
+    fmt = QTextBlockFormat()
+    fmt.setTopMargin(6)
+    fmt.setBottomMargin(6)
+    return fmt
+
+
+def _paragraph_break(text: str, start: int) -> int:
+    """The end of the last blank line after `start` that is outside a code
+    fence (start itself when there is none); `start` is outside any fence."""
+    best, inside, fence, position = start, False, "", start
+    lines = text[start:].split("\n")
+    for number, line in enumerate(lines[:-1]):  # the last line may be half written
+        position += len(line) + 1
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")) and (not inside or stripped.startswith(fence)):
+            inside, fence = not inside, stripped[:3]
+        elif not stripped and not inside and number > 0:
+            best = position
+    return best
+
+
+def _replace_images(document: QTextDocument) -> None:
+    """Show each image as its address in text: Qt's image handler would read a
+    local file itself, whatever loadResource says."""
+    images, block = [], document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().isImageFormat():
+                images.append((fragment.position(), fragment.length(),
+                               fragment.charFormat().toImageFormat().name()))
+            it += 1
+        block = block.next()
+    cursor = QTextCursor(document)
+    for position, length, name in reversed(images):
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QTextCursor.KeepAnchor)
+        cursor.insertText(f"[image: {name}]", QTextCharFormat())
+
+
+class Transcript(Slices, QTextBrowser):
+    """Emits `action(kind, index)` for the app's own links (kind: edit, regen,
+    copy), `open_requested(url)` for an http(s) link in a message, and
+    `refused(url)` for any other link."""
+
+    action = Signal(str, int)
+    open_requested = Signal(object)
+    refused = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self._key = secrets.token_hex(16)
+        self.setDocument(_InertDocument(self))
+        self.document().setDocumentMargin(10)
+        # A read-only view never undoes; the undo stack would keep every
+        # insertion of a long chat for nothing.
+        self.document().setUndoRedoEnabled(False)
+        self.highlighter = CodeHighlighter(self.document())
+        # Copy links carry their block's index here; slices render out of
+        # document order, so an index is where the block was appended.
+        self.code_blocks: list[str] = []
+        self.message_starts = Starts()  # message index -> its document position
+        self._stream_start: int | None = None  # where the streaming answer begins
+        self._stable = 0  # how much of the streaming answer is rendered for good
+        self._tail_start = 0  # where its paragraph being written begins
+        self.anchorClicked.connect(self._on_anchor)
+        self._init_slices()
+
+    # ---- links ---------------------------------------------------------------
+    def action_href(self, kind: str, index: int) -> str:
+        """The address of one of the app's own links (only this view knows the key)."""
+        return f"{ACTION_SCHEME}://{self._key}/{kind}/{index}"
+
+    def _on_anchor(self, url) -> None:
+        parts = url.path().strip("/").split("/")
+        if (url.scheme() == ACTION_SCHEME and url.host() == self._key and len(parts) == 2
+                and parts[1].isdigit()):
+            self.action.emit(parts[0], int(parts[1]))
+        elif url.scheme().lower() in SAFE_SCHEMES and url.host():
+            self.open_requested.emit(url)
+        else:
+            self.refused.emit(url)
+
+    def loadResource(self, kind, name):  # noqa: N802 (Qt naming)
+        return None  # never fetch: not remote images, not local files
+
+    # ---- rendering -----------------------------------------------------------
+    @staticmethod
+    def _scratch() -> QTextDocument:
+        """A document without a layout for a slice to be rendered into (text
+        inserted there costs no layout until the slice joins the view)."""
+        return _InertDocument()
+
+    def add_message(self, index: int, message: dict, footer: str | None,
+                    actions: list[tuple[str, str]] | None = None,
+                    keep_scroll: bool = True, version: tuple[int, int] | None = None) -> None:
+        """Append one finished message with its footer and action links
+        ((kind, label); by default Edit under a question, Regenerate under an
+        answer), after '‹ 2/3 ›' (links `prev` and `next`) when `version`."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = self._end_cursor()
+        self.message_starts.set(index, self._render(cursor, index, message, footer, actions,
+                                                    version))
+        if keep_scroll and at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _render(self, cursor: QTextCursor, index: int, message: dict, footer: str | None,
+                actions: list[tuple[str, str]] | None,
+                version: tuple[int, int] | None) -> int:
+        """Write message `index` at `cursor` (the end of this view's document,
+        or of a slice's); returns where it starts there."""
+        self._separate(cursor)
+        start = cursor.position()
+        user = message["role"] == "user"
+        content = message["content"]
+        files = (message.get("attachments") or []) if user else []
+        if files:  # the words are shown; each file is one line (the model reads it all)
+            content = split_message(content, files)[0]
+        actions = list(actions) if actions is not None else (
+            [("edit", "Edit")] if user else [("regen", "Regenerate")])
+        if not user and message.get("format") == "json":
+            content = _json_block(content)
+        if len(content) > SHOWN_CHARS:
+            hidden = len(content) - SHOWN_CHARS
+            content = (f"{content[:SHOWN_CHARS]}\n\n*… {hidden:,} more characters are not "
+                       "shown here; the whole message is kept and sent.*")
+            if not any(kind == "copymsg" for kind, _ in actions):
+                actions.append(("copymsg", "Copy the whole message"))
+        body = self._with_copy_links(content) or "*(nothing was written)*"
+        reasoning = "" if user else message.get("reasoning") or ""
+        if reasoning:  # a reasoning model's thoughts: one line that opens them
+            opened = bool(message.get("thinking_open"))
+            cursor.insertFragment(_fragment("**Assistant**"))
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._link(cursor, "think", index, ("▾ " if opened else "▸ ")
+                       + thinking.title(message.get("thinking_s"), bool(content)))
+            cursor.setCharFormat(QTextCharFormat())
+            if opened:  # plain text, indented and muted: thoughts, not the answer
+                indent = QTextBlockFormat()
+                indent.setLeftMargin(18)
+                muted = QTextCharFormat()
+                muted.setForeground(self.palette().placeholderText())
+                for paragraph in thinking.paragraphs(reasoning):
+                    cursor.insertBlock(indent, muted)
+                    cursor.insertText(paragraph, muted)
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cursor.insertFragment(_fragment(body if content else
+                                            "*(no answer: it stopped while thinking)*"))
+        else:
+            cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n"
+                                            + (body if content or not files else "")))
+        for f in files:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cursor.insertText(f"File: {describe_record(f)}", QTextCharFormat())
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        italic = QTextCharFormat()
+        italic.setFontItalic(True)
+        if version:
+            which, count = version
+            self._link(cursor, "prev", index, "‹", which > 1, italic)
+            cursor.insertText(f" {which}/{count} ", italic)
+            self._link(cursor, "next", index, "›", which < count, italic)
+            cursor.insertText(" · ", italic)
+        if footer:
+            cursor.insertText(f"{footer} · ", italic)
+        for number, (kind, label) in enumerate(actions):
+            if number:
+                cursor.insertText(" · ", italic)
+            self._link(cursor, kind, index, label)
+        cursor.setCharFormat(QTextCharFormat())
+        return start
+
+    def _link(self, cursor: QTextCursor, kind: str, index: int, label: str,
+              live: bool = True, plain: QTextCharFormat | None = None) -> None:
+        """One of the app's own links (or, not `live`, its label as plain text)."""
+        if not live:
+            cursor.insertText(label, plain or QTextCharFormat())
+            return
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(self.action_href(kind, index))
+        link.setForeground(self.palette().link())
+        link.setFontUnderline(True)
+        if kind in ("prev", "next"):  # a one-glyph link: make it easy to hit
+            link.setFontWeight(QFont.Bold)
+            link.setFontPointSize(self.font().pointSizeF() * 1.4)
+        cursor.insertText(label, link)
+
+    def show_streaming(self, text: str) -> None:
+        """Show (or update) the answer being generated. Finished paragraphs are
+        rendered once; each flush re-renders only the paragraph being written,
+        so a flush costs the same in a long answer as in a short one."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = self._end_cursor()
+        if self._stream_start is None:
+            self._stream_start = cursor.position()
+            self._separate(cursor)
+            cursor.insertFragment(_fragment("**Assistant**"))
+            self._stable = 0  # text[:_stable] is rendered for good
+            self._tail_start = cursor.position()
+        else:
+            cursor.setPosition(self._tail_start)
+            cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+            cursor.removeSelectedText()
+        split = _paragraph_break(text, self._stable)
+        if split > self._stable:
+            cursor.insertBlock(_paragraph(), QTextCharFormat())
+            cursor.insertFragment(_fragment(text[self._stable:split]))
+            self._stable = split
+            self._tail_start = cursor.position()
+        tail = text[self._stable:] if text else "…"
+        if tail.strip():
+            cursor.insertBlock(_paragraph(), QTextCharFormat())
+            cursor.insertFragment(_fragment(tail))
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def end_streaming(self) -> None:
+        """Remove the streaming answer (the finished one is added in its place)."""
+        if self._stream_start is None:
+            return
+        cursor = self._end_cursor()
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        self._stream_start = None
+
+    def _end_cursor(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.End)
+        return cursor
+
+    @staticmethod
+    def _separate(cursor: QTextCursor) -> None:
+        """Start a new message: a rule after the previous one, then a fresh block."""
+        if cursor.position() == 0:
+            return
+        rule = QTextBlockFormat()
+        rule.setProperty(QTextFormat.BlockTrailingHorizontalRulerWidth, 1)
+        cursor.insertBlock(rule, QTextCharFormat())
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+
+    def _with_copy_links(self, text: str) -> str:
+        """Append a 'Copy code' link after each complete fenced code block."""
+        out, inside, fence, block = [], False, "", []
+        for line in text.split("\n"):
+            stripped = line.strip()
+            if not inside and stripped.startswith(("```", "~~~")):
+                inside, fence, block = True, stripped[:3], []
+                out.append(line)
+                continue
+            if inside and stripped.startswith(fence):
+                inside = False
+                out.append(line)
+                self.code_blocks.append("\n".join(block))
+                href = self.action_href("copy", len(self.code_blocks) - 1)
+                out.append(f"\n[Copy code]({href})\n")
+                continue
+            if inside:
+                block.append(line)
+            out.append(line)
+        return "\n".join(out)

@@ -1,0 +1,1 @@
+"""The local API server, remote lanes and the keys they use."""

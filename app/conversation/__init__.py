@@ -1,0 +1,1 @@
+"""The conversation as plain data, no Qt: messages, versions, attachments, thinking."""

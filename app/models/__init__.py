@@ -1,0 +1,1 @@
+"""Loading, choosing and downloading models; the engine's signals on the GUI thread."""

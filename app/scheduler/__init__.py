@@ -1,0 +1,1 @@
+"""The live scheduler view: lanes, timeline, plots, routing ledger."""

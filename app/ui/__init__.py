@@ -1,0 +1,1 @@
+"""Look and basics every room uses: theme, plain text, code highlighting, paths."""
