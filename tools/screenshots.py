@@ -27,7 +27,7 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication(sys.argv)
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from app.store import ChatStore
     from engine import Engine, LaneSpec, gpu_available
 
