@@ -7,7 +7,7 @@ import zlib
 from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtWidgets import QLabel
 
-from app import attach_files
+from app.conversation import attach_files
 from app.conversation.attach_files import join_message, read_attachment, split_message
 
 
@@ -192,7 +192,7 @@ def test_a_flate_bomb_is_refused_with_the_reason(tmp_path):
 def test_the_loader_sends_loaded_whatever_happens(qtbot, tmp_path, monkeypatch):
     """Issue 30 (8): a reader that raised never sent `loaded`, so the tab kept
     waiting for the file and could not send again."""
-    from app import attachment_bar
+    from app.chat import attachment_bar
     from app.chat.attachment_bar import AttachmentLoader
 
     loader = AttachmentLoader()

@@ -12,7 +12,7 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends import fail
 
-from app import keys
+from app.connections import keys
 
 from tests.test_server import _free_port
 from tests.windows import open_window, paced_cpu_engine

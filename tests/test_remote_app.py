@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from app import keys
+from app.connections import keys
 from app.connections.remote_lanes import SETTING, RemoteLanesDialog, key_name, load_saved
 from tests.test_local_server import memory_keyring  # noqa: F401 (a fixture)
 from tests.test_remote_lanes import serving

@@ -302,7 +302,7 @@ def test_a_long_stats_line_never_widens_the_window(qtbot, window):
 
 def test_quit_asks_while_an_answer_streams_and_cancel_keeps_it(qtbot, slow_window,
                                                                monkeypatch):
-    from app import saving_status
+    from app.window import saving_status
 
     window = slow_window
     window.show()
