@@ -210,6 +210,156 @@ def _why_not(fmt: str, faster: bool | None, cost: int, room: int) -> str:
             f"{format_bytes(max(room, 0))} left")
 
 
+@dataclass(slots=True, frozen=True)
+class _Budget:
+    """What a plan is made within: the model, the memory and the rules' constants."""
+    shape: ModelShape
+    budget_bytes: int
+    unified_memory: bool
+    prefix_fraction: float
+    reserve_bytes: int
+    min_kv_tokens: int
+
+    @property
+    def min_kv(self) -> int:
+        """The KV bytes a lane needs to be on."""
+        return self.min_kv_tokens * self.shape.kv_bytes_per_token
+
+    def free(self, weights: int) -> int:
+        """Bytes left after the reserve and `weights` (negative when they do not fit)."""
+        return self.budget_bytes - self.reserve_bytes - weights
+
+    def room(self, weights: int, n_lanes: int) -> int:
+        """Bytes left for more weights once every lane keeps `min_kv` (shares 2, 1, ...)."""
+        smallest_share = 2 if n_lanes == 1 else 1
+        keep = math.ceil(self.min_kv * (n_lanes + 1)
+                         / (smallest_share * (1 - self.prefix_fraction)))
+        return self.free(weights) - keep
+
+
+def _primary_weights(b: _Budget, lanes: list[LaneRequest]) -> tuple[int, str, str]:
+    """The primary's weights: as loaded, or converted in place to its own
+    format; returns their bytes, their format and why."""
+    primary, others, shape = lanes[0], lanes[1:], b.shape
+    loaded, fmt = shape.weight_format, primary.own_format
+    why = f"Holds the weights as loaded ({loaded}, {format_bytes(shape.weight_bytes)})."
+    if not fmt or fmt == loaded:
+        return shape.weight_bytes, loaded, why
+    cost, left = shape.dense_bytes(FORMAT_BYTES[fmt]), b.room(0, len(lanes))
+    readers = [r.name.upper() for r in others
+               if not (r.own_format == fmt and r.own_format_faster)]
+    if primary.own_format_faster and shape.is_quantized and not readers and cost <= left:
+        return cost, fmt, (f"Converted its weights to {fmt} in place ({format_bytes(cost)}): "
+                           f"the probe measured {fmt} faster here.")
+    why_not = (_why_not(fmt, primary.own_format_faster, cost, left)
+               if not primary.own_format_faster or cost > left
+               else "only quantized weights are converted" if not shape.is_quantized
+               else f"the {' and '.join(readers)} lane reads them too")
+    return shape.weight_bytes, loaded, why[:-1] + f": {why_not}."
+
+
+def _lane_weights(b: _Budget, r: LaneRequest, primary: LaneRequest, primary_format: str,
+                  weights: int, n_active: int) -> tuple[str | None, int, str]:
+    """Another lane's weights, with `weights` bytes held already and
+    `n_active` lanes on: the primary's arrays ("shared"), its own copy, or
+    None (off: the copy it must hold does not fit); returns the format, the
+    copy's bytes and why."""
+    shape = b.shape
+    own = r.own_format if r.own_format not in (None, primary_format) else None
+    needs_copy = not b.unified_memory and r.device != primary.device
+    left = b.room(weights, n_active)
+    cost = shape.dense_bytes(FORMAT_BYTES[own]) if own else 0
+    if own and r.own_format_faster and cost <= left:
+        return own, cost, (f"Holds its own {own} copy ({format_bytes(cost)}): the probe "
+                           f"measured it faster here than the shared weights.")
+    if needs_copy and shape.weight_bytes <= left:
+        return shape.weight_format, shape.weight_bytes, (
+            f"Holds its own copy of the weights as loaded "
+            f"({format_bytes(shape.weight_bytes)}): it cannot read the "
+            f"{primary.name.upper()} lane's memory"
+            + (f", and {_why_not(own, r.own_format_faster, cost, left)}." if own else "."))
+    if needs_copy:
+        free = b.free(weights)
+        return None, 0, (f"Off: its own copy of the weights "
+                         f"({format_bytes(shape.weight_bytes)}) does not fit in the "
+                         f"{format_bytes(max(free, 0))} left, with "
+                         f"{format_bytes(max(free - left, 0))} kept for KV and the "
+                         f"prefix cache.")
+    return "shared", 0, (f"Reads the {primary.name.upper()} lane's {primary_format} weights"
+                         + (f": {_why_not(own, r.own_format_faster, cost, left)}."
+                            if own else "."))
+
+
+@dataclass(slots=True)
+class _Lanes:
+    """The plan's lanes as it is made: those still on, their weight formats,
+    the bytes of their own copies, and why."""
+    active: list[LaneRequest]
+    formats: dict[str, str]
+    extras: dict[str, int]
+    reasons: dict[str, str]
+
+    def off(self, r: LaneRequest, reason: str) -> None:
+        """Turn lane `r` off, for `reason`: its copy no longer counts."""
+        self.active.remove(r)
+        self.extras.pop(r.name, None)
+        self.reasons[r.name] = reason
+
+
+def _other_lanes(b: _Budget, lanes: list[LaneRequest], shared: int,
+                 primary_format: str) -> _Lanes:
+    """Every other lane, in order: it shares the primary's arrays, holds its
+    own copy, or is off."""
+    primary = lanes[0]
+    plan = _Lanes(list(lanes), {primary.name: primary_format}, {}, {})
+    for r in lanes[1:]:
+        fmt, extra, reason = _lane_weights(b, r, primary, primary_format,
+                                           shared + sum(plan.extras.values()),
+                                           len(plan.active))
+        if fmt is None:
+            plan.off(r, reason)
+            continue
+        plan.formats[r.name], plan.reasons[r.name] = fmt, reason
+        if extra:  # its own copy
+            plan.extras[r.name] = extra
+    return plan
+
+
+def _kv_budgets(b: _Budget, plan: _Lanes, shared: int) -> tuple[int, int, dict[str, int]]:
+    """Shares of what is left after the weights (primary 2, every other lane
+    1); a lane that would get less than `min_kv` is off, the last such lane
+    first, and the others share again. Returns the bytes free, the prefix
+    cache and each lane's KV."""
+    primary, kv_per_token = plan.active[0], b.shape.kv_bytes_per_token
+    while True:
+        free = max(b.free(shared + sum(plan.extras.values())), 0)
+        prefix = int(free * b.prefix_fraction)
+        shares = {r.name: (2 if r is primary else 1) for r in plan.active}
+        kv = {name: (free - prefix) * s // sum(shares.values()) for name, s in shares.items()}
+        short = [r for r in plan.active[1:] if kv[r.name] < b.min_kv]
+        if not short:
+            return free, prefix, kv
+        r = short[-1]
+        plan.off(r, f"Off: it would get {format_bytes(kv[r.name])} of KV cache "
+                    f"({kv[r.name] // max(kv_per_token, 1):,} tokens), less than the "
+                    f"{format_bytes(b.min_kv)} ({b.min_kv_tokens:,} tokens) a lane needs.")
+
+
+def _primary_when_short(b: _Budget, shared: int, free: int, kv: int) -> tuple[str, int | None]:
+    """The primary is never off: what its reason adds when the weights exceed
+    the budget, or when its KV is below `min_kv` (then it takes all that is
+    free, returned as its new KV; else None)."""
+    if shared > b.budget_bytes:
+        return (f" The weights exceed the budget ({format_bytes(b.budget_bytes)}); "
+                f"the model is loaded already, so this lane runs with what is left.", None)
+    if kv < b.min_kv:
+        return (f" Memory is very tight: only {format_bytes(free)} of KV cache "
+                f"({free // max(b.shape.kv_bytes_per_token, 1):,} tokens) fits, less than "
+                f"the {format_bytes(b.min_kv)} a lane should have; the engine runs this "
+                f"lane alone.", free)
+    return "", None
+
+
 def plan_memory(shape: ModelShape, lanes: list[LaneRequest], budget_bytes: int,
                 unified_memory: bool = True, prefix_fraction: float = 0.15,
                 reserve_bytes: int = 512 << 20, min_kv_tokens: int = 2048) -> MemoryPlan:
@@ -220,107 +370,28 @@ def plan_memory(shape: ModelShape, lanes: list[LaneRequest], budget_bytes: int,
         raise ValueError("lane names must be unique")
     if not 0 <= prefix_fraction < 1:
         raise ValueError("prefix_fraction must be in [0, 1)")
-    kv_per_token = shape.kv_bytes_per_token
-    min_kv = min_kv_tokens * kv_per_token
-    primary, others = lanes[0], list(lanes[1:])
-    loaded = shape.weight_format
-
-    def room(weights: int, n_lanes: int) -> int:
-        """Bytes left for more weights once every lane keeps `min_kv` (shares 2, 1, ...)."""
-        smallest_share = 2 if n_lanes == 1 else 1
-        keep = math.ceil(min_kv * (n_lanes + 1) / (smallest_share * (1 - prefix_fraction)))
-        return budget_bytes - reserve_bytes - weights - keep
-
-    # The primary: the weights as loaded, or converted in place.
-    shared, primary_format = shape.weight_bytes, loaded
-    fmt = primary.own_format
-    primary_why = f"Holds the weights as loaded ({loaded}, {format_bytes(shared)})."
-    if fmt and fmt != loaded:
-        cost, left = shape.dense_bytes(FORMAT_BYTES[fmt]), room(0, len(lanes))
-        readers = [r.name.upper() for r in others
-                   if not (r.own_format == fmt and r.own_format_faster)]
-        if primary.own_format_faster and shape.is_quantized and not readers and cost <= left:
-            shared, primary_format = cost, fmt
-            primary_why = (f"Converted its weights to {fmt} in place ({format_bytes(cost)}): "
-                           f"the probe measured {fmt} faster here.")
-        else:
-            why = (_why_not(fmt, primary.own_format_faster, cost, left)
-                   if not primary.own_format_faster or cost > left
-                   else "only quantized weights are converted" if not shape.is_quantized
-                   else f"the {' and '.join(readers)} lane reads them too")
-            primary_why = primary_why[:-1] + f": {why}."
-
-    # Other lanes: share the primary's arrays, or hold their own copy, or are off.
-    active = list(lanes)
-    formats: dict[str, str] = {primary.name: primary_format}
-    extras: dict[str, int] = {}
-    reasons: dict[str, str] = {}
-    for r in others:
-        own = r.own_format if r.own_format not in (None, primary_format) else None
-        needs_copy = not unified_memory and r.device != primary.device
-        extra = sum(extras.values())
-        left = room(shared + extra, len(active))
-        cost = shape.dense_bytes(FORMAT_BYTES[own]) if own else 0
-        if own and r.own_format_faster and cost <= left:
-            formats[r.name], extras[r.name] = own, cost
-            reasons[r.name] = (f"Holds its own {own} copy ({format_bytes(cost)}): the probe "
-                               f"measured it faster here than the shared weights.")
-        elif needs_copy and shape.weight_bytes <= left:
-            formats[r.name], extras[r.name] = loaded, shape.weight_bytes
-            reasons[r.name] = (f"Holds its own copy of the weights as loaded "
-                               f"({format_bytes(shape.weight_bytes)}): it cannot read the "
-                               f"{primary.name.upper()} lane's memory"
-                               + (f", and {_why_not(own, r.own_format_faster, cost, left)}."
-                                  if own else "."))
-        elif needs_copy:
-            active.remove(r)
-            free = budget_bytes - reserve_bytes - shared - extra
-            reasons[r.name] = (f"Off: its own copy of the weights "
-                               f"({format_bytes(shape.weight_bytes)}) does not fit in the "
-                               f"{format_bytes(max(free, 0))} left, with "
-                               f"{format_bytes(max(free - left, 0))} kept for KV and the "
-                               f"prefix cache.")
-        else:
-            formats[r.name] = "shared"
-            reasons[r.name] = (f"Reads the {primary.name.upper()} lane's {primary_format} weights"
-                               + (f": {_why_not(own, r.own_format_faster, cost, left)}."
-                                  if own else "."))
-
-    # KV budgets: shares of what is left; lanes that would get too little are off.
-    while True:
-        free = max(budget_bytes - reserve_bytes - shared - sum(extras.values()), 0)
-        prefix = int(free * prefix_fraction)
-        shares = {r.name: (2 if r is primary else 1) for r in active}
-        kv = {name: (free - prefix) * s // sum(shares.values()) for name, s in shares.items()}
-        short = [r for r in active[1:] if kv[r.name] < min_kv]
-        if not short:
-            break
-        r = short[-1]
-        active.remove(r)
-        extras.pop(r.name, None)
-        reasons[r.name] = (f"Off: it would get {format_bytes(kv[r.name])} of KV cache "
-                           f"({kv[r.name] // max(kv_per_token, 1):,} tokens), less than the "
-                           f"{format_bytes(min_kv)} ({min_kv_tokens:,} tokens) a lane needs.")
-    if shared > budget_bytes:
-        primary_why += (f" The weights exceed the budget ({format_bytes(budget_bytes)}); "
-                        f"the model is loaded already, so this lane runs with what is left.")
-    elif kv[primary.name] < min_kv:
-        prefix, kv[primary.name] = 0, free
-        primary_why += (f" Memory is very tight: only {format_bytes(free)} of KV cache "
-                        f"({free // max(kv_per_token, 1):,} tokens) fits, less than the "
-                        f"{format_bytes(min_kv)} a lane should have; the engine runs this "
-                        f"lane alone.")
-    reasons[primary.name] = primary_why
+    b = _Budget(shape, budget_bytes, unified_memory, prefix_fraction, reserve_bytes,
+                min_kv_tokens)
+    primary = lanes[0]
+    shared, primary_format, primary_why = _primary_weights(b, lanes)
+    plan = _other_lanes(b, lanes, shared, primary_format)
+    free, prefix, kv = _kv_budgets(b, plan, shared)
+    note, all_free = _primary_when_short(b, shared, free, kv[primary.name])
+    if all_free is not None:  # no prefix cache: every byte for the lane that must run
+        prefix, kv[primary.name] = 0, all_free
+    plan.reasons[primary.name] = primary_why + note
     # A lane cannot use more KV than its slots hold at the model's context,
     # nor the prefix cache more than every lane's KV together.
-    for r in active:
+    for r in plan.active:
         if r.max_sequences:
-            kv[r.name] = min(kv[r.name], r.max_sequences * shape.context_length * kv_per_token)
-    prefix = min(prefix, sum(kv[r.name] for r in active))
-    enabled = {r.name for r in active}
+            kv[r.name] = min(kv[r.name],
+                             r.max_sequences * shape.context_length * shape.kv_bytes_per_token)
+    prefix = min(prefix, sum(kv[r.name] for r in plan.active))
+    enabled = {r.name for r in plan.active}
     plans = tuple(LanePlan(r.name, r.device, r.name in enabled,
-                           formats.get(r.name, "off") if r.name in enabled else "off",
-                           extras.get(r.name, 0), kv.get(r.name, 0) if r.name in enabled else 0,
-                           reasons[r.name]) for r in lanes)
-    return MemoryPlan(budget_bytes, kv_per_token, shared, prefix, plans,
+                           plan.formats.get(r.name, "off") if r.name in enabled else "off",
+                           plan.extras.get(r.name, 0),
+                           kv.get(r.name, 0) if r.name in enabled else 0,
+                           plan.reasons[r.name]) for r in lanes)
+    return MemoryPlan(budget_bytes, shape.kv_bytes_per_token, shared, prefix, plans,
                       context_length=shape.context_length)
