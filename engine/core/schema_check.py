@@ -152,64 +152,14 @@ class _Graph:
         array, what it requires; anyOf/oneOf and a list of types need one
         branch), solved by propagation from what needs nothing, in time
         linear in its size (as for a grammar's productive symbols)."""
-        needs: dict[int, int] = {}  # node -> how many more of its needs must be met
-        parents: dict[int, list[int]] = {}
-        ready: list[int] = []
-        fresh = iter(range(-1, -(1 << 62), -1))  # keys of OR groups inside a node
-
-        def add(key: int, members: list[int], any_of: bool = False) -> int:
-            needs[key] = 1 if any_of else len(members)
-            if not any_of and not members:
-                ready.append(key)
-            for m in members:
-                parents.setdefault(m, []).append(key)
-            return key
-
-        todo, seen, refs = [self.root], set(), []
+        needs, refs = _Needs(), []
+        todo, seen = [self.root], set()
         while todo:
             node = todo.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if not isinstance(node, dict):
-                add(id(node), [], any_of=node is False)  # nothing matches `false`
-                continue
-            members: list = []
-            target = self.resolve(node.get("$ref"))
-            if target is not None:
-                members.append(target)
-                refs.append(node)
-            members.extend(m for m in node.get("allOf") or [] if isinstance(m, (dict, bool)))
-            keys = [id(m) for m in members]
-            for group in ("anyOf", "oneOf"):
-                branches = [b for b in node.get(group) or [] if isinstance(b, (dict, bool))]
-                if branches:
-                    keys.append(add(next(fresh), [id(b) for b in branches], any_of=True))
-                    members.extend(branches)
-            types = node.get("type")
-            types = [types] if isinstance(types, str) else types
-            if isinstance(types, list) and types and all(t in ("object", "array")
-                                                         for t in types):
-                branches = []
-                for kind in dict.fromkeys(types):
-                    needed = self._needed(node, kind)
-                    branches.append(add(next(fresh), [id(n) for n in needed]))
-                    members.extend(needed)
-                keys.append(add(next(fresh), branches, any_of=True))
-            add(id(node), keys)
-            for where, child in self.children(node):
-                self._note(child, where, self.paths.get(id(node), "#"))
-            todo.extend(members)
-        proven = set()
-        while ready:
-            key = ready.pop()
-            if key in proven:
-                continue
-            proven.add(key)
-            for parent in parents.get(key, ()):
-                needs[parent] -= 1
-                if needs[parent] <= 0:
-                    ready.append(parent)
+            if id(node) not in seen:
+                seen.add(id(node))
+                todo.extend(self._add_needs(needs, node, refs))
+        proven = needs.met()
         if id(self.root) in proven:
             return
         traps = [self.paths.get(id(n), "#") for n in refs if id(n) not in proven]
@@ -218,6 +168,38 @@ class _Graph:
         raise SchemaError(
             "The JSON schema cannot be satisfied: no finite JSON value matches it (at "
             f"{traps[-1]}, a value is required that must hold another like it, without end).")
+
+    def _add_needs(self, needs: "_Needs", node, refs: list) -> list:
+        """Add what `node` needs to `needs` (a node with a `$ref` to `refs`);
+        returns the subschemas it needs, to be added in turn."""
+        if not isinstance(node, dict):
+            needs.add(id(node), [], any_of=node is False)  # nothing matches `false`
+            return []
+        members: list = []
+        target = self.resolve(node.get("$ref"))
+        if target is not None:
+            members.append(target)
+            refs.append(node)
+        members.extend(m for m in node.get("allOf") or [] if isinstance(m, (dict, bool)))
+        keys = [id(m) for m in members]
+        for group in ("anyOf", "oneOf"):
+            branches = [b for b in node.get(group) or [] if isinstance(b, (dict, bool))]
+            if branches:
+                keys.append(needs.add(needs.fresh(), [id(b) for b in branches], any_of=True))
+                members.extend(branches)
+        types = node.get("type")
+        types = [types] if isinstance(types, str) else types
+        if isinstance(types, list) and types and all(t in ("object", "array") for t in types):
+            branches = []
+            for kind in dict.fromkeys(types):
+                needed = self._needed(node, kind)
+                branches.append(needs.add(needs.fresh(), [id(n) for n in needed]))
+                members.extend(needed)
+            keys.append(needs.add(needs.fresh(), branches, any_of=True))
+        needs.add(id(node), keys)
+        for where, child in self.children(node):
+            self._note(child, where, self.paths.get(id(node), "#"))
+        return members
 
     @staticmethod
     def _needed(node: dict, kind: str) -> list:
@@ -244,3 +226,42 @@ class _Graph:
         if least > len(prefix) and isinstance(items, (dict, bool)):
             out.append(items)
         return out
+
+
+class _Needs:
+    """An AND/OR graph over keys (a node's id, or a fresh key for a group
+    inside a node): a key is met when all its members are (AND), or one of
+    them (OR); `met` propagates from the keys that need nothing."""
+
+    def __init__(self):
+        self.needs: dict[int, int] = {}  # key -> how many more of its needs must be met
+        self.parents: dict[int, list[int]] = {}
+        self.ready: list[int] = []
+        self._fresh = iter(range(-1, -(1 << 62), -1))  # never a live object's id
+
+    def fresh(self) -> int:
+        """A key for a group inside a node."""
+        return next(self._fresh)
+
+    def add(self, key: int, members: list[int], any_of: bool = False) -> int:
+        """`key` needs all of `members` (or one of them, `any_of`); returns it."""
+        self.needs[key] = 1 if any_of else len(members)
+        if not any_of and not members:
+            self.ready.append(key)
+        for m in members:
+            self.parents.setdefault(m, []).append(key)
+        return key
+
+    def met(self) -> set[int]:
+        """Every key whose needs can be met."""
+        proven = set()
+        while self.ready:
+            key = self.ready.pop()
+            if key in proven:
+                continue
+            proven.add(key)
+            for parent in self.parents.get(key, ()):
+                self.needs[parent] -= 1
+                if self.needs[parent] <= 0:
+                    self.ready.append(parent)
+        return proven
