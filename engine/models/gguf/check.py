@@ -136,6 +136,14 @@ class _Reader:
 
 
 def _check(r: _Reader) -> list[TensorInfo]:
+    n_tensors, n_kv = _read_counts(r)
+    alignment = _read_metadata(r, n_kv)
+    infos = _read_tensor_infos(r, n_tensors)
+    return _place_tensors(r, infos, alignment)
+
+
+def _read_counts(r: _Reader) -> tuple[int, int]:
+    """The version, then the tensor and metadata counts, bounded by the file's size."""
     version = r.u32("version")
     if version not in SUPPORTED_VERSIONS:
         raise _Damaged(f"unsupported GGUF version {version} (Tandem reads versions 2 and 3)")
@@ -146,7 +154,11 @@ def _check(r: _Reader) -> list[TensorInfo]:
     if 13 * n_kv + 32 * n_tensors > r.size - r.off:
         raise _Damaged(f"the header claims {n_tensors} tensors and {n_kv} metadata keys, "
                        f"more than a {r.size}-byte file can hold")
+    return n_tensors, n_kv
 
+
+def _read_metadata(r: _Reader, n_kv: int) -> int:
+    """Walk the metadata (each key once); returns the data alignment."""
     alignment = GGUF_DEFAULT_ALIGNMENT
     keys: set[str] = set()
     for _ in range(n_kv):
@@ -164,7 +176,11 @@ def _check(r: _Reader) -> list[TensorInfo]:
                 raise _Damaged(f"alignment {alignment} is not a power of two")
         else:
             _skip_value(r, key, vtype)
+    return alignment
 
+
+def _read_tensor_infos(r: _Reader, n_tensors: int) -> list[tuple[str, tuple, int, int]]:
+    """Each tensor's (name, dims, type, offset), names unique, dims bounded."""
     infos = []
     names: set[str] = set()
     for i in range(n_tensors):
@@ -180,8 +196,13 @@ def _check(r: _Reader) -> list[TensorInfo]:
         ttype = r.u32(f"the type of tensor '{name}'")
         offset = r.u64(f"the data offset of tensor '{name}'")
         infos.append((name, dims, ttype, offset))
-    data_start = -(-r.off // alignment) * alignment
+    return infos
 
+
+def _place_tensors(r: _Reader, infos: list[tuple[str, tuple, int, int]],
+                   alignment: int) -> list[TensorInfo]:
+    """Each tensor's data: aligned, inside the file, overlapping no other."""
+    data_start = -(-r.off // alignment) * alignment
     spans = []
     checked = []
     for name, dims, ttype, offset in infos:

@@ -115,6 +115,29 @@ _CONFIG_KEYS = {"num_hidden_layers": "block_count", "hidden_size": "embedding_le
 
 def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
     """An mlx-lm config dict for the GGUF's architecture."""
+    arch = _architecture(metadata)
+    config = _shape_config(metadata, arch)
+    _check_shape(config, arch)
+    if arch == "gemma3":
+        # llama.cpp keeps these fixed for Gemma 3 rather than in the metadata:
+        # every 6th layer global, local RoPE base 10k, and the query scale of
+        # the head size (of hidden / heads for the 62-layer 27B).
+        config["sliding_window"] = int(_scalar(metadata, "gemma3.attention.sliding_window", 512))
+        config["sliding_window_pattern"] = int(
+            _scalar(metadata, "gemma3.attention.sliding_window_pattern", 6))
+        config["rope_local_base_freq"] = 10000.0
+        config["query_pre_attn_scalar"] = (
+            config["hidden_size"] // config["num_attention_heads"]
+            if config["num_hidden_layers"] == 62 else config["head_dim"])
+    if arch == "phi3":
+        config["original_max_position_embeddings"] = int(_scalar(
+            metadata, "phi3.rope.scaling.original_context_length",
+            config["max_position_embeddings"]))
+    return config
+
+
+def _architecture(metadata: dict[str, Any]) -> str:
+    """The file's `general.architecture`, if Tandem builds it."""
     arch = _scalar(metadata, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise EngineError(
@@ -122,6 +145,11 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
             f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)}).",
             "unsupported-architecture",
         )
+    return arch
+
+
+def _shape_config(metadata: dict[str, Any], arch: str) -> dict[str, Any]:
+    """The config's sizes and constants from the `<arch>.*` keys (unchecked)."""
     try:
         hidden = int(_scalar(metadata, f"{arch}.embedding_length"))
         n_heads = int(_scalar(metadata, f"{arch}.attention.head_count"))
@@ -150,30 +178,19 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
     config["rope_traditional"] = arch == "llama"
     key_length = _scalar(metadata, f"{arch}.attention.key_length")
     config["head_dim"] = (int(key_length) if key_length else
-                          config["hidden_size"] // n_heads if n_heads > 0 else None)
+                          hidden // n_heads if n_heads > 0 else None)
     config["tie_word_embeddings"] = True  # the loader unties it when the file has an output
+    return config
+
+
+def _check_shape(config: dict[str, Any], arch: str) -> None:
+    """config_check's bounds, naming the file's own key too."""
     try:
         check_config(config, "GGUF metadata")
-    except EngineError as e:  # name the file's own key too
+    except EngineError as e:
         keys = [f"{arch}.{key}" for name, key in _CONFIG_KEYS.items() if name in str(e)]
         raise EngineError(f"{e} (GGUF key {', '.join(keys)})" if keys else str(e),
                           e.kind) from None
-    if arch == "gemma3":
-        # llama.cpp keeps these fixed for Gemma 3 rather than in the metadata:
-        # every 6th layer global, local RoPE base 10k, and the query scale of
-        # the head size (of hidden / heads for the 62-layer 27B).
-        config["sliding_window"] = int(_scalar(metadata, "gemma3.attention.sliding_window", 512))
-        config["sliding_window_pattern"] = int(
-            _scalar(metadata, "gemma3.attention.sliding_window_pattern", 6))
-        config["rope_local_base_freq"] = 10000.0
-        config["query_pre_attn_scalar"] = (hidden // n_heads
-                                           if config["num_hidden_layers"] == 62
-                                           else config["head_dim"])
-    if arch == "phi3":
-        config["original_max_position_embeddings"] = int(_scalar(
-            metadata, "phi3.rope.scaling.original_context_length",
-            config["max_position_embeddings"]))
-    return config
 
 
 def rename_weights(weights: dict[str, mx.array], arch: str = "llama") -> dict[str, mx.array]:
