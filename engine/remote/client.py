@@ -208,60 +208,98 @@ async def stream_completion(client: httpx.AsyncClient, base: str, key: str | Non
                                    json=body)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    end_at = start + total_s if total_s is not None else float("inf")
+    pace = _Pace(loop, total_s, wait=first_s, stall_at=start + first_s,
+                 end_at=start + total_s if total_s is not None else float("inf"))
     try:
-        async with asyncio.timeout_at(min(start + first_s, end_at)):
+        async with asyncio.timeout_at(pace.deadline):
             response = await client.send(request, stream=True)
     except TimeoutError:
-        raise _timeout(loop.time() >= end_at, total_s, first_s, False) from None
+        raise pace.timeout() from None
     except httpx.HTTPError as exc:
         raise _transport_fault(exc) from None
     lines = _lines(response)
     try:
         if response.status_code != 200:
             raise await _status_fault(response, first_s)
-        wait, chars, finished = first_s, 0, False
-        stall_at = start + first_s  # moved on by text only
-        while True:
-            # Checked here too: a flood of events may never suspend this task,
-            # so the timeout below could not fire.
-            if loop.time() >= min(stall_at, end_at):
-                if finished:  # the answer ended; only its trailer is late
-                    break
-                raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0)
-            try:
-                async with asyncio.timeout_at(min(stall_at, end_at)):
-                    line = await anext(lines)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                if finished:  # a finish reason, then silence or empty events: it ended
-                    break
-                raise _timeout(loop.time() >= end_at, total_s, wait, chars > 0) from None
-            except httpx.HTTPError as exc:
-                raise _transport_fault(exc) from None
-            if not line.strip() or line.startswith(":"):
-                continue  # keep-alive comments
-            if not line.startswith("data:"):
-                if line.startswith(("event:", "id:", "retry:")):
-                    continue
-                raise RemoteFault("garbage", "a line that is not a server-sent event")
+        while (line := await pace.next_line(lines)) is not None:
+            if not _is_data(line):
+                continue
             chunk = _parse_event(line, chat)
             if chunk is None:
                 break
-            if chunk.text or chunk.reasoning:  # progress: empty chunks keep nothing alive
-                wait = stall_s
-                stall_at = loop.time() + stall_s
-            chars += len(chunk.text) + len(chunk.reasoning)
-            if chars > max_chars:
-                raise RemoteFault("garbage", "more text than max_tokens allows")
-            finished = finished or chunk.finish_reason is not None
+            pace.advance(chunk, stall_s, max_chars)
             yield chunk
-        if not finished:
+        if not pace.finished:
             raise RemoteFault("cut", "the stream ended before the answer did")
     finally:
         await lines.aclose()
         await response.aclose()
+
+
+def _is_data(line: str) -> bool:
+    """Whether `line` is a `data:` event; blank lines, keep-alive comments and
+    the other fields are skipped, anything else is garbage."""
+    if not line.strip() or line.startswith(":"):
+        return False  # keep-alive comments
+    if not line.startswith("data:"):
+        if line.startswith(("event:", "id:", "retry:")):
+            return False
+        raise RemoteFault("garbage", "a line that is not a server-sent event")
+    return True
+
+
+@dataclass(slots=True)
+class _Pace:
+    """An answer's deadlines: `stall_at` moves on with text only (`wait`
+    after it), `end_at` (`total_s` after the request) never moves."""
+    loop: asyncio.AbstractEventLoop
+    total_s: float | None
+    wait: float
+    stall_at: float
+    end_at: float
+    chars: int = 0
+    finished: bool = False  # a finish reason came: only its trailer may follow
+
+    @property
+    def deadline(self) -> float:
+        return min(self.stall_at, self.end_at)
+
+    def timeout(self) -> RemoteFault:
+        """The fault for a deadline passed now."""
+        return _timeout(self.loop.time() >= self.end_at, self.total_s, self.wait,
+                        self.chars > 0)
+
+    async def next_line(self, lines: AsyncIterator[str]) -> str | None:
+        """The next line before the deadline; None when the stream ends, or
+        when it goes quiet past the deadline after a finish reason."""
+        # Checked here too: a flood of events may never suspend this task,
+        # so the timeout below could not fire.
+        if self.loop.time() >= self.deadline:
+            if self.finished:  # the answer ended; only its trailer is late
+                return None
+            raise self.timeout()
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                return await anext(lines)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            if self.finished:  # a finish reason, then silence or empty events: it ended
+                return None
+            raise self.timeout() from None
+        except httpx.HTTPError as exc:
+            raise _transport_fault(exc) from None
+
+    def advance(self, chunk: Chunk, stall_s: float, max_chars: int) -> None:
+        """Count a chunk: text moves the stall deadline on (empty chunks keep
+        nothing alive); more text than `max_chars` in all is garbage."""
+        if chunk.text or chunk.reasoning:
+            self.wait = stall_s
+            self.stall_at = self.loop.time() + stall_s
+        self.chars += len(chunk.text) + len(chunk.reasoning)
+        if self.chars > max_chars:
+            raise RemoteFault("garbage", "more text than max_tokens allows")
+        self.finished = self.finished or chunk.finish_reason is not None
 
 
 def _timeout(overall: bool, total_s: float | None, wait: float, mid: bool) -> RemoteFault:

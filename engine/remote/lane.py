@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from ..core.director import Director
@@ -279,20 +280,30 @@ class RemoteLane(SchedulerState):
         """Stream one answer; returns its raw text (what it streamed so far is
         in `_received` meanwhile, for a fault's hand-back). Its text stops at
         max_tokens (finish "length"); the counts it reports are clamped."""
-        spec, scheduler, director = self.spec, self.scheduler, self.director
+        scheduler = self.scheduler
         believed = 0 if probe else scheduler.held_for(request)
-        view = director.request_view(request) if not probe else None
         n_at_start = max(scheduler.batch_size, 1)
-        predicted = (scheduler.cost.request_s(request.num_prompt - believed,
-                                              view.expected_output, n_at_start)
-                     if view is not None else None)
-        max_tokens = request.params.max_tokens
-        budget = OutputBudget(max_tokens, self.encode)
-        finish, usage_cached, usage_out, usage_prompt = None, None, None, None
-        concurrency, seen = 0.0, 0
-        sent = time.monotonic()
-        first = None
-        stream = request.text
+        predicted = None if probe else self._predicted_s(request, believed, n_at_start)
+        budget = OutputBudget(request.params.max_tokens, self.encode)
+        answer = _Answer(budget, believed, n_at_start, predicted, sent=time.monotonic())
+        await self._stream(request, answer, probe)
+        if answer.finish not in ("stop", "length"):
+            raise RemoteFault("cut", f"the answer ended with {answer.finish!r}")
+        return self._settle(request, answer, probe)
+
+    def _predicted_s(self, request: Request, believed: int, n_at_start: int) -> float | None:
+        """The cost model's seconds for the whole answer, as it is sent."""
+        view = self.director.request_view(request)
+        if view is None:
+            return None
+        return self.scheduler.cost.request_s(request.num_prompt - believed,
+                                             view.expected_output, n_at_start)
+
+    async def _stream(self, request: Request, answer: "_Answer", probe: bool) -> None:
+        """Read the remote's chunks into `answer` and the request's tokens
+        until it finishes, a stop string ends it or max_tokens is reached."""
+        spec, scheduler = self.spec, self.scheduler
+        max_tokens, budget = request.params.max_tokens, answer.budget
         chunks = stream_completion(
             self._client, spec.url, self._key, self._body(request), spec.first_token_s,
             spec.stall_s, CHARS_PER_TOKEN_LIMIT * max_tokens,
@@ -302,75 +313,112 @@ class RemoteLane(SchedulerState):
         # remote's stream closes now (it stops generating), not when collected.
         async with contextlib.aclosing(chunks) as chunks:
             async for chunk in chunks:
-                concurrency += max(scheduler.batch_size, 1)
-                seen += 1
-                if chunk.cached_tokens is not None:
-                    usage_cached = chunk.cached_tokens
-                if chunk.completion_tokens is not None:
-                    usage_out = min(chunk.completion_tokens, max_tokens)
-                if chunk.prompt_tokens is not None:
-                    usage_prompt = chunk.prompt_tokens
-                finish = chunk.finish_reason or finish
+                answer.read(chunk, max_tokens, scheduler.batch_size)
                 text, thought = budget.take(chunk.text, chunk.reasoning)
                 if not (text or thought):
                     if budget.full:
-                        finish = "length"
+                        answer.finish = "length"
                         break
                     continue
-                if first is None:
-                    first = time.monotonic()
-                    request.first_token_at = director.clock()
-                if thought and stream is not None:  # a chat's thinking, apart
-                    stream.reasoning += thought
-                    director.emit(Token(request.request_id, request.tab_id, -1, "",
-                                        self.name, director.clock(), reasoning=thought))
-                if text:
-                    if not probe:
-                        self._received[request.request_id] = budget.text
-                    if stream is not None:
-                        shown, thinking = stream.add_text(text)
-                        if shown or thinking:
-                            director.emit(Token(request.request_id, request.tab_id, -1,
-                                                shown, self.name, director.clock(),
-                                                reasoning=thinking))
-                        if stream.stopped:
-                            finish = "stop"
-                            break
-                    scheduler.output_tokens += 1
-                if budget.full:  # the rest is beyond max_tokens: not shown, not counted
-                    finish = "length"
+                if self._show(request, answer, text, thought, probe):
+                    answer.finish = "stop"
                     break
-        if finish not in ("stop", "length"):
-            raise RemoteFault("cut", f"the answer ended with {finish!r}")
+                if budget.full:  # the rest is beyond max_tokens: not shown, not counted
+                    answer.finish = "length"
+                    break
+
+    def _show(self, request: Request, answer: "_Answer", text: str, thought: str,
+              probe: bool) -> bool:
+        """A chunk's thinking and text as the request's tokens; True when a
+        stop string ended the answer."""
+        director, stream = self.director, request.text
+        if answer.first is None:
+            answer.first = time.monotonic()
+            request.first_token_at = director.clock()
+        if thought and stream is not None:  # a chat's thinking, apart
+            stream.reasoning += thought
+            director.emit(Token(request.request_id, request.tab_id, -1, "",
+                                self.name, director.clock(), reasoning=thought))
+        if not text:
+            return False
+        if not probe:
+            self._received[request.request_id] = answer.budget.text
+        if stream is not None:
+            shown, thinking = stream.add_text(text)
+            if shown or thinking:
+                director.emit(Token(request.request_id, request.tab_id, -1, shown,
+                                    self.name, director.clock(), reasoning=thinking))
+            if stream.stopped:
+                return True
+        self.scheduler.output_tokens += 1
+        return False
+
+    def _settle(self, request: Request, answer: "_Answer", probe: bool) -> str:
+        """A finished answer: its counts (the server's, clamped), what the
+        cost model learns from it, and (unless the probe) the request
+        finished; returns its raw text."""
         end = time.monotonic()
-        raw = budget.text
-        if request.messages is not None and usage_prompt is not None:
+        scheduler, max_tokens, raw = self.scheduler, request.params.max_tokens, answer.budget.text
+        if request.messages is not None and answer.usage_prompt is not None:
             # A remote model's prompt: its server counted it (ours guessed),
             # bounded by what the chat can be (it becomes a list's length).
-            request.prompt_ids = [0] * bound_prompt_tokens(usage_prompt, request.messages)
-        if usage_cached is not None:
-            usage_cached = min(usage_cached, request.num_prompt)
+            request.prompt_ids = [0] * bound_prompt_tokens(answer.usage_prompt,
+                                                           request.messages)
+        cached = (min(answer.usage_cached, request.num_prompt)
+                  if answer.usage_cached is not None else None)
         ids = self.encode(raw)[:max_tokens] if self.encode is not None else []
-        out = usage_out if usage_out is not None else (len(ids) or min(budget.chunks, max_tokens))
+        out = (answer.usage_out if answer.usage_out is not None
+               else (len(ids) or min(answer.budget.chunks, max_tokens)))
         if self.encode is None:
             ids = [-1] * out  # counted, not known: the server's tokens (<= max_tokens)
-        ttft = (first or end) - sent
-        mean_n = concurrency / seen if seen else float(n_at_start)
+        first = answer.first or end
+        mean_n = answer.concurrency / answer.seen if answer.seen else float(answer.n_at_start)
         cost = scheduler.cost
         expected_tpot = 1 / cost.stream_tps(round(mean_n))
-        kept = out < 2 or (end - (first or end)) / (out - 1) <= 1.5 * expected_tpot
-        uncached = request.num_prompt - (usage_cached if usage_cached is not None else believed)
-        cost.observe(uncached, ttft, out, end - (first or end), mean_n, predicted, end - sent)
+        kept = out < 2 or (end - first) / (out - 1) <= 1.5 * expected_tpot
+        uncached = request.num_prompt - (cached if cached is not None else answer.believed)
+        cost.observe(uncached, first - answer.sent, out, end - first, mean_n,
+                     answer.predicted, end - answer.sent)
         if probe:
             scheduler.breaker.success()
             return raw
         request.output_ids = ids
-        request.cached_tokens = usage_cached if usage_cached is not None else believed
-        scheduler.answered(request, request.prompt_ids + ids, usage_cached, believed, mean_n,
+        request.cached_tokens = cached if cached is not None else answer.believed
+        scheduler.answered(request, request.prompt_ids + ids, cached, answer.believed, mean_n,
                            kept)
         scheduler.done(request)
-        director.finish(request, finish, self.name)
+        self.director.finish(request, answer.finish, self.name)
         return raw
+
+
+@dataclass(slots=True)
+class _Answer:
+    """One answer in flight: what was believed and predicted as it was sent,
+    then what its stream said besides the text."""
+    budget: OutputBudget  # its text, held to max_tokens
+    believed: int  # prompt tokens the remote was believed to hold cached
+    n_at_start: int  # answers streaming as it was sent (at least 1)
+    predicted: float | None  # the cost model's seconds (None: the probe)
+    sent: float  # time.monotonic() as it was sent
+    first: float | None = None  # ... when its first text came
+    finish: str | None = None
+    usage_cached: int | None = None  # the server's counts, as reported
+    usage_out: int | None = None  # (clamped to max_tokens)
+    usage_prompt: int | None = None
+    concurrency: float = 0.0  # answers streaming, summed over its chunks
+    seen: int = 0  # its chunks
+
+    def read(self, chunk, max_tokens: int, streaming: int) -> None:
+        """A chunk's counts and finish reason, with `streaming` answers in flight."""
+        self.concurrency += max(streaming, 1)
+        self.seen += 1
+        if chunk.cached_tokens is not None:
+            self.usage_cached = chunk.cached_tokens
+        if chunk.completion_tokens is not None:
+            self.usage_out = min(chunk.completion_tokens, max_tokens)
+        if chunk.prompt_tokens is not None:
+            self.usage_prompt = chunk.prompt_tokens
+        self.finish = chunk.finish_reason or self.finish
 
 
 def _probe_params():
