@@ -59,6 +59,35 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     """A checked chat from a file's bytes: title, system_prompt, params and
     messages (id, parent, role, content, reasoning, complete, stats) in an
     order where every parent comes first; raises ImportError_ saying why not."""
+    doc = _chat_document(data)
+    tree = doc.get("format") == FORMAT
+    messages, seen = [], set()
+    for i, m in enumerate(doc["messages"], start=1):
+        messages.append(_message(m, i, tree, seen))
+        seen.add(messages[-1]["id"])
+    if not messages:
+        _fail("The file has no messages.")
+    title = doc.get("title")
+    system = doc.get("system_prompt", "")
+    leaf = doc.get("leaf")
+    chat = {"title": title[:200] if isinstance(title, str) and title.strip() else
+            "Imported chat",
+            "system_prompt": system if isinstance(system, str) else "",
+            "params": _params(doc.get("params")),
+            "leaf": leaf if _is_int(leaf) and leaf in seen else messages[-1]["id"],
+            "messages": messages}
+    try:  # the rest of the text written: SQLite refuses lone surrogates
+        json.dumps([chat["title"], chat["system_prompt"], chat["params"],
+                    [m["stats"] for m in messages]], ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        _fail("The file's title, system prompt, settings or stats hold text that is not "
+              "valid Unicode.")
+    return chat
+
+
+def _chat_document(data: bytes) -> dict[str, Any]:
+    """The file's JSON as a chat document: a dict with a bounded list of
+    `messages` (a bare list is one), of a format and version this reads."""
     check_size(len(data))
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -78,59 +107,44 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     if doc.get("format") == FORMAT and doc.get("version") != VERSION:
         _fail(f"The file is a Tandem chat of version {str(doc.get('version'))[:20]}; "
               f"this Tandem reads version {VERSION}.")
-    raw = doc["messages"]
-    if len(raw) > MAX_MESSAGES:
-        _fail(f"The file has {len(raw):,} messages; at most {MAX_MESSAGES:,} are imported.")
-    tree = doc.get("format") == FORMAT
-    messages, seen = [], set()
-    for i, m in enumerate(raw, start=1):
-        if not isinstance(m, dict):
-            _fail(f"Message {i} is not an object.")
-        role, content = m.get("role"), m.get("content")
-        if role not in ROLES:
-            _fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant and "
-                  "system are imported.")
-        if not isinstance(content, str):
-            _fail(f"Message {i} has no text content.")
-        reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
-        if not isinstance(reasoning, str):
-            _fail(f"Message {i}'s thinking is not text.")
-        stats = _stats(m.get("stats"), len(content)) if tree else None
-        if tree:
-            mid, parent = m.get("id"), m.get("parent")
-            if not _is_int(mid) or mid in seen:
-                _fail(f"Message {i} has no id of its own.")
-            if parent is not None and not (_is_int(parent) and parent in seen):
-                _fail(f"Message {i} follows a message that is not before it in the file.")
-        else:  # a plain list is one branch
-            mid, parent = i, (i - 1 if i > 1 else None)
-        seen.add(mid)
-        for text in (content, reasoning):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                _fail(f"Message {i} holds text that is not valid Unicode.")
-        messages.append({"id": mid, "parent": parent, "role": role, "content": content,
-                         "reasoning": reasoning, "complete": m.get("complete", True) is not False,
-                         "stats": stats})
-    if not messages:
-        _fail("The file has no messages.")
-    title = doc.get("title")
-    system = doc.get("system_prompt", "")
-    leaf = doc.get("leaf")
-    chat = {"title": title[:200] if isinstance(title, str) and title.strip() else
-            "Imported chat",
-            "system_prompt": system if isinstance(system, str) else "",
-            "params": _params(doc.get("params")),
-            "leaf": leaf if _is_int(leaf) and leaf in seen else messages[-1]["id"],
-            "messages": messages}
-    try:  # the rest of the text written: SQLite refuses lone surrogates
-        json.dumps([chat["title"], chat["system_prompt"], chat["params"],
-                    [m["stats"] for m in messages]], ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        _fail("The file's title, system prompt, settings or stats hold text that is not "
-              "valid Unicode.")
-    return chat
+    if len(doc["messages"]) > MAX_MESSAGES:
+        _fail(f"The file has {len(doc['messages']):,} messages; at most {MAX_MESSAGES:,} "
+              "are imported.")
+    return doc
+
+
+def _message(m: Any, i: int, tree: bool, seen: set) -> dict[str, Any]:
+    """Message `i` of the file, checked: in a Tandem export (`tree`) its own
+    id and a parent among the ids `seen` before it; in a plain list it
+    follows the message before."""
+    if not isinstance(m, dict):
+        _fail(f"Message {i} is not an object.")
+    role, content = m.get("role"), m.get("content")
+    if role not in ROLES:
+        _fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant and "
+              "system are imported.")
+    if not isinstance(content, str):
+        _fail(f"Message {i} has no text content.")
+    reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
+    if not isinstance(reasoning, str):
+        _fail(f"Message {i}'s thinking is not text.")
+    stats = _stats(m.get("stats"), len(content)) if tree else None
+    if tree:
+        mid, parent = m.get("id"), m.get("parent")
+        if not _is_int(mid) or mid in seen:
+            _fail(f"Message {i} has no id of its own.")
+        if parent is not None and not (_is_int(parent) and parent in seen):
+            _fail(f"Message {i} follows a message that is not before it in the file.")
+    else:  # a plain list is one branch
+        mid, parent = i, (i - 1 if i > 1 else None)
+    for text in (content, reasoning):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            _fail(f"Message {i} holds text that is not valid Unicode.")
+    return {"id": mid, "parent": parent, "role": role, "content": content,
+            "reasoning": reasoning, "complete": m.get("complete", True) is not False,
+            "stats": stats}
 
 
 def _is_int(value: Any) -> bool:
