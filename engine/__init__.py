@@ -3,8 +3,9 @@ cache and a router. Imports no Qt.
 
 Rooms (docs/ARCHITECTURE.md): `engine.core` decides (plain Python, never
 MLX), `engine.models` loads, `engine.runtime` runs (MLX), `engine.sim`
-simulates with the core's own code; `engine.engine` and `engine.handle`
-are the public API, named here.
+simulates with the core's own code; `engine.engine`, `engine.remote_model`,
+`engine.handle` and `engine.interface` (the `EngineAPI` protocol both engines
+satisfy, `Capabilities`, `Prepared`) are the public API, named here.
 
 Importing the package is cheap: it loads the system OpenBLAS (which must come
 before MLX) and nothing else. The public names below import their modules,
@@ -29,6 +30,7 @@ _PUBLIC = {
     "MemoryPlan": "core.memory", "RemoteSpec": "core.remote", "parse_remote": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
     "RemoteModelEngine": "remote_model",
+    "EngineAPI": "interface", "Capabilities": "interface", "Prepared": "interface",
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",

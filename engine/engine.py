@@ -2,8 +2,9 @@
 
 It coordinates; it does not schedule: each lane's `LaneScheduler` plans its
 steps and the shared `Director` routes between lanes. All MLX work runs on
-lane threads. `submit`, `cancel`, `set_mode`, `subscribe` and `close` are
-safe from any thread.
+lane threads. It satisfies `EngineAPI` (interface.py), as a remote model's
+engine does. `prepare`, `submit`, `cancel`, `set_mode`, `subscribe` and
+`close` are safe from any thread.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from .core.laneconfig import LaneInfo, LaneSpec
 from .core.params import Grammar, SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.request import Request
-from .core.router import LeastLoadedPolicy, Policy
+from .core.router import MODES, LeastLoadedPolicy, Policy
 from .hub import EventHub, Observer
 from .handle import RequestHandle
+from .interface import Capabilities, Prepared
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
 from .models.tools import plan_tools, tool_format
-from .prompt import check_ids, render_messages
+from .prompt import check_ids, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
 from .runtime import blas
 from .runtime.allocator import return_freed_memory
@@ -86,6 +88,30 @@ class Engine:
         specs = lanes or default_lanes()
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
+        self._take_model(loaded, worker_nice)
+        self.watchdog_s = watchdog_s
+        self._hub = EventHub(worker_nice)  # handles and observers hear here (hub.py)
+        self._closed = False
+        self._ready = threading.Condition()
+        models = self._plan_memory(loaded, specs, memory_budget_bytes, prefix_cache_bytes,
+                                   prefix_block_size)
+        enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
+        remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
+        self._make_director(loaded, enabled, policy, mode, bool(remotes))
+        self.cost_store = CostStore(cost_store, loaded.name, enabled) if cost_store else None
+        stored = self.cost_store.load() if self.cost_store else {}
+        self._build_lanes(enabled, models, warm_up_s, stored,
+                          calibrate=len(enabled) > 1 or bool(remotes))
+        del models
+        self.remotes = Remotes(self, emit=self._emit, on_change=self._remote_changed,
+                               on_routed=self._remote_routed)
+        self._start(sample_interval_s)
+        for spec, key in remotes:
+            self.add_remote(spec, key)
+
+    def _take_model(self, loaded: LoadedModel, worker_nice: int) -> None:
+        """What the engine answers with about its model: defaults, tokenizer,
+        thinking and tool-call formats, vocabulary; grammars over its tokenizer."""
         self.model_info = loaded
         self.generation_defaults = loaded.generation_defaults  # the model's own (gendefaults.py)
         self.tokenizer = loaded.tokenizer
@@ -98,22 +124,27 @@ class Engine:
         self.constraints = Constraints(loaded.tokenizer._tokenizer, loaded.stop_token_ids,
                                        self.vocab_size, nice=worker_nice)
         self.worker_nice = worker_nice
-        self.watchdog_s = watchdog_s
-        self._hub = EventHub(worker_nice)  # handles and observers hear here (hub.py)
-        self._closed = False
-        self._ready = threading.Condition()
+
+    def _plan_memory(self, loaded: LoadedModel, specs: list[LaneSpec], budget: int | None,
+                     prefix_cache_bytes: int | None, block_size: int) -> dict:
+        """The memory plan, the prefix cache and the lanes left off; returns
+        each enabled lane's model object."""
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
-        self.memory_plan, models = plan_lanes(loaded, specs, memory_budget_bytes)
+        self.memory_plan, models = plan_lanes(loaded, specs, budget)
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.memory_plan.prefix_cache_bytes
-        self.prefix_cache = PrefixCache(prefix_block_size, prefix_cache_bytes)
+        self.prefix_cache = PrefixCache(block_size, prefix_cache_bytes)
         self.prefix_cache.off_reason = self.cache_profile.prefix_off_reason
-        enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         self.disabled_lanes = {lp.name: lp.reason for lp in self.memory_plan.lanes
                                if not lp.enabled}
-        remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
+        return models
+
+    def _make_director(self, loaded: LoadedModel, enabled: list[LaneSpec],
+                       policy: Policy | None, mode: str | None, remotes: bool) -> None:
+        """The director with the policy and mode asked for, else the defaults:
+        cost-aware with two lanes or a remote, hybrid with a GPU and a second lane."""
         self._policy_chosen, self._mode_chosen = policy is not None, mode is not None
         policy = policy or (CostAwarePolicy() if len(enabled) > 1 or remotes
                             else LeastLoadedPolicy())
@@ -123,8 +154,9 @@ class Engine:
                     "gpu-only" if has_gpu else "cpu-only")
         self.director = Director(policy, self._emit, loaded.context_length,
                                  loaded.stop_token_ids, mode)
-        self.cost_store = CostStore(cost_store, loaded.name, enabled) if cost_store else None
-        stored = self.cost_store.load() if self.cost_store else {}
+
+    def _build_lanes(self, enabled: list[LaneSpec], models: dict, warm_up_s: float,
+                     stored: dict[str, float], calibrate: bool) -> None:
         self.lanes: dict[str, Lane] = {}
         measure = threading.Lock()  # calibrations are timed one lane at a time
         for spec in enabled:
@@ -132,29 +164,27 @@ class Engine:
             lane = Lane(spec.name, spec.device, spec.kind, models[spec.name], self.director,
                         self.prefix_cache, self.lanes, spec.config,
                         self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
-                        nice=worker_nice, calibrate=len(enabled) > 1 or bool(remotes),
-                        measure_lock=measure,
+                        nice=self.worker_nice, calibrate=calibrate, measure_lock=measure,
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
                         on_ready=self._lane_ready)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
-        del models
-        self.remotes = Remotes(self)
+
+    def _start(self, sample_interval_s: float) -> None:
+        """Delivery, the lanes and the sampler start. Every lane warms up at
+        once on its own thread (calibration is timed one lane at a time);
+        nothing here waits for them: a lane serves as soon as it is ready and
+        requests queue until one is."""
         for tid in blas.blas_thread_ids:
-            priority.lower_thread(worker_nice, tid)
+            priority.lower_thread(self.worker_nice, tid)
         self._hub.start()
         self._emit(MemoryPlanned("", None, plan=self.memory_plan))
-        # Every lane warms up at once on its own thread (calibration is timed
-        # one lane at a time); nothing here waits for them: a lane serves as
-        # soon as it is ready and requests queue until one is.
         for lane in self.lanes.values():
             lane.start()
         self._sampler_stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_lanes, args=(sample_interval_s,),
                                          name="lane-sampler", daemon=True)
         self._sampler.start()
-        for spec, key in remotes:
-            self.add_remote(spec, key)
 
     def wait_ready(self, timeout: float | None = None, every_lane: bool = False) -> bool:
         """Wait until a lane serves (`every_lane`: until every lane's start-up
@@ -247,32 +277,111 @@ class Engine:
         metadata, else Tandem's), with `overrides`; `SamplingParams()` is greedy."""
         return SamplingParams(**{**self.generation_defaults.as_dict(), **overrides})
 
-    def submit(self, messages: list[dict[str, str]] | None = None,
-               params: SamplingParams | None = None, tab_id: str | None = None,
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this engine can do now (engine/interface.py): the modes its
+        lanes allow, remote lanes, logprobs, grammars, and tools if the
+        model's template has a tool-call format."""
+        return Capabilities(modes=self._modes(), remote_lanes=True, renders_locally=True,
+                            logprobs=True, grammars=True, tools=self.tool_format is not None)
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` adds to a message: the model's tokenizer,
+        no special tokens added. Safe from any thread."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prepare(self, messages: list[dict], *, continue_from: str | None = None,
+                tools: list[dict] | None = None, grammar: Grammar | None = None,
+                tool_choice=None) -> Prepared:
+        """A chat made ready for `submit`, on the calling thread (an app calls
+        it off its GUI thread: a long chat takes a while): the messages in the
+        model's chat template with `tools` offered (`tool_choice` "none"
+        offers none; "required" or a named function forces a call by a
+        grammar), tokenized; `continue_from`, the text of an interrupted
+        answer, appended to be written further; `grammar` (or the forced
+        call's) built, so `submit` finds it cached. EngineError says what is
+        wrong with any of it."""
+        offered, shaped, calls = plan_tools(self.tool_format, tools, tool_choice,
+                                            SamplingParams(grammar=grammar),
+                                            self.tokenizer._tokenizer)
+        ids = self.render(messages or [], offered)
+        if continue_from:
+            ids += list(self.tokenizer.encode(continue_from, add_special_tokens=False))
+        if shaped.grammar is not None:  # a big schema takes a while to build
+            self.prepare_grammar(shaped.grammar)
+        return Prepared(list(messages or []), ids, shaped.grammar, continue_from or None,
+                        offered, calls)
+
+    def prepare_prompt(self, prompt: str | list[int], *,
+                       grammar: Grammar | None = None) -> Prepared:
+        """A raw completion prompt made ready for `submit`: text tokenized as
+        the model's tokenizer does by default, or token ids, each checked
+        against the vocabulary; `grammar` built."""
+        ids = (list(self.tokenizer.encode(prompt)) if isinstance(prompt, str)
+               else list(prompt))
+        if not ids:
+            raise EngineError("The prompt is empty.", "bad-argument")
+        check_ids(ids, self.vocab_size)
+        if grammar is not None:
+            self.prepare_grammar(SamplingParams(grammar=grammar).grammar)
+        return Prepared(None, ids, grammar)
+
+    def submit(self, prepared: Prepared | list[dict] | None = None,
+               params: SamplingParams | None = None, *, tab_id: str | None = None,
                prompt_ids: list[int] | None = None, thinking: bool = True,
                tools: list[dict] | None = None, tool_choice=None) -> RequestHandle:
-        """Queue a generation for `messages` (or raw `prompt_ids`). A reasoning
-        model's thinking comes apart from its answer (`Token.reasoning`,
-        `Finished.reasoning`) unless `thinking` is False (raw completions).
-        `tools` (OpenAI function tools) go to the template; the model's calls
-        come apart as `Token.tool_calls` / `Finished.tool_calls` (raw text;
-        `parse_tool_call` reads one); `tool_choice` "required" or a named
-        function forces a call by constrained decoding."""
-        from .runtime.textstream import TextStream
-
+        """Queue a generation of what `prepare` made; safe from any thread.
+        Shorthands: `submit(messages, params, tools=, tool_choice=)` and
+        `submit(prompt_ids=ids)` go through `prepare` / `prepare_prompt` here.
+        A reasoning model's thinking comes apart from its answer
+        (`Token.reasoning`, `Finished.reasoning`) unless `thinking` is False
+        (raw completions). The model's tool calls come apart as
+        `Token.tool_calls` / `Finished.tool_calls` (raw text;
+        `parse_tool_call` reads one)."""
         if self._closed:
             raise EngineError("The engine is closed.", "closed")
         params = params or SamplingParams()
-        offered, params, calls = plan_tools(self.tool_format, tools, tool_choice, params,
-                                            self.tokenizer._tokenizer)
-        ids = (list(prompt_ids) if prompt_ids is not None
-               else self.render(messages or [], offered))
+        prepared = self._prepared(prepared, params, prompt_ids, tools, tool_choice)
+        params = with_grammar(params, prepared.grammar)
+        request = self._request(prepared, params, tab_id, thinking)
+        lane, routed = self.director.place(request)  # raises when it can never fit
+        handle = RequestHandle(request, self.cancel)
+        self._hub.register(handle)
+        self._emit(Queued(request.request_id, tab_id, prompt_tokens=request.num_prompt))
+        self._emit(routed)
+        if lane.enqueue(request):
+            self.lane(lane.name).wake()
+        else:  # the lane failed or closed since it was chosen
+            self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
+        return handle
+
+    def _prepared(self, prepared, params: SamplingParams, prompt_ids, tools,
+                  tool_choice) -> Prepared:
+        """`submit`'s request as a `Prepared`: the shorthands go through `prepare`."""
+        if isinstance(prepared, Prepared):
+            if prompt_ids is not None or tools or tool_choice is not None:
+                raise EngineError("A prepared request has its prompt and tools already "
+                                  "(give tools to prepare).", "bad-argument")
+            if prepared.prompt_ids is None:
+                raise EngineError("This engine renders prompts itself: submit what its "
+                                  "own prepare made.", "bad-argument")
+            return prepared
+        if prompt_ids is not None:
+            return self.prepare_prompt(prompt_ids)
+        return self.prepare(prepared or [], tools=tools, tool_choice=tool_choice,
+                            grammar=params.grammar)
+
+    def _request(self, prepared: Prepared, params: SamplingParams, tab_id: str | None,
+                 thinking: bool) -> Request:
+        from .runtime.textstream import TextStream
+
+        ids = list(prepared.prompt_ids)
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
-        if prompt_ids is not None:
-            check_ids(ids, self.vocab_size)
-        # A bad grammar is the caller's error; it is built here, off the lanes
-        # (on the builder's thread, waited for), and a lane only copies it.
+        check_ids(ids, self.vocab_size)
+        # A bad grammar is the caller's error; it is built off the lanes (on
+        # the builder's thread, waited for; `prepare` built it already), and
+        # a lane only copies it.
         grammar = self.prepare_grammar(params.grammar) if params.grammar is not None else None
         if len(ids) >= self.context_length:
             raise EngineError(
@@ -284,17 +393,9 @@ class Engine:
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop,
-                                  self.thinking_format if thinking else None, ids, calls)
-        lane, routed = self.director.place(request)  # raises when it can never fit
-        handle = RequestHandle(request, self.cancel)
-        self._hub.register(handle)
-        self._emit(Queued(request.request_id, tab_id, prompt_tokens=len(ids)))
-        self._emit(routed)
-        if lane.enqueue(request):
-            self.lane(lane.name).wake()
-        else:  # the lane failed or closed since it was chosen
-            self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
-        return handle
+                                  self.thinking_format if thinking else None, ids,
+                                  prepared.call_format)
+        return request
 
     def prepare_grammar(self, grammar: Grammar):
         """Build `grammar` (bounded, on a thread of its own, within a time
@@ -320,18 +421,29 @@ class Engine:
 
     def set_mode(self, mode: str) -> None:
         """'gpu-only' (needs a GPU lane), 'hybrid' (a GPU lane and a second
-        lane, or any lane and a remote one) or 'cpu-only'."""
-        kinds = [lane.kind for lane in self.lanes.values()]
-        remote = bool(self.remotes.lanes)
-        if (mode == "gpu-only" or (mode == "hybrid" and not remote)) and "gpu" not in kinds:
-            raise EngineError(f"Cannot switch to {mode}: this engine has no GPU lane "
-                              f"(it runs CPU-only).", "bad-argument")
-        if mode == "hybrid" and len(kinds) + len(self.remotes.lanes) < 2:
-            raise EngineError("Cannot switch to hybrid: it needs a second lane "
-                              "(see the memory plan for why there is none).", "bad-argument")
+        lane, or any lane and a remote one) or 'cpu-only'
+        (`capabilities.modes` lists those this engine accepts now)."""
+        refusal = self._mode_refusal(mode)
+        if refusal is not None:
+            raise EngineError(refusal, "bad-argument")
         self.director.set_mode(mode)
         for lane in self.all_lanes():
             lane.wake()
+
+    def _mode_refusal(self, mode: str) -> str | None:
+        """Why this engine's lanes cannot run `mode` (None: they can)."""
+        kinds = [lane.kind for lane in self.lanes.values()]
+        remote = bool(self.remotes.lanes)
+        if (mode == "gpu-only" or (mode == "hybrid" and not remote)) and "gpu" not in kinds:
+            return (f"Cannot switch to {mode}: this engine has no GPU lane "
+                    f"(it runs CPU-only).")
+        if mode == "hybrid" and len(kinds) + len(self.remotes.lanes) < 2:
+            return ("Cannot switch to hybrid: it needs a second lane "
+                    "(see the memory plan for why there is none).")
+        return None
+
+    def _modes(self) -> tuple[str, ...]:
+        return tuple(mode for mode in MODES if self._mode_refusal(mode) is None)
 
     def lane(self, name: str):
         """A lane by name: local (engine/runtime/lane.py) or remote (engine/remote/lane.py)."""
@@ -369,11 +481,11 @@ class Engine:
         happen at load, are replayed to it first."""
         return self._hub.subscribe(observer)
 
-    def generate(self, messages: list[dict[str, str]] | None = None,
-                 params: SamplingParams | None = None, prompt_ids: list[int] | None = None,
-                 timeout: float | None = None) -> Finished:
+    def generate(self, prepared: Prepared | list[dict] | None = None,
+                 params: SamplingParams | None = None, *,
+                 prompt_ids: list[int] | None = None, timeout: float | None = None) -> Finished:
         """Submit and wait: a convenience for scripts and tests."""
-        return self.submit(messages, params, prompt_ids=prompt_ids).result(timeout)
+        return self.submit(prepared, params, prompt_ids=prompt_ids).result(timeout)
 
     def close(self) -> None:
         """End every request (one `Finished` each), stop the lanes and free the
@@ -423,17 +535,38 @@ class Engine:
     def _lane_ready(self, lane: Lane) -> None:
         """A lane's start-up ended (or it was turned off): requests queued on
         lanes still warming up (or on it, if it failed) go to a ready lane."""
-        sources = ([lane.name] if lane.failed else
-                   [name for name, other in self.lanes.items() if other.warming_up])
-        for source in sources:
-            for target, event in self.director.reroute_waiting(source):
-                self._emit(event)
-                self.lanes[target].wake()
-        with self._ready:
-            self._ready.notify_all()
+        self._reroute([lane.name] if lane.failed else
+                      [name for name, other in self.lanes.items() if other.warming_up])
         # Loading and warming up freed temporaries (a weight conversion's, a
         # closed engine's buffers freed meanwhile): give them back (Linux).
         return_freed_memory()
+
+    def _remote_changed(self, lane) -> None:
+        """A remote lane's probe ended or it went down (remotes.py): its queue
+        goes to a ready lane, and lanes still warming up may hand theirs to it."""
+        self._reroute([lane.name] + [name for name, local in self.lanes.items()
+                                     if local.warming_up])
+
+    def _reroute(self, sources: list[str]) -> None:
+        for source in sources:
+            for target, event in self.director.reroute_waiting(source):
+                self._emit(event)
+                self.lane(target).wake()
+        with self._ready:
+            self._ready.notify_all()
+
+    def _remote_routed(self) -> None:
+        """A routed remote makes the engine hybrid (unless a mode was asked
+        for), cost-aware (unless a policy was), and its local lanes calibrate
+        (the router compares their predicted times with the remote's)."""
+        director = self.director
+        with director.lock:
+            if not self._policy_chosen and isinstance(director.policy, LeastLoadedPolicy):
+                director.policy = CostAwarePolicy()
+            if not self._mode_chosen and director.mode == "cpu-only":
+                director.set_mode("hybrid")
+        for lane in self.lanes.values():
+            lane.calibrate_soon()
 
     def _sample_lanes(self, interval: float) -> None:
         sample_lanes(self.lanes, self._emit, self._sampler_stop, interval, self.worker_nice,

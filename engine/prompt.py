@@ -52,3 +52,18 @@ def check_ids(ids: list[int], vocab: int) -> None:
     if bad is not None:
         raise EngineError(f"Token id {bad!r} is not in this model's vocabulary "
                           f"(0 to {vocab - 1}).", "bad-argument")
+
+
+def with_grammar(params, grammar):
+    """`params` holding `grammar`, the one a request was prepared with (a
+    response format, or a forced tool call's): the same grammar in both, or
+    only in one of them; two different ones are the caller's error."""
+    if grammar is None or params.grammar == grammar:
+        return params
+    if params.grammar is None:
+        from dataclasses import replace
+
+        return replace(params, grammar=grammar)
+    raise EngineError("The sampling parameters ask for another grammar than the one the "
+                      "request was prepared with (a forced tool call and a response "
+                      "format cannot both hold).", "bad-argument")

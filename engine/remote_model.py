@@ -2,8 +2,9 @@
 machine, or one nobody loaded here. The app offers it as a model of its own
 (a remote lane serving the loaded model is routed to instead, remotes.py).
 
-`RemoteModelEngine` answers the part of `Engine`'s API the app and the API
-use: chats go to the server's /v1/chat/completions (its own chat template;
+`RemoteModelEngine` satisfies `EngineAPI` (interface.py), as `Engine` does;
+its `capabilities` say what it cannot do here (no local lanes, no remote
+lanes of its own, no logprobs, grammars or tools). Chats go to the server's /v1/chat/completions (its own chat template;
 there is no tokenizer here, so prompt sizes are estimates until the server's
 usage says), through the same `RemoteLane`, director, circuit breaker and
 events as a remote lane. When the server fails mid-answer there is no local
@@ -21,17 +22,18 @@ from .core.errors import EngineError
 from .core.events import Finished, Queued
 from .core.laneconfig import LaneInfo
 from .core.memory import MemoryPlan
-from .core.params import SamplingParams
+from .core.params import Grammar, SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.remote import RemoteSpec
 from .core.request import Request
 from .handle import RequestHandle
 from .hub import EventHub, Observer
+from .interface import Capabilities, Prepared
 from .models.gendefaults import GenerationDefaults
 from .remote.io import RemoteIO
 from .remote.lane import PlainText, RemoteLane
 
-CHARS_PER_TOKEN = 4  # a prompt's size before the server counts it
+CHARS_PER_TOKEN = 4  # a queued prompt's size for the router, before the server counts it
 DEFAULT_CONTEXT = 32_768
 
 
@@ -43,10 +45,9 @@ class RemoteModelInfo:
 
 
 class RemoteModelEngine:
-    is_remote_model = True
-    tokenizer = None  # counts are estimates (chars / 4) until the server's usage
+    is_remote_model = True  # the app reads it until it asks `capabilities`
+    tokenizer = None  # counts are estimates until the server's usage (count_tokens)
     thinking_format = None
-    thinks = False  # a reasoning model's thinking arrives apart (reasoning_content)
 
     def __init__(self, spec: RemoteSpec, api_key: str | None = None,
                  context_length: int = DEFAULT_CONTEXT, sample_interval_s: float = 0.5):
@@ -90,13 +91,25 @@ class RemoteModelEngine:
                                             f"remote:{spec.name}", lane.model)
         return engine
 
-    # ---- the engine API the app and the server use -------------------------------
+    # ---- the engine API (interface.py) ----------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        """One mode (its director's: the server is its only lane); its server
+        renders the template; no logprobs, grammars or tools (yet)."""
+        return Capabilities(modes=(self.mode,), remote_lanes=False, renders_locally=False,
+                            logprobs=False, grammars=False, tools=False)
+
     @property
     def mode(self) -> str:
         return self.director.mode
 
+    @property
+    def thinks(self) -> bool:
+        """False: a reasoning model's thinking arrives apart (reasoning_content)."""
+        return False
+
     def set_mode(self, mode: str) -> None:
-        if mode != "hybrid":
+        if mode not in self.capabilities.modes:
             raise EngineError("This model runs on a remote server: there is no local lane "
                               "to switch to.", "bad-argument")
 
@@ -110,24 +123,57 @@ class RemoteModelEngine:
     def default_params(self, **overrides) -> SamplingParams:
         return SamplingParams(**{**self.generation_defaults.as_dict(), **overrides})
 
-    def submit(self, messages: list[dict] | None = None, params: SamplingParams | None = None,
-               tab_id: str | None = None, prompt_ids: list[int] | None = None,
-               thinking: bool = True) -> RequestHandle:
-        if self._closed:
-            raise EngineError("The engine is closed.", "closed")
-        if params is not None and params.needs_local_lane:
+    def count_tokens(self, text: str) -> int:
+        """An estimate (there is no tokenizer here): a token per 3 ASCII
+        characters (English and code run 3-4) and one per other character
+        (CJK, emoji: about one or more each), rounded up, so that a budget
+        errs on the safe side."""
+        ascii_chars = sum(1 for c in text if c < "\x80")
+        return -(-ascii_chars // 3) + len(text) - ascii_chars
+
+    def prepare(self, messages: list[dict], *, continue_from: str | None = None,
+                tools: list[dict] | None = None, grammar: Grammar | None = None,
+                tool_choice=None) -> Prepared:
+        """The chat checked and kept as messages (its server renders them);
+        an answer being continued is its trailing assistant message."""
+        if tools:
+            raise EngineError("Tools are not available from a remote model (yet).",
+                              "bad-argument")
+        if grammar is not None:
             raise EngineError("Logprobs and grammars are not available from a remote model "
                               "(yet).", "bad-argument")
-        if prompt_ids is not None or not messages:
+        if not messages:
             raise EngineError("A remote model takes chat messages (its server applies the "
                               "template), not token ids.", "bad-argument")
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("content"), str):
                 raise EngineError(f"Message {i + 1} has no text content.", "bad-argument")
-        estimate = max(1, sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN)
-        request = Request(prompt_ids=[0] * estimate, params=params or SamplingParams(),
-                          tab_id=tab_id, messages=[dict(m) for m in messages])
-        request.text = PlainText()
+        tail = [{"role": "assistant", "content": continue_from}] if continue_from else []
+        return Prepared([dict(m) for m in messages] + tail, None, None, continue_from or None)
+
+    def prepare_prompt(self, prompt: str | list[int], *,
+                       grammar: Grammar | None = None) -> Prepared:
+        raise EngineError("A remote model takes chat messages (its server applies the "
+                          "template), not token ids.", "bad-argument")
+
+    def submit(self, prepared: Prepared | list[dict] | None = None,
+               params: SamplingParams | None = None, *, tab_id: str | None = None,
+               prompt_ids: list[int] | None = None, thinking: bool = True,
+               tools: list[dict] | None = None, tool_choice=None) -> RequestHandle:
+        """Queue a chat that `prepare` made (or, the shorthand, its messages)."""
+        if self._closed:
+            raise EngineError("The engine is closed.", "closed")
+        if params is not None and params.needs_local_lane:
+            raise EngineError("Logprobs and grammars are not available from a remote model "
+                              "(yet).", "bad-argument")
+        if not isinstance(prepared, Prepared):
+            if prompt_ids is not None:
+                self.prepare_prompt(prompt_ids)  # refused
+            prepared = self.prepare(prepared, tools=tools, tool_choice=tool_choice)
+        elif prepared.messages is None or prepared.prompt_ids is not None:
+            raise EngineError("A remote model takes chat messages (its server applies the "
+                              "template), not token ids.", "bad-argument")
+        request = self._request(prepared.messages, params or SamplingParams(), tab_id)
         try:
             lane, routed = self.director.place(request)
         except EngineError:  # it is down (or off): say why and when it is tried again
@@ -136,7 +182,7 @@ class RemoteModelEngine:
                               "lane-failed") from None
         handle = RequestHandle(request, self.cancel)
         self._hub.register(handle)
-        self._hub.emit(Queued(request.request_id, tab_id, prompt_tokens=estimate))
+        self._hub.emit(Queued(request.request_id, tab_id, prompt_tokens=request.num_prompt))
         self._hub.emit(routed)
         if lane.enqueue(request):
             self.remote.wake()
@@ -146,8 +192,21 @@ class RemoteModelEngine:
                                  error=f"The remote model is not answering: {why}")
         return handle
 
-    def generate(self, messages, params=None, timeout: float | None = None) -> Finished:
-        return self.submit(messages, params).result(timeout)
+    def _request(self, messages: list[dict], params: SamplingParams,
+                 tab_id: str | None) -> Request:
+        estimate = max(1, sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN)
+        request = Request(prompt_ids=[0] * estimate, params=params, tab_id=tab_id,
+                          messages=[dict(m) for m in messages])
+        request.text = PlainText()
+        return request
+
+    def generate(self, prepared: Prepared | list[dict] | None = None,
+                 params: SamplingParams | None = None, *,
+                 prompt_ids: list[int] | None = None, timeout: float | None = None) -> Finished:
+        return self.submit(prepared, params, prompt_ids=prompt_ids).result(timeout)
+
+    def parse_tool_call(self, text: str, tools: list[dict] | None = None):
+        raise ValueError("this model has no tool-call format")
 
     def cancel(self, request_id: str) -> None:
         handle = self._hub.handle(request_id)

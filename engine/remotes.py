@@ -4,7 +4,8 @@ way back to a local lane when one fails mid-answer (`continue_locally`).
 
 Kept apart from engine.py, which owns the local lanes; the engine calls in
 here for its public `add_remote` / `remove_remote` and for cancel, close,
-samples and the lane descriptions.
+samples and the lane descriptions. What the engine does in return it gives
+as callbacks (`emit`, `on_change`, `on_routed`); the rest is its public API.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Callable
+
 from .core.errors import EngineError
 from .core.events import LaneSample
 from .core.laneconfig import LaneInfo
@@ -22,8 +25,15 @@ from .remote.lane import RemoteLane
 
 
 class Remotes:
-    def __init__(self, engine):  # the Engine (engine.py), which owns this
+    def __init__(self, engine, emit: Callable[[object], None],
+                 on_change: Callable[[RemoteLane], None], on_routed: Callable[[], None]):
+        """`engine`: the Engine (engine.py) that owns this, for its public
+        names (lanes, director, tokenizer, render). `emit`: its events out.
+        `on_change(lane)`: a remote's probe ended or it went down (the engine
+        moves queued requests to a ready lane and wakes who waits for lanes).
+        `on_routed()`: a remote is routed (the engine may become hybrid)."""
         self.engine = engine
+        self._emit, self._on_change, self._on_routed = emit, on_change, on_routed
         self.lanes: dict[str, RemoteLane] = {}  # routed: they serve the loaded model
         self.unrouted: dict[str, tuple[RemoteSpec, str]] = {}  # name -> (spec, why not)
         self._io: RemoteIO | None = None
@@ -62,28 +72,13 @@ class Remotes:
                     text, add_special_tokens=False, split_special_tokens=True)),
                 decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
                 probe_ids=engine.render([{"role": "user", "content": "Say hello."}]),
-                give_back=self.continue_locally, on_change=self._changed, local_names=names)
+                give_back=self.continue_locally, on_change=self._on_change,
+                local_names=names)
             self.lanes[spec.name] = lane
             engine.director.add_lane(lane.scheduler)
-        self._made_hybrid()
+        self._on_routed()
         lane.start()
         return lane
-
-    def _made_hybrid(self) -> None:
-        """A routed remote makes the engine hybrid (unless a mode was asked
-        for), cost-aware (unless a policy was), and its local lanes calibrate
-        (the router compares their predicted times with the remote's)."""
-        from .core.policies import CostAwarePolicy
-        from .core.router import LeastLoadedPolicy
-
-        engine, director = self.engine, self.engine.director
-        with director.lock:
-            if not engine._policy_chosen and isinstance(director.policy, LeastLoadedPolicy):
-                director.policy = CostAwarePolicy()
-            if not engine._mode_chosen and director.mode == "cpu-only":
-                director.set_mode("hybrid")
-        for lane in engine.lanes.values():
-            lane.calibrate_soon()
 
     def remove(self, name: str) -> None:
         """Stop routing to it; its requests in flight end cancelled."""
@@ -96,18 +91,6 @@ class Remotes:
             lane.scheduler.close()
             self.engine.director.lanes.pop(name, None)
         lane.close(hand_back=True)  # its requests go on locally, from what they had
-
-    def _changed(self, lane: RemoteLane) -> None:
-        """Its probe ended or it went down: its queue goes to a ready lane,
-        and lanes still warming up may hand theirs to it."""
-        engine = self.engine
-        with engine._ready:
-            engine._ready.notify_all()
-        sources = [lane.name] + [n for n, local in engine.lanes.items() if local.warming_up]
-        for source in sources:
-            for target, event in engine.director.reroute_waiting(source):
-                engine._emit(event)
-                engine.lane(target).wake()
 
     def continue_locally(self, request, received: str, why: str) -> None:
         """A remote failed or refused the request: a local lane goes on from
@@ -145,7 +128,7 @@ class Remotes:
         except EngineError as e:
             director.finish(request, "error", request.lane, error=f"{why}; {e}")
             return
-        engine._emit(event)
+        self._emit(event)
         if lane.enqueue(request):
             engine.lane(lane.name).wake()
         else:

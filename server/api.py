@@ -8,8 +8,10 @@ Scheduler dock can label them.
 A request's way through: the gate (trust.py: Host, Origin, content type);
 the key (constant time); the body, read up to its limit, parsed and validated
 whole on a worker thread (bodies.py); a slot (slots.py: 429 when all are
-taken); the chat template and the tokenizer on a worker thread (a 4 MB
-message never stalls the event loop); then events stream back. The slot is
+taken); `engine.prepare` (the chat template, the tokenizer, a grammar's build)
+and `engine.submit` on a worker thread (a 4 MB message never stalls the event
+loop); then the handle's events are awaited on the event loop (`async for`:
+the engine's delivery thread wakes it, so a stream costs no thread). The slot is
 given back on every path, and a client that disconnects, or stops reading a
 stream, cancels its request.
 """
@@ -21,7 +23,6 @@ import contextlib
 import json
 import logging
 import secrets
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -112,17 +113,18 @@ def _parse(data: bytes, chat: bool, defaults: dict) -> Completion:
 
 
 def _submit(state: ServerState, request: Request, job: Completion):
-    """On a worker thread: the template, the tokenizer, then the engine."""
+    """On a worker thread: `prepare` (the template, the tokenizer, a grammar's
+    build), then `submit`."""
     who = job.user or (request.client.host if request.client else "client")
     engine = state.engine
     try:
         if job.prompt is not None:  # /v1/completions: the raw prompt, as it is
-            ids = (job.prompt if isinstance(job.prompt, list)
-                   else list(engine.tokenizer.encode(job.prompt)))
-            return engine.submit(prompt_ids=ids, params=job.params, tab_id=f"api:{who}",
+            prepared = engine.prepare_prompt(job.prompt, grammar=job.params.grammar)
+            return engine.submit(prepared, job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
-        return engine.submit(job.messages, job.params, tab_id=f"api:{who}", tools=job.tools,
-                             tool_choice=job.tool_choice)
+        prepared = engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
+                                  grammar=job.params.grammar)
+        return engine.submit(prepared, job.params, tab_id=f"api:{who}")
     except EngineError as e:
         if e.kind == "prompt-too-long":
             raise APIError(413, str(e), code="context_length_exceeded") from None
@@ -130,26 +132,6 @@ def _submit(state: ServerState, request: Request, job: Completion):
             raise APIError(503, str(e), kind="server_error",
                            headers={"Retry-After": "5"}) from None
         raise APIError(400, str(e)) from None
-
-
-async def _events(handle):
-    """The handle's events, read on a worker thread, as an async iterator."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-
-    def pump():
-        for event in handle:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the server is shutting down: nobody is listening
-                return
-
-    threading.Thread(target=pump, name="api-events", daemon=True).start()
-    while True:
-        event = await queue.get()
-        yield event
-        if isinstance(event, Finished):
-            return
 
 
 def _usage(done: Finished) -> dict:
@@ -204,72 +186,11 @@ def make_app(engine, config: ServerConfig | None = None,
             {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
             for name in state.ids]})
 
-    async def completions(request: Request, chat: bool) -> Response:
-        _check_key(request, state)
-        job = await state.run(_parse, await _read_body(request), chat,
-                              state.engine.generation_defaults.as_dict())
-        if job.model is not None and job.model not in state.ids:
-            raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
-                           f"{', '.join(repr(i) for i in state.ids)}.", param="model",
-                           code="model_not_found")
-        slot = state.slots.take()
-        try:
-            handle = await state.run(_submit, state, request, job)
-        except BaseException:
-            slot.release()
-            raise
-        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-        created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
-        if job.stream:
-            return GuardedStream(_stream(state, request, handle, rid, created, kind, job),
-                                 slot, handle, config.send_timeout_s)
-        with slot:
-            try:
-                done, scored = None, []
-                async for event in _events(handle):
-                    if await request.is_disconnected():
-                        handle.cancel()
-                    if isinstance(event, Token) and event.logprob is not None:
-                        scored.append(event)
-                    if isinstance(event, Finished):
-                        done = event
-            finally:
-                handle.cancel()  # no-op once finished
-        request.state.output_tokens = done.output_tokens  # for the access log
-        if done.reason == "error":
-            raise APIError(500, done.error or "generation failed", kind="server_error")
-        message = {"role": "assistant", "content": done.text}
-        if done.reasoning:  # a reasoning model's thinking, as llama.cpp and vLLM return it
-            message["reasoning_content"] = done.reasoning
-        finish = _finish_reason(done)
-        if chat and done.tool_calls:
-            calls, unread = read_calls(state.engine, done.tool_calls, job.tools)
-            message["content"] = (done.text + unread) or None
-            if calls:
-                message["tool_calls"], finish = calls, "tool_calls"
-        logprobs = None
-        if job.params.logprobs is not None:
-            logprobs = ({"content": chat_entries(scored, state.pieces)} if chat
-                        else completion_logprobs(scored, state.pieces))
-        choice = ({"index": 0, "message": message, "logprobs": logprobs,
-                   "finish_reason": finish} if chat else
-                  {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
-                   "logprobs": logprobs})
-        return JSONResponse({"id": rid, "object": kind, "created": created,
-                             "model": state.ids[0], "choices": [choice],
-                             "usage": _usage(done)})
-
     async def chat_route(request: Request) -> Response:
-        return await completions(request, chat=True)
+        return await _completions(state, request, chat=True)
 
     async def text_route(request: Request) -> Response:
-        return await completions(request, chat=False)
-
-    async def api_error(request: Request, exc: APIError) -> Response:
-        return exc.response()
-
-    async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
-        return Response(status_code=499)
+        return await _completions(state, request, chat=False)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -281,7 +202,7 @@ def make_app(engine, config: ServerConfig | None = None,
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", text_route, methods=["POST"]),
-    ], exception_handlers={APIError: api_error, ClientDisconnect: client_gone,
+    ], exception_handlers={APIError: _api_error, ClientDisconnect: _client_gone,
                            HTTPException: http_error, Exception: server_fault})
     gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)
     outer = AccessLog(gate, access_log) if access_log is not None else gate
@@ -289,30 +210,131 @@ def make_app(engine, config: ServerConfig | None = None,
     return outer
 
 
-async def _stream(state, request, handle, rid, created, kind, job: Completion):
-    """Server-sent events; a client gone away cancels the request at once."""
-    chat, include_usage = job.chat, job.include_usage
-    wants_logprobs = job.params.logprobs is not None
-    scored: list[Token] = []  # tokens whose logprobs go with the next chunk
-    offset = 0  # completions: characters streamed before this chunk
+async def _api_error(request: Request, exc: APIError) -> Response:
+    return exc.response()
 
-    def logprobs():
-        nonlocal offset
-        if not wants_logprobs:
-            return None
-        tokens = scored[:]
-        scored.clear()
-        if chat:
-            return {"content": chat_entries(tokens, state.pieces)}
-        out = completion_logprobs(tokens, state.pieces, offset)
-        offset += sum(len(state.pieces.piece(t.token_id)[0]) for t in tokens)
-        return out
 
-    calls_sent = 0  # tool calls streamed so far (their index)
+async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+    return Response(status_code=499)
 
-    def chunk(delta_or_text, finish=None, usage=None, first=False, reasoning=None,
-              tool_call=None):
-        if chat:
+
+@dataclass(frozen=True)
+class _Reply:
+    """What names an answer: its id, creation time and object kind."""
+
+    rid: str
+    created: int
+    kind: str  # "chat.completion" or "text_completion"
+
+
+async def _completions(state: ServerState, request: Request, chat: bool) -> Response:
+    """/v1/chat/completions and /v1/completions: key, body, model, slot,
+    prepare and submit; then the answer whole, or streamed."""
+    _check_key(request, state)
+    job = await state.run(_parse, await _read_body(request), chat,
+                          state.engine.generation_defaults.as_dict())
+    if job.model is not None and job.model not in state.ids:
+        raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
+                       f"{', '.join(repr(i) for i in state.ids)}.", param="model",
+                       code="model_not_found")
+    slot = state.slots.take()
+    try:
+        handle = await state.run(_submit, state, request, job)
+    except BaseException:
+        slot.release()
+        raise
+    reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
+                   int(time.time()), "chat.completion" if chat else "text_completion")
+    if job.stream:
+        return GuardedStream(_stream(state, request, handle, reply, job),
+                             slot, handle, state.config.send_timeout_s)
+    with slot:
+        try:
+            done, scored = None, []
+            async for event in handle:  # the delivery thread wakes this loop
+                if await request.is_disconnected():
+                    handle.cancel()
+                if isinstance(event, Token) and event.logprob is not None:
+                    scored.append(event)
+                if isinstance(event, Finished):
+                    done = event
+        finally:
+            handle.cancel()  # no-op once finished
+    request.state.output_tokens = done.output_tokens  # for the access log
+    return _answer(state, job, reply, done, scored)
+
+
+def _answer(state: ServerState, job: Completion, reply: _Reply, done: Finished,
+            scored: list[Token]) -> Response:
+    """A whole answer in OpenAI's shape (or the error it ended with)."""
+    if done.reason == "error":
+        raise APIError(500, done.error or "generation failed", kind="server_error")
+    chat = job.chat
+    message = {"role": "assistant", "content": done.text}
+    if done.reasoning:  # a reasoning model's thinking, as llama.cpp and vLLM return it
+        message["reasoning_content"] = done.reasoning
+    finish = _finish_reason(done)
+    if chat and done.tool_calls:
+        calls, unread = read_calls(state.engine, done.tool_calls, job.tools)
+        message["content"] = (done.text + unread) or None
+        if calls:
+            message["tool_calls"], finish = calls, "tool_calls"
+    logprobs = None
+    if job.params.logprobs is not None:
+        logprobs = ({"content": chat_entries(scored, state.pieces)} if chat
+                    else completion_logprobs(scored, state.pieces))
+    choice = ({"index": 0, "message": message, "logprobs": logprobs,
+               "finish_reason": finish} if chat else
+              {"index": 0, "text": done.text, "finish_reason": _finish_reason(done),
+               "logprobs": logprobs})
+    return JSONResponse({"id": reply.rid, "object": reply.kind, "created": reply.created,
+                         "model": state.ids[0], "choices": [choice],
+                         "usage": _usage(done)})
+
+
+class _Chunks:
+    """A stream's server-sent events in OpenAI's chunk shapes: a token's
+    logprobs go with the next chunk (its text may be held back), tool calls
+    are numbered as they come."""
+
+    def __init__(self, state: ServerState, reply: _Reply, job: Completion):
+        self.state, self.reply, self.job = state, reply, job
+        self.chat, self.include_usage = job.chat, job.include_usage
+        self.scored: list[Token] = []  # tokens whose logprobs go with the next chunk
+        self.offset = 0  # completions: characters streamed before this chunk
+        self.calls_sent = 0  # tool calls streamed so far (their index)
+
+    def token(self, event: Token):
+        """The chunks one `Token` makes."""
+        if event.logprob is not None:
+            self.scored.append(event)
+        if self.chat and event.tool_calls:
+            calls, unread = read_calls(self.state.engine, event.tool_calls, self.job.tools)
+            if unread:
+                yield self.chunk(unread)
+            for call in calls:
+                yield self.chunk(None, tool_call=(self.calls_sent, call))
+                self.calls_sent += 1
+        if self.chat and event.reasoning:
+            yield self.chunk(event.text or None, reasoning=event.reasoning)
+        elif event.text:
+            yield self.chunk(event.text)
+
+    def finished(self, event: Finished):
+        """The chunks that end a stream: the finish reason and usage, or the error."""
+        if event.reason == "error":
+            error = {"error": {"message": event.error or "generation failed",
+                               "type": "server_error"}}
+            yield f"data: {json.dumps(error)}\n\n"
+            return
+        yield self.chunk(None, finish="tool_calls" if self.calls_sent
+                         else _finish_reason(event))
+        if self.include_usage:
+            yield self.chunk(None, usage=_usage(event))
+
+    def chunk(self, delta_or_text, finish=None, usage=None, first=False, reasoning=None,
+              tool_call=None) -> str:
+        if self.chat:
             delta = {"role": "assistant", "content": ""} if first else (
                 {"content": delta_or_text} if delta_or_text is not None else {})
             if tool_call is not None:  # a whole call at once: name and arguments
@@ -320,48 +342,51 @@ async def _stream(state, request, handle, rid, created, kind, job: Completion):
             if reasoning:
                 delta["reasoning_content"] = reasoning
             choices = [{"index": 0, "delta": delta, "finish_reason": finish,
-                        **({"logprobs": logprobs()} if not first and usage is None else {})}]
+                        **({"logprobs": self._logprobs()} if not first and usage is None
+                           else {})}]
         else:
             choices = [{"index": 0, "text": delta_or_text or "", "finish_reason": finish,
-                        "logprobs": logprobs() if usage is None else None}]
-        payload = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
-                   "model": state.ids[0], "choices": choices if usage is None else []}
+                        "logprobs": self._logprobs() if usage is None else None}]
+        reply = self.reply
+        payload = {"id": reply.rid, "object": reply.kind + (".chunk" if self.chat else ""),
+                   "created": reply.created, "model": self.state.ids[0],
+                   "choices": choices if usage is None else []}
         if usage is not None:
             payload["usage"] = usage
-        elif include_usage:
+        elif self.include_usage:
             payload["usage"] = None
         return f"data: {json.dumps(payload)}\n\n"
 
+    def _logprobs(self):
+        if self.job.params.logprobs is None:
+            return None
+        tokens, pieces = self.scored[:], self.state.pieces
+        self.scored.clear()
+        if self.chat:
+            return {"content": chat_entries(tokens, pieces)}
+        out = completion_logprobs(tokens, pieces, self.offset)
+        self.offset += sum(len(pieces.piece(t.token_id)[0]) for t in tokens)
+        return out
+
+
+async def _stream(state: ServerState, request: Request, handle, reply: _Reply,
+                  job: Completion):
+    """Server-sent events; a client gone away cancels the request at once.
+    The handle's events are awaited on the event loop (the engine's delivery
+    thread wakes it): a stream costs no thread."""
+    chunks = _Chunks(state, reply, job)
     watcher = asyncio.create_task(_watch_disconnect(request, handle))
     try:
-        if chat:
-            yield chunk(None, first=True)
-        async for event in _events(handle):
-            if isinstance(event, Token) and event.logprob is not None:
-                scored.append(event)  # sent with the next chunk (its text may be held back)
-            if chat and isinstance(event, Token) and event.tool_calls:
-                calls, unread = read_calls(state.engine, event.tool_calls, job.tools)
-                if unread:
-                    yield chunk(unread)
-                for call in calls:
-                    yield chunk(None, tool_call=(calls_sent, call))
-                    calls_sent += 1
-            if isinstance(event, Token) and (event.text or event.reasoning):
-                if chat and event.reasoning:
-                    yield chunk(event.text or None, reasoning=event.reasoning)
-                elif event.text:
-                    yield chunk(event.text)
+        if job.chat:
+            yield chunks.chunk(None, first=True)
+        async for event in handle:
+            if isinstance(event, Token):
+                for chunk in chunks.token(event):
+                    yield chunk
             elif isinstance(event, Finished):
                 request.state.output_tokens = event.output_tokens  # for the access log
-                if event.reason == "error":
-                    error = {"error": {"message": event.error or "generation failed",
-                                       "type": "server_error"}}
-                    yield f"data: {json.dumps(error)}\n\n"
-                else:
-                    yield chunk(None, finish="tool_calls" if calls_sent
-                                else _finish_reason(event))
-                    if include_usage:
-                        yield chunk(None, usage=_usage(event))
+                for chunk in chunks.finished(event):
+                    yield chunk
         yield "data: [DONE]\n\n"
     finally:
         watcher.cancel()

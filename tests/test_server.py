@@ -3,7 +3,6 @@ real `openai` client against uvicorn on a free local port."""
 
 import socket
 import threading
-import time
 
 import httpx
 import openai
@@ -22,17 +21,34 @@ def _free_port() -> int:
 
 class Served:
     def __init__(self, engine, **config):
-        self.port = _free_port()
+        # The socket listens before the server's thread starts: a request
+        # made at once waits in its backlog until the server accepts it.
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        self.logged: list[str] = []  # the access log: a line once a request has ended
+        self._logged = threading.Condition()
         self.server = uvicorn.Server(uvicorn.Config(
-            make_app(engine, ServerConfig(**{"model_id": "tiny", **config})), host="127.0.0.1",
+            make_app(engine, ServerConfig(**{"model_id": "tiny", **config}),
+                     access_log=self._log), host="127.0.0.1",
             port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       daemon=True)
         self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
         self.url = f"http://127.0.0.1:{self.port}"
         self.clients: list[openai.OpenAI] = []
         self.engine = engine
+
+    def _log(self, line: str) -> None:
+        with self._logged:
+            self.logged.append(line)
+            self._logged.notify_all()
+
+    def wait_logged(self, n: int, timeout: float = 30) -> bool:
+        """Wait until `n` requests have ended on the server (slot given back)."""
+        with self._logged:
+            return self._logged.wait_for(lambda: len(self.logged) >= n, timeout)
 
     def client(self, key="none", **kw) -> openai.OpenAI:
         client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
@@ -160,18 +176,23 @@ def test_errors_use_openai_bodies_and_codes(served, make_engine):
 
 
 def test_a_client_that_disconnects_frees_its_slot(served):
-    finished = []
-    served.engine.subscribe(lambda e: finished.append(e) if isinstance(e, Finished) else None)
+    finished, ended = [], threading.Event()
+
+    def on_event(event):
+        if isinstance(event, Finished):
+            finished.append(event)
+            ended.set()
+
+    served.engine.subscribe(on_event)
     with httpx.stream("POST", served.url + "/v1/chat/completions", json={
             "model": "tiny", "messages": HELLO, "max_tokens": 400, "stream": True,
             "temperature": 0}) as response:
         for _ in response.iter_lines():
             break  # read one event, then hang up
-    deadline = time.time() + 10
-    while not finished and time.time() < deadline:
-        time.sleep(0.02)
-    assert finished and finished[0].reason == "cancelled"
+    assert ended.wait(10)
+    assert finished[0].reason == "cancelled"
     assert finished[0].output_tokens < 400
+    assert served.wait_logged(1)  # the stream has ended on the server, its slot given back
     assert httpx.get(served.url + "/health").json()["in_flight"] == 0
 
 
@@ -201,16 +222,21 @@ def test_a_full_queue_answers_429_with_retry_after(make_engine):
 
     engine = make_engine()
     gate = threading.Event()  # holds the first request at its first token
-    engine.subscribe(lambda e: gate.wait(30) if isinstance(e, Token) else None)
+    reached = threading.Event()  # it has its slot: it was submitted and streams
+
+    def hold(event):
+        if isinstance(event, Token):
+            reached.set()
+            gate.wait(30)
+
+    engine.subscribe(hold)
     s = Served(engine, max_in_flight=1)
     held = threading.Thread(target=lambda: httpx.post(
         s.url + "/v1/chat/completions", timeout=60,
         json={"model": "tiny", "messages": HELLO, "max_tokens": 5}))
     try:
         held.start()
-        deadline = time.time() + 10
-        while httpx.get(s.url + "/health").json()["in_flight"] < 1 and time.time() < deadline:
-            time.sleep(0.01)
+        assert reached.wait(30)
         r = httpx.post(s.url + "/v1/chat/completions",
                        json={"model": "tiny", "messages": HELLO, "max_tokens": 2})
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
@@ -234,18 +260,14 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
     refused = subprocess.run([sys.executable, "-m", "app", "serve", "--host", "0.0.0.0"],
                              capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 2 and "--api-key" in refused.stderr
-    port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
-                             str(tiny_model_dir), "--port", str(port)], env=env,
+                             str(tiny_model_dir), "--port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        # It says where it listens once it listens (--port 0: the port it got).
+        first = proc.stdout.readline()
+        assert "at http://127.0.0.1:" in first, first + proc.stderr.read()
+        port = int(first.split("at http://127.0.0.1:")[1].split("/")[0])
         with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
                            max_retries=0) as client:
             model = client.models.list().data[0].id
@@ -254,6 +276,7 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
     finally:
         proc.terminate()
         stdout, stderr = proc.communicate(timeout=30)
+        stdout = first + stdout
     assert "Traceback" not in stderr
     # It says where it listens, one line per request, and that it stopped.
     assert f"at http://127.0.0.1:{port}/v1" in stdout and f"'{tiny_model_dir.name}'" in stdout
