@@ -51,21 +51,39 @@ class ModelLibrary(QDialog):
         self.dense_faster_on_cpu = dense_faster_on_cpu  # the loaded engine's probe
         self.default_path, self.hub_cache = default_path, hub_cache
         self.entries: list[ModelEntry] = []
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.Stretch)
-        for col in range(1, len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
-        self.table.itemSelectionChanged.connect(self._on_selection)
-        self.table.itemDoubleClicked.connect(lambda _: self._load())
+        self.table = self._models_table()
         self.detail = QLabel("")
         self.detail.setWordWrap(True)
         self.buttons = {}
+        row = self._model_buttons()
+        hub_row = self._hub_search(hub_endpoint)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.detail)
+        layout.addLayout(row)
+        layout.addLayout(hub_row)
+        layout.addWidget(self.results)
+        layout.addWidget(self.hub_status)
+        self.refresh()
+
+    def _models_table(self) -> QTableWidget:
+        """The models on disk, a row each; a double click loads one."""
+        table = QTableWidget(0, len(COLUMNS))
+        table.setHorizontalHeaderLabels(COLUMNS)
+        table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        table.setSelectionMode(QAbstractItemView.SingleSelection)
+        table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        table.verticalHeader().setVisible(False)
+        header = table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        for col in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
+        table.itemSelectionChanged.connect(self._on_selection)
+        table.itemDoubleClicked.connect(lambda _: self._load())
+        return table
+
+    def _model_buttons(self) -> QHBoxLayout:
+        """Load, Add, Reveal, Remove and Delete, in `buttons`."""
         row = QHBoxLayout()
         for key, label, slot in (("load", "Load", self._load),
                                  ("add_file", "Add .gguf file…", self._add_file),
@@ -79,7 +97,11 @@ class ModelLibrary(QDialog):
             self.buttons[key] = button
             row.addWidget(button)
         row.addStretch(1)
-        # The Hub: search MLX and GGUF repos (with sizes), or type a repo id.
+        return row
+
+    def _hub_search(self, hub_endpoint: str | None) -> QHBoxLayout:
+        """The Hub: search MLX and GGUF repos (with sizes), or type a repo id;
+        its results table and status line (laid out below the row returned)."""
         self.repo_id = QLineEdit()
         self.repo_id.setPlaceholderText("Search the Hugging Face Hub, or a repo id: "
                                         "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
@@ -110,14 +132,7 @@ class ModelLibrary(QDialog):
         self._search_job = HubSearch(self, endpoint=hub_endpoint)
         self._search_job.found.connect(self._show_results)
         self._search_job.failed.connect(self.hub_status.setText)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.detail)
-        layout.addLayout(row)
-        layout.addLayout(hub_row)
-        layout.addWidget(self.results)
-        layout.addWidget(self.hub_status)
-        self.refresh()
+        return hub_row
 
     # ---- listing ----------------------------------------------------------
     def refresh(self) -> None:
