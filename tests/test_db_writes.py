@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -32,8 +33,14 @@ def test_writes_under_a_lock_return_at_once_read_back_and_land_when_it_goes(tmp_
     db = tmp_path / "t.db"
     store = ChatStore(db)
     first = store.create_chat("before the lock")
-    reports = []
-    store.on_pending = lambda count, why: reports.append((count, why))
+    reports, reported = [], threading.Condition()
+
+    def report(count, why):  # from the caller's thread, and the writer's after each try
+        with reported:
+            reports.append((count, why))
+            reported.notify_all()
+
+    store.on_pending = report
     with LockHolder(db):
         started = time.monotonic()
         chat = store.create_chat("during the lock")
@@ -57,7 +64,11 @@ def test_writes_under_a_lock_return_at_once_read_back_and_land_when_it_goes(tmp_
         assert store.open_tabs() == ([first.id, chat.id], chat.id)
         assert on_disk(db, "SELECT count(*) FROM messages") == [(0,)]
         assert store.journal_path.exists()
-        time.sleep(0.4)  # the writer retries meanwhile, and keeps everything
+        # The writer retries meanwhile (it reports each try), and keeps everything.
+        with reported:
+            seen = len(reports)
+            assert reported.wait_for(lambda: len(reports) >= seen + 3, 10)
+            assert set(reports[seen:]) == {(10, "the database is locked by another program")}
         assert store.pending == 10
     assert store.wait_until_saved(10)
     assert reports[-1] == (0, None)
