@@ -105,4 +105,6 @@ class FakeHub:
         for start in range(0, len(data), chunk):
             h.wfile.write(data[start:start + chunk])
             if self.seconds_per_mib:
+                # A slow Hub is the behaviour under test (a download still
+                # running when it is cancelled): the server's pace, not a wait.
                 time.sleep(self.seconds_per_mib * chunk / (1 << 20))

@@ -74,6 +74,8 @@ def _forever(part: bytes, every_s: float = 0.0):
     while time.monotonic() < end:
         yield part
         if every_s:
+            # The hostile server's pace (empty chunks trickling in is the
+            # behaviour under test), not a test waiting for something.
             time.sleep(every_s)
 
 
