@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from PySide6.QtCore import QDeadlineTimer, QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
 
 WORDS = ("the quick brown fox jumps over a lazy dog while rivers run to the sea and "
@@ -60,12 +60,23 @@ class Ledger:
 
 
 def wait_until(condition, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise TimeoutError("soak: timed out waiting")
-        QApplication.processEvents()
-        time.sleep(0.005)
+    """Run the GUI thread's events until `condition()` holds, checked after
+    each batch: what it waits for arrives as events there (the bridge's
+    queued signals: tokens, Finished, each lane's LaneSample about ten times
+    a second; a loaded engine's signal), so the loop blocks for the next
+    event instead of sleeping, and a timer wakes it at the deadline."""
+    app = QApplication.instance()
+    deadline = QDeadlineTimer(int(timeout * 1000))
+    alarm = QTimer()  # its timeout is an event: it ends the wait for more below
+    alarm.setSingleShot(True)
+    alarm.start(int(timeout * 1000))
+    try:
+        while not condition():
+            if deadline.hasExpired():
+                raise TimeoutError("soak: timed out waiting")
+            app.processEvents(QEventLoop.AllEvents | QEventLoop.WaitForMoreEvents)
+    finally:
+        alarm.stop()
 
 
 def _text(rng: random.Random) -> str:
