@@ -99,25 +99,34 @@ def test_desktop_entry_installs_with_absolute_paths(tmp_path):
 
 
 def test_bundled_server_answers_the_api(bundle_env):
-    """`Tandem serve` from the bundle (uvicorn and starlette frozen with it)."""
-    import socket
-    import time
+    """`Tandem serve` from the bundle (uvicorn and starlette frozen with it),
+    on the port it picks (`--port 0`), from the line it prints once it listens."""
+    import re
+    import threading
     import urllib.request
 
     env, home = bundle_env
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(EXE), "serve", "--port", str(port)], env=env, cwd=home,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errors = home / "serve-stderr.txt"
+    with open(errors, "w") as stderr_file:
+        proc = subprocess.Popen([str(EXE), "serve", "--port", "0"], env=env, cwd=home,
+                                stdout=subprocess.PIPE, stderr=stderr_file, text=True)
+    found, listening = {}, threading.Event()
+
+    def read():  # the port, then drain its output (access lines) so that it never blocks
+        for line in proc.stdout:
+            match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1", line)
+            if match and not listening.is_set():
+                found["port"] = int(match.group(1))
+                listening.set()
+        listening.set()  # it ended without listening: its stderr says why
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        deadline, body = time.time() + 120, None
-        while time.time() < deadline and body is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-            except OSError:
-                time.sleep(0.5)
-        assert body and json.loads(body)["status"] == "ok"
+        assert listening.wait(120) and "port" in found, errors.read_text()
+        port = found["port"]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read()
+        assert json.loads(body)["status"] == "ok"
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
             headers={"Content-Type": "application/json"},
@@ -127,5 +136,8 @@ def test_bundled_server_answers_the_api(bundle_env):
         assert answer["usage"]["completion_tokens"] >= 1
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
+        proc.wait(30)
+        reader.join(10)
+        proc.stdout.close()
+    stderr = errors.read_text()
     assert "Traceback" not in stderr
