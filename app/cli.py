@@ -47,11 +47,23 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", default=None, help="system prompt (none: the model's own)")
     gen.add_argument("--max-tokens", type=int, default=256,
                      help="the answer's length limit, in tokens")
-    gen.add_argument("--temperature", type=float, default=0.0,
-                     help="0 picks the likeliest token each time (greedy); higher varies more")
-    gen.add_argument("--top-p", type=float, default=1.0,
+    # Sampling: the model's own defaults (as the app and the API use them),
+    # each option given overriding its field (sampling_params).
+    gen.add_argument("--temperature", type=float, default=None,
+                     help="0 picks the likeliest token each time (greedy); higher varies "
+                          "more (default: the model's own, else 0.7)")
+    gen.add_argument("--top-p", type=float, default=None,
                      help="sample only from the likeliest tokens whose probabilities add "
-                          "up to this (1: all)")
+                          "up to this (1: all; default: the model's own, else 0.95)")
+    gen.add_argument("--top-k", type=int, default=None,
+                     help="sample only from this many of the likeliest tokens (0: all; "
+                          "default: the model's own, else 40)")
+    gen.add_argument("--min-p", type=float, default=None,
+                     help="leave out tokens less likely than this fraction of the likeliest "
+                          "(0: none; default: the model's own, else 0.05)")
+    gen.add_argument("--repetition-penalty", type=float, default=None,
+                     help="above 1 makes tokens already in the text less likely, greedy or "
+                          "not (1: off; default: the model's own, else 1.1)")
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
@@ -190,6 +202,18 @@ def terminal_text(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_params(engine, args):
+    """The answer's sampling: the model's own defaults (`engine.default_params`,
+    as the app gives a new chat and the API a request that leaves a field
+    out), each sampling option given on the command line overriding its field;
+    EngineError for a value out of range."""
+    given = {name: getattr(args, name) for name in SAMPLING if getattr(args, name) is not None}
+    return engine.default_params(max_tokens=args.max_tokens, seed=args.seed, **given)
+
+
 def generate(args) -> int:
     try:  # before the engine's imports (~1 s): a bad prompt fails at once
         prompt = read_prompt(args)
@@ -197,7 +221,7 @@ def generate(args) -> int:
     except PromptError as e:
         print(f"tandem: {e}", file=sys.stderr)
         return 2
-    from engine import EngineError, Finished, SamplingParams, Token
+    from engine import EngineError, Finished, Token
 
     engine = _load_engine(args.model, args.remote)
     if engine is None:
@@ -208,9 +232,7 @@ def generate(args) -> int:
     messages.append({"role": "user", "content": prompt})
     handle = None
     try:
-        handle = engine.submit(messages, SamplingParams(
-            max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-            seed=args.seed))
+        handle = engine.submit(messages, sampling_params(engine, args))
         done = None
         for event in handle:
             if isinstance(event, Token):

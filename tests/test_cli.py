@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from app import cli
+from engine import SamplingParams
+from engine.models.gendefaults import GenerationDefaults
 from engine.runtime import blas
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,15 +32,25 @@ def _run(args, stdin=None, env=None, timeout=120):
 
 
 class _CapturingEngine:
-    """Stands in for Engine.load: records the messages, stops before generating."""
+    """Stands in for Engine.load: records the messages and the sampling,
+    stops before generating. Its model's own defaults are `generation_defaults`."""
+
+    generation_defaults = GenerationDefaults(temperature=0.6, top_p=0.9, top_k=20, min_p=0.02,
+                                             repetition_penalty=1.05, source="the test's")
 
     def __init__(self):
         self.messages = None
+        self.params = None
+
+    def default_params(self, **overrides):
+        from engine import Engine
+
+        return Engine.default_params(self, **overrides)  # the engine's own merge
 
     def submit(self, messages, params):
         from engine import EngineError
 
-        self.messages = messages
+        self.messages, self.params = messages, params
         raise EngineError("stopped by the test")
 
     def close(self):
@@ -114,6 +126,33 @@ def test_prompt_from_stdin_end_to_end():
     assert "stopped: length; prompt" in err and "output 3 tokens" in err
     assert "Traceback" not in err
     assert out.strip()
+
+
+# 2b. sampling: the model's own defaults, as in the app and the API
+
+def test_an_answer_samples_with_the_models_own_defaults(captured):
+    """Not greedy unless asked: greedy decoding loops on open prompts."""
+    assert cli.main(["generate", "Tell me a story."]) == 2
+    assert captured.params == SamplingParams(max_tokens=256, temperature=0.6, top_p=0.9,
+                                             top_k=20, min_p=0.02, repetition_penalty=1.05)
+    assert not captured.params.is_greedy
+
+
+def test_temperature_0_is_greedy_and_each_option_given_overrides_its_field(captured):
+    assert cli.main(["generate", "--temperature", "0", "hi"]) == 2
+    assert captured.params.is_greedy
+    assert captured.params == SamplingParams(max_tokens=256, temperature=0.0, top_p=0.9,
+                                             top_k=20, min_p=0.02, repetition_penalty=1.05)
+    assert cli.main(["generate", "--temperature", "1.2", "--top-p", "1", "--top-k", "0",
+                     "--min-p", "0", "--repetition-penalty", "1", "--seed", "7",
+                     "--max-tokens", "9", "hi"]) == 2
+    assert captured.params == SamplingParams(max_tokens=9, temperature=1.2, seed=7)
+
+
+def test_a_sampling_value_out_of_range_is_a_clear_error(captured, capsys):
+    assert cli.main(["generate", "--top-p", "1.5", "hi"]) == 2
+    assert "tandem: top_p" in capsys.readouterr().err
+    assert captured.messages is None
 
 
 # 3. prompts that are not UTF-8 text
@@ -221,7 +260,8 @@ def test_cli_prints_the_advice_once_at_start(found, tmp_path):
 
 
 @pytest.mark.parametrize("command, shown", [
-    ("generate", ["--max-tokens", "(default: 256)", "(default: 0.0)", "greedy", "--seed"]),
+    ("generate", ["--max-tokens", "(default: 256)", "greedy", "(default: the model's own",
+                  "--top-k", "--min-p", "--repetition-penalty", "--seed"]),
     ("serve", ["(default: 127.0.0.1)", "(default: 8080)", "--api-key", "Bearer"]),
 ])
 def test_help_says_what_each_option_does_and_its_default(capsys, command, shown):
