@@ -128,7 +128,7 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
         tab = outcome.get("tab")
         if tab is not None and not tab.is_streaming:
             times["answer_s"] = _since_start()
-            outcome["answer"] = tab.messages[-1]["content"]
+            outcome["answer"] = tab.conversation.messages[-1]["content"]
             QTimer.singleShot(0, app.quit)
 
     def on_failed(message: str):
@@ -154,6 +154,11 @@ def gui_check(model: str = "default", timeout_s: float = 180.0) -> int:
     # The engine closes on a worker thread: wait for it, or the interpreter can
     # end while MLX still runs there (the process then aborts at exit).
     window.wait_for_engines()
+    return _gui_verdict(outcome, times, app)
+
+
+def _gui_verdict(outcome: dict, times: dict, app) -> int:
+    """The GUI check's result: its times printed, 0 when an answer came."""
     if "error" in outcome:
         return _fail(f"GUI: {outcome['error']}")
     answer = outcome.get("answer", "")

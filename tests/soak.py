@@ -108,8 +108,8 @@ def soak_round(window, rng: random.Random, stats: SoakStats, tabs: int = 4,
                 stats.switches += 1
         wait_until(lambda: not any(t.is_streaming for t in window.chat_tabs()))
         for tab in chats:
-            if rng.random() < 0.25 and tab.messages and tab.messages[-1]["role"] == "assistant":
-                tab.regenerate_answer(len(tab.messages) - 1)
+            if rng.random() < 0.25 and tab.conversation.messages and tab.conversation.messages[-1]["role"] == "assistant":
+                tab.regenerate_answer(len(tab.conversation.messages) - 1)
                 stats.regenerates += 1
                 stats.requests += 1
         wait_until(lambda: not any(t.is_streaming for t in window.chat_tabs()))
@@ -124,7 +124,7 @@ def check_and_measure(window, ledger: Ledger, stats: SoakStats) -> list[str]:
         lane.is_idle for lane in engine.lanes.values()), timeout=30)
     problems = ledger.problems()
     for tab in window.chat_tabs():
-        shown = [(m["role"], m["content"]) for m in tab.messages]
+        shown = [(m["role"], m["content"]) for m in tab.conversation.messages]
         stored = [(m.role, m.content) for m in window.store.messages(tab.chat_id)]
         if shown != stored:
             problems.append(f"chat {tab.chat_id}: shown {shown!r} != stored {stored!r}")

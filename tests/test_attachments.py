@@ -119,7 +119,7 @@ def test_attach_send_edit_and_the_context_limit_in_the_window(qtbot, window, tmp
     tab.send()
     assert tab.attachment_bar.isHidden() and tab.attachment_bar.files == []
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    sent = window.engine.render([{"role": "user", "content": tab.messages[0]["content"]}])
+    sent = window.engine.render([{"role": "user", "content": tab.conversation.messages[0]["content"]}])
     assert queued[-1].prompt_tokens == len(sent) > f.tokens  # the model read the file
     text = tab.transcript.toPlainText()
     assert "What does it say?" in text and "File: notes.txt" in text
@@ -140,7 +140,7 @@ def test_attach_send_edit_and_the_context_limit_in_the_window(qtbot, window, tmp
     tab.composer.setPlainText("and this?")
     tab.send()
     assert not tab.is_streaming and tab.composer.toPlainText() == "and this?"
-    assert len(tab.messages) == 2  # nothing sent
+    assert len(tab.conversation.messages) == 2  # nothing sent
     tab.attachment_bar.remove(tab.attachment_bar.files[0])
     assert not tab.attachment_bar.over and tab.attachment_bar.isHidden()
 
@@ -219,7 +219,7 @@ def test_a_tab_stays_usable_after_a_file_that_breaks_the_reader(qtbot, window, t
     assert "bomb.pdf was not attached" in tab.footer.text() and tab.attachment_bar.files == []
     tab.composer.setPlainText("still here?")
     tab.send()
-    assert len(tab.messages) == 1  # sent, not "Still reading the attached files…"
+    assert len(tab.conversation.messages) == 1  # sent, not "Still reading the attached files…"
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
 
 

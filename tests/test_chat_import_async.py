@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import app.chat.chat_files as chat_files
-from app.chat.chat_history import load_history
+from app.conversation.history import load_history
 from app.store.branch import versions
 from app.store.tree import versions_of
 
@@ -31,11 +31,11 @@ def test_a_large_import_parses_off_the_gui_thread_and_opens(qtbot, window, tmp_p
     assert chat_id is not None and len(window.store.chats()) == count + 1
     tab = window.current_tab()
     assert tab.chat_id == chat_id
-    assert [m["content"] for m in tab.messages] == \
+    assert [m["content"] for m in tab.conversation.messages] == \
         [f"message {i} {'x' * 300}" for i in range(5000)]
-    assert [m["role"] for m in tab.messages[:2]] == ["user", "assistant"]
+    assert [m["role"] for m in tab.conversation.messages[:2]] == ["user", "assistant"]
     # The same as the store's messages, read the old way.
-    assert [m["id"] for m in tab.messages] == [m.id for m in window.store.messages(chat_id)]
+    assert [m["id"] for m in tab.conversation.messages] == [m.id for m in window.store.messages(chat_id)]
 
 
 def test_a_large_bad_file_is_refused_with_a_dialog(qtbot, window, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import json
 import sqlite3
 
 import app.chat.chat_files as chat_files
-from app.chat.chat_history import load_history
+from app.conversation.history import load_history
 from app.store import bulk_write
 
 
@@ -87,9 +87,9 @@ def test_an_imported_chat_then_new_writes_get_fresh_ids(qtbot, window, db, tmp_p
     tab = window.current_tab()
     assert tab.chat_id == chat_id and store.chat(chat_id).title == "Big"
     history = load_history(store, chat_id)
-    assert [m["id"] for m in tab.messages] == [m["id"] for m in history.messages]
+    assert [m["id"] for m in tab.conversation.messages] == [m["id"] for m in history.messages]
     assert len(history.messages) == 3000 and len(history.versions) == 2
-    assert tab.versions == history.versions
+    assert tab.conversation.versions == history.versions
     # A new message in the imported chat gets a fresh id and ends its branch.
     new = store.add_message(chat_id, "user", "next")
     assert new > max(m.id for m in imported) and new != other_message

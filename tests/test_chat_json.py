@@ -160,17 +160,17 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     monkeypatch.setattr(chat_files.QFileDialog, "getSaveFileName", staticmethod(
         lambda parent, title, where, kinds: (str(tmp_path / "c.json"), "")))
-    window.export_json_action.trigger()
+    window.menus.export_json_action.trigger()
     assert json.loads((tmp_path / "c.json").read_text())["messages"][0]["content"] == \
         "hello world"
     monkeypatch.setattr(chat_files.QFileDialog, "getOpenFileName", staticmethod(
         lambda parent, title, where, kinds: (str(tmp_path / "c.json"), "")))
     count = len(window.store.chats())
-    window.import_action.trigger()
+    window.menus.import_action.trigger()
     assert len(window.store.chats()) == count + 1
     opened = window.current_tab()
-    assert opened is not tab and [m["content"] for m in opened.messages] == \
-        [m["content"] for m in tab.messages]
+    assert opened is not tab and [m["content"] for m in opened.conversation.messages] == \
+        [m["content"] for m in tab.conversation.messages]
     # A file that is not a chat: said, and nothing changes.
     (tmp_path / "bad.json").write_text('{"messages": [{"role": "tool", "content": "x"}]}')
     warned = []
@@ -178,7 +178,7 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
                         staticmethod(lambda parent, title, text: warned.append(text)))
     monkeypatch.setattr(chat_files.QFileDialog, "getOpenFileName", staticmethod(
         lambda parent, title, where, kinds: (str(tmp_path / "bad.json"), "")))
-    window.import_action.trigger()
+    window.menus.import_action.trigger()
     assert warned and "bad.json was not imported" in warned[0] and "role" in warned[0]
     assert len(window.store.chats()) == count + 1
     # Issue 30 (10): a number Python will not read raised out of the menu.
@@ -187,7 +187,7 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
     monkeypatch.setattr(chat_files.QFileDialog, "getOpenFileName", staticmethod(
         lambda parent, title, where, kinds: (str(tmp_path / "huge.json"), "")))
     warned.clear()
-    window.import_action.trigger()
+    window.menus.import_action.trigger()
     assert "huge.json was not imported" in warned[0] and "digits" in warned[0]
     # A file that gets past every check and still breaks: refused all the same.
 
@@ -196,6 +196,6 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
 
     monkeypatch.setattr(chat_files, "parse_chat", broken)
     warned.clear()
-    window.import_action.trigger()
+    window.menus.import_action.trigger()
     assert "huge.json was not imported" in warned[0] and "OverflowError" in warned[0]
     assert len(window.store.chats()) == count + 1

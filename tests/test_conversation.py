@@ -13,41 +13,41 @@ def test_regenerate_and_edit_last_message_keep_versions(qtbot, tiny_model_dir, d
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    first_answer = tab.messages[-1]["content"]
+    first_answer = tab.conversation.messages[-1]["content"]
     assert tab.regenerate_button.isEnabled()
     qtbot.mouseClick(tab.regenerate_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     stored = window.store.messages(tab.chat_id)
     assert [m.role for m in stored] == ["user", "assistant"]
-    assert stored[1].content == tab.messages[-1]["content"] == first_answer  # greedy
+    assert stored[1].content == tab.conversation.messages[-1]["content"] == first_answer  # greedy
     assert len(window.store.all_messages(tab.chat_id)) == 3  # the first answer stays
     assert tab.version(1) == (2, 2) and "‹ 2/2 ›" in tab.transcript.toPlainText()
     meter = tab.context_meter.value()
     # Edit: nothing changes until the edit is sent; Esc puts the draft back.
     tab.composer.setPlainText("a draft")
     qtbot.mouseClick(tab.edit_button, Qt.LeftButton)
-    assert tab.composer.toPlainText() == "hello world" and len(tab.messages) == 2
+    assert tab.composer.toPlainText() == "hello world" and len(tab.conversation.messages) == 2
     assert not tab.edit_row.isHidden() and tab.editing == 0
     assert len(window.store.all_messages(tab.chat_id)) == 3
     assert tab.context_meter.value() == meter
-    window.stop_action.trigger()  # Esc
+    window.menus.stop_action.trigger()  # Esc
     assert tab.editing is None and tab.edit_row.isHidden()
-    assert tab.composer.toPlainText() == "a draft" and len(tab.messages) == 2
+    assert tab.composer.toPlainText() == "a draft" and len(tab.conversation.messages) == 2
     tab.edit_message(0)
     qtbot.mouseClick(tab.cancel_edit_button, Qt.LeftButton)  # Cancel edit, the same
     assert tab.composer.toPlainText() == "a draft" and tab.editing is None
     tab.edit_message(0)
     tab.composer.setPlainText("café")
     tab.send()
-    assert tab.edit_row.isHidden() and [m["content"] for m in tab.messages] == ["café"]
+    assert tab.edit_row.isHidden() and [m["content"] for m in tab.conversation.messages] == ["café"]
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert [m.content for m in window.store.messages(tab.chat_id)][0] == "café"
     assert tab.version(0) == (2, 2) and tab.version(1) is None
     # ‹ goes back to the first question, with its newest answer.
     _click_link(qtbot, tab, "prev", 0)
-    assert [m["content"] for m in tab.messages] == ["hello world", first_answer]
+    assert [m["content"] for m in tab.conversation.messages] == ["hello world", first_answer]
     assert tab.version(0) == (1, 2) and tab.version(1) == (2, 2)
-    assert tab.footers[1] in tab.transcript.toPlainText()
+    assert tab.conversation.footers[1] in tab.transcript.toPlainText()
     # An edit that cannot be sent (longer than the context) changes nothing:
     # the branch stays, the text stays in the composer, still an edit.
     tab.edit_message(0)
@@ -56,22 +56,22 @@ def test_regenerate_and_edit_last_message_keep_versions(qtbot, tiny_model_dir, d
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
     assert tab.footer.text().startswith("⚠") and tab.composer.toPlainText() == long_text
-    assert [m["content"] for m in tab.messages] == ["hello world", first_answer]
+    assert [m["content"] for m in tab.conversation.messages] == ["hello world", first_answer]
     assert tab.editing == 0 and not tab.edit_row.isHidden()
     assert len(window.store.all_messages(tab.chat_id)) == 5
-    window.stop_action.trigger()
+    window.menus.stop_action.trigger()
     # Going on from the version switched back to: its prefix is still cached.
     tab.composer.setPlainText("and then?")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert window.store.messages(tab.chat_id)[-1].stats["cached_tokens"] > 0
-    assert [m["content"] for m in tab.messages][:2] == ["hello world", first_answer]
+    assert [m["content"] for m in tab.conversation.messages][:2] == ["hello world", first_answer]
     window.close()
     again = _open_window(qtbot, tiny_model_dir, db)  # the branch shown is kept
     restored = again.chat_tabs()[0]
-    assert [m["content"] for m in restored.messages][:2] == ["hello world", first_answer]
+    assert [m["content"] for m in restored.conversation.messages][:2] == ["hello world", first_answer]
     _click_link(qtbot, restored, "next", 0)
-    assert [m["content"] for m in restored.messages][0] == "café"
+    assert [m["content"] for m in restored.conversation.messages][0] == "café"
     again.close()
 
 
@@ -83,8 +83,8 @@ def test_esc_stops_an_answer_being_written(qtbot, tiny_model_dir, db):
     tab.max_tokens.setValue(400)
     tab.composer.setPlainText("hello world")
     tab.send()
-    qtbot.waitUntil(lambda: bool(tab.streaming_text), timeout=60_000)
-    window.stop_action.trigger()  # Esc
+    qtbot.waitUntil(lambda: bool(tab.conversation.streaming_text), timeout=60_000)
+    window.menus.stop_action.trigger()  # Esc
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert window.store.messages(tab.chat_id)[-1].stats["reason"] == "cancelled"
     window.close()
@@ -125,9 +125,9 @@ def test_answer_footer_and_code_copy_link(qtbot, window):
     from PySide6.QtGui import QGuiApplication
 
     tab = window.chat_tabs()[0]
-    tab.messages = [{"role": "user", "content": "code please"},
+    tab.conversation.messages = [{"role": "user", "content": "code please"},
                     {"role": "assistant", "content": "Here:\n```python\nprint('hi')\n```\nDone."}]
-    tab.footers = {1: "prefill CPU → decode CPU · 3 tokens"}
+    tab.conversation.footers = {1: "prefill CPU → decode CPU · 3 tokens"}
     tab.render()
     text = tab.transcript.toPlainText()
     assert "Copy code" in text and "prefill CPU → decode CPU" in text
@@ -135,19 +135,19 @@ def test_answer_footer_and_code_copy_link(qtbot, window):
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("copy", 0)))
     assert QGuiApplication.clipboard().text() == "print('hi')"
     # A real answer gets its footer under it, and keeps it after a restart.
-    tab.messages, tab.footers = [], {}
+    tab.conversation.messages, tab.conversation.footers = [], {}
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.footers[1].startswith("prefill CPU")
-    assert tab.footers[1] in tab.transcript.toPlainText()
+    assert tab.conversation.footers[1].startswith("prefill CPU")
+    assert tab.conversation.footers[1] in tab.transcript.toPlainText()
 
 
 def test_code_blocks_are_highlighted(qtbot, window):
     from PySide6.QtGui import QTextFormat
 
     tab = window.chat_tabs()[0]
-    tab.messages = [{"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}]
+    tab.conversation.messages = [{"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}]
     tab.render()
     doc = tab.transcript.document()
     block = doc.begin()
@@ -166,13 +166,13 @@ def test_prompt_longer_than_the_context_keeps_the_text_and_the_tab(qtbot, window
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
     assert "context" in tab.footer.text() and tab.footer.text().startswith("⚠")
     assert tab.composer.toPlainText() == long_text  # nothing typed is lost
-    assert not tab.is_streaming and tab.messages == []
+    assert not tab.is_streaming and tab.conversation.messages == []
     assert window.store.messages(tab.chat_id) == []  # nothing half-stored
     for t in (tab, other):  # this tab and the others keep working
         t.composer.setPlainText("hello world")
         t.send()
     qtbot.waitUntil(lambda: not tab.is_streaming and not other.is_streaming, timeout=60_000)
-    assert tab.messages[-1]["role"] == other.messages[-1]["role"] == "assistant"
+    assert tab.conversation.messages[-1]["role"] == other.conversation.messages[-1]["role"] == "assistant"
 
 
 def _click_link(qtbot, tab, kind, index):
@@ -192,30 +192,30 @@ def test_edit_or_regenerate_an_earlier_message(qtbot, tiny_model_dir, db):
         tab.send()
         qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     assert [m.role for m in w.store.messages(tab.chat_id)] == ["user", "assistant"] * 3
-    first_answer = tab.messages[1]["content"]
+    first_answer = tab.conversation.messages[1]["content"]
     # Regenerate the first answer: a new version; the rest stays in the old one.
     _click_link(qtbot, tab, "regen", 1)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     stored = w.store.messages(tab.chat_id)
     assert [m.content for m in stored] == ["first question", first_answer]  # greedy
-    assert tab.conversation() == [{"role": m.role, "content": m.content} for m in stored]
+    assert tab.prompt_messages() == [{"role": m.role, "content": m.content} for m in stored]
     assert len(w.store.all_messages(tab.chat_id)) == 7
     # Edit the first question: in the composer; sent, it is a new first message.
     _click_link(qtbot, tab, "edit", 0)
-    assert tab.composer.toPlainText() == "first question" and len(tab.messages) == 2
+    assert tab.composer.toPlainText() == "first question" and len(tab.conversation.messages) == 2
     tab.composer.setPlainText("first question, edited")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     w.close()
     again = _open_window(qtbot, tiny_model_dir, db)
     (restored,) = [t for t in again.chat_tabs() if t.chat_id == tab.chat_id]
-    assert [m["content"] for m in restored.messages][0] == "first question, edited"
-    assert restored.conversation() == tab.conversation()
+    assert [m["content"] for m in restored.conversation.messages][0] == "first question, edited"
+    assert restored.prompt_messages() == tab.prompt_messages()
     # Nothing was lost: back to the first question, then to its first answer's
     # branch: the whole first conversation is there.
     _click_link(qtbot, restored, "prev", 0)
     _click_link(qtbot, restored, "prev", 1)
-    assert [m["content"] for m in restored.messages][::2] == [
+    assert [m["content"] for m in restored.conversation.messages][::2] == [
         "first question", "second question", "third question"]
     again.close()
 
@@ -248,7 +248,7 @@ def test_a_chat_can_ask_for_json_and_shows_it_formatted(qtbot, window):
     assert done.reason == "stop"
     jsonschema.validate(json.loads(done.text), schema)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
-    assert tab.messages[-1]["format"] == "json"
+    assert tab.conversation.messages[-1]["format"] == "json"
     shown = tab.transcript.toPlainText()
     assert json.dumps(json.loads(done.text), indent=2) in shown
     stored = window.store.chat(tab.chat_id).params

@@ -74,10 +74,10 @@ def test_answer_streaming_when_killed_survives_to_its_last_flush(qtbot, tiny_mod
     assert answer.content.startswith(flushed)  # nothing flushed was lost
     window = open_window(qtbot, tiny_model_dir, store)
     (tab,) = [t for t in window.chat_tabs() if t.chat_id == chat_id]
-    assert tab.messages[-1]["content"] == answer.content
+    assert tab.conversation.messages[-1]["content"] == answer.content
     assert answer.content[:20] in tab.transcript.toPlainText()
     # It reopens as interrupted, not as finished, and offers Continue / Regenerate.
-    assert tab.messages[-1]["interrupted"]
+    assert tab.conversation.messages[-1]["interrupted"]
     assert "interrupted" in tab.transcript.toPlainText()
     hrefs = tab.transcript.toMarkdown()
     assert tab.transcript.action_href("continue", 1) in hrefs
@@ -89,13 +89,13 @@ def test_answer_streaming_when_killed_survives_to_its_last_flush(qtbot, tiny_mod
 
     tab.max_tokens.setValue(8)
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("continue", 1)))
-    assert tab.is_streaming and tab.streaming_text.startswith(answer.content)
+    assert tab.is_streaming and tab.conversation.streaming_text.startswith(answer.content)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     (user_after, answer_after) = window.store.messages(chat_id)
     assert answer_after.id == answer.id and answer_after.complete
     assert answer_after.content.startswith(answer.content)
     assert len(answer_after.content) > len(answer.content)
-    assert not tab.messages[-1].get("interrupted")
+    assert not tab.conversation.messages[-1].get("interrupted")
     assert "interrupted" not in tab.transcript.toPlainText()
     window.close()
 
@@ -106,11 +106,11 @@ def test_an_answer_whose_tab_closed_mid_stream_reopens_interrupted(qtbot, tiny_m
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()
-    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 0, timeout=30_000)
+    qtbot.waitUntil(lambda: len(tab.conversation.streaming_text or "") > 0, timeout=30_000)
     chat_id = tab.chat_id
     window.close_tab(tab)
     again = window.open_chat(chat_id)
-    assert again.messages[-1]["role"] == "assistant" and again.messages[-1]["interrupted"]
+    assert again.conversation.messages[-1]["role"] == "assistant" and again.conversation.messages[-1]["interrupted"]
     assert "interrupted" in again.transcript.toPlainText()
     # Regenerate replaces it with a whole answer.
     from PySide6.QtCore import QUrl

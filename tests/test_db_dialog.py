@@ -107,8 +107,8 @@ def test_a_read_only_window_shows_the_history_says_so_and_saves_nothing(
     before = stored(db)
     store = ChatStore.open_read_only(db)
     window = open_window(qtbot, tiny_model_dir, store)
-    assert not window.saving.read_only_label.isHidden()
-    assert window.saving.read_only_label.text() == "Read-only: new chats are not saved"
+    assert not window.status.saving.read_only_label.isHidden()
+    assert window.status.saving.read_only_label.text() == "Read-only: new chats are not saved"
     assert "read-only" in window.windowTitle()
     sidebar = [window.sidebar.list.item(i).text() for i in range(window.sidebar.list.count())]
     assert set(sidebar) >= {"Paris trip", "Rust questions"}

@@ -171,9 +171,9 @@ def test_a_message_sent_while_another_program_holds_the_lock_is_saved_after(
         tab.send()
         assert time.monotonic() - started < NO_BUSY_WAIT_S  # the window did not freeze
         qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-        answer = tab.messages[-1]["content"]
+        answer = tab.conversation.messages[-1]["content"]
         assert answer
-        warning = window.saving.saving_label
+        warning = window.status.saving.saving_label
         assert not warning.isHidden()
         assert warning.text().startswith(
             "⚠ Saving is delayed: the database is locked by another program (")

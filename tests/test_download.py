@@ -27,7 +27,7 @@ def test_download_shows_byte_progress_then_loads_and_answers(qtbot, window, tiny
         with qtbot.waitSignal(window.engine_ready, timeout=60_000):
             window.download_model("tandem-tests/tiny", endpoint=hub.endpoint,
                                   cache_dir=str(tmp_path / "hub"))
-            window._download.progress.connect(lambda done, total: seen.append((done, total)))
+            window.session.download_job.progress.connect(lambda done, total: seen.append((done, total)))
     assert window.engine is not old_engine
     qtbot.waitUntil(lambda: window.findChild(QProgressDialog) is None, timeout=5_000)
     assert "models--tandem-tests--tiny" in window.engine.model_info.source
@@ -39,11 +39,11 @@ def test_download_shows_byte_progress_then_loads_and_answers(qtbot, window, tiny
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.messages[-1]["role"] == "assistant" and tab.messages[-1]["content"]
+    assert tab.conversation.messages[-1]["role"] == "assistant" and tab.conversation.messages[-1]["content"]
 
 
 def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_model_dir, tmp_path):
-    engine, label = window.engine, window.model_label.text()
+    engine, label = window.engine, window.status.model_label.text()
     # Paced at 10 s per MiB: the 400 KB download takes seconds, time to cancel.
     # (huggingface_hub checks for Cancel between its 10 MB chunks; this small
     # model is one chunk, so Cancel lands while it streams and the finished
@@ -54,7 +54,7 @@ def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_mode
         window.download_model("tandem-tests/slow", endpoint=hub.endpoint,
                               cache_dir=str(tmp_path / "hub"))
         progress = []
-        window._download.progress.connect(lambda done, total: progress.append(done))
+        window.session.download_job.progress.connect(lambda done, total: progress.append(done))
         qtbot.waitUntil(lambda: bool(progress), timeout=10_000)
         dialog = window.findChild(QProgressDialog)
         assert dialog is not None and dialog.isVisible()
@@ -63,12 +63,12 @@ def test_cancelling_a_download_keeps_the_previous_model(qtbot, window, tiny_mode
         qtbot.mouseClick(cancel, Qt.LeftButton)
         qtbot.waitUntil(lambda: bool(failures), timeout=30_000)
     assert failures == ["Download cancelled."]
-    assert window.engine is engine and window.model_label.text() == label
+    assert window.engine is engine and window.status.model_label.text() == label
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("still here")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.messages[-1]["role"] == "assistant"
+    assert tab.conversation.messages[-1]["role"] == "assistant"
 
 
 def test_offline_is_said_at_once_and_plainly(qtbot, window, tmp_path):

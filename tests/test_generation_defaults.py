@@ -76,7 +76,8 @@ def test_a_new_chat_follows_the_model_until_a_setting_is_changed(qtbot, window):
     assert stored["top_k"] == 7 and not tab.follows_model
     seen = []
     real = window.engine.submit
-    window.engine.submit = lambda *a, **k: seen.append(k["params"]) or real(*a, **k)
+    window.engine.submit = lambda prepared, params, **k: seen.append(params) or real(
+        prepared, params, **k)
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)

@@ -108,7 +108,7 @@ FORBIDDEN_LIBRARIES = {
 }
 
 
-def test_every_room_imports_only_what_it_may():
+def _offences() -> list[str]:
     offences = []
     for module, imported in sorted(GRAPH.items()):
         room = _room(module)
@@ -120,7 +120,11 @@ def test_every_room_imports_only_what_it_may():
                     offences.append(f"{module} imports {target} ({room} -> {other})")
             elif name.split(".")[0] in FORBIDDEN_LIBRARIES[room]:
                 offences.append(f"{module} imports {name}")
-    assert offences == []
+    return offences
+
+
+def test_every_room_imports_only_what_it_may():
+    assert _offences() == []
 
 
 def test_no_import_cycles():
@@ -185,6 +189,88 @@ def test_the_contract_sees_a_broken_rule(tmp_path):
         GRAPH = saved
     lazy = ast.parse("def f():\n    from ..runtime import lane\n")
     assert any(isinstance(n, ast.ImportFrom) and n.level == 2 for n in ast.walk(lazy))
+
+
+def test_a_sideways_import_between_app_rooms_is_seen():
+    """Each planted import breaks one app rule on its own: rooms beside each
+    other, a room reaching up, Qt in the conversation model, the engine's
+    insides from the app."""
+    global GRAPH
+    saved = GRAPH
+    planted = {
+        "app.chat.fake": "app.scheduler.hybrid_ledger",  # sideways: chat -> scheduler
+        "app.models.fake": "app.window.status_bar",  # up: models -> window
+        "app.connections.fake": "app.models.engine_session",  # sideways
+        "app.conversation.fake": "PySide6.QtCore",  # the model stays Qt-free
+        "app.scheduler.fake": "engine.runtime.lane",  # the engine's insides
+    }
+    try:
+        for module, target in planted.items():
+            GRAPH = dict(saved)
+            GRAPH[module] = {target}
+            found = [o for o in _offences() if o.startswith(f"{module} ")]
+            assert len(found) == 1 and target.split(".")[0] in found[0], (module, found)
+    finally:
+        GRAPH = saved
+
+
+def test_app_has_few_modules_at_its_top():
+    """A feature's home is a room (docs/ARCHITECTURE.md), not app/'s top."""
+    top = sorted(p.name for p in (ROOT / "app").glob("*.py"))
+    assert len(top) <= 8, top
+    rooms = sorted(p.name for p in (ROOT / "app").iterdir()
+                   if p.is_dir() and (p / "__init__.py").exists())
+    assert rooms == sorted(APP_ROOMS)
+
+
+def _calls_and_assignments(package: str):
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            yield path.relative_to(ROOT).as_posix(), node
+
+
+def test_nothing_plants_attributes_on_the_main_window():
+    """Menus, the status bar, the theme and the engine are objects the window
+    holds (main_window wires them), not attributes others set on it."""
+    planted = []
+    for where, node in _calls_and_assignments("app"):
+        if where == "app/window/main_window.py":
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and ast.unparse(t.value) in (
+                        "window", "self.window", "self._window", "w"):
+                    planted.append(f"{where}:{node.lineno} {ast.unparse(t)}")
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and \
+                node.args and "window" in ast.unparse(node.args[0]):
+            planted.append(f"{where}:{node.lineno} setattr")
+    assert planted == []
+
+
+ENGINES = {"Engine", "RemoteModelEngine", "EngineAPI"}
+
+
+def test_only_the_engine_tells_engines_apart():
+    """app/ and server/ ask an engine what it can do (`capabilities`), never
+    which class it is."""
+    telling = []
+    for package in ("app", "server"):
+        for where, node in _calls_and_assignments(package):
+            text = ast.unparse(node) if isinstance(node, (ast.Compare, ast.Call,
+                                                          ast.Attribute)) else ""
+            if isinstance(node, ast.Attribute) and node.attr == "is_remote_model":
+                telling.append(f"{where}:{node.lineno} {text}")
+            elif isinstance(node, ast.Compare) and text.endswith("tokenizer is None"):
+                telling.append(f"{where}:{node.lineno} {text}")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and \
+                    ENGINES & {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}:
+                telling.append(f"{where}:{node.lineno} {text}")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "getattr" and \
+                    len(node.args) > 1 and "remote" in ast.unparse(node.args[1]):
+                telling.append(f"{where}:{node.lineno} {text}")
+    assert telling == []
 
 
 def test_the_main_window_stays_a_wiring_of_parts():

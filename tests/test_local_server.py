@@ -21,9 +21,9 @@ from tests.windows import open_window, paced_cpu_engine
 def test_api_requests_show_in_the_dock_not_in_tabs(qtbot, tiny_model_dir, tmp_path):
     window = open_window(qtbot, tiny_model_dir, tmp_path / "srv.db", paced_cpu_engine(0.01))
     window.server.port = _free_port()
-    window.server_action.setChecked(True)
+    window.menus.server_action.setChecked(True)
     window.toggle_server()
-    assert window.server.running and str(window.server.port) in window.server_label.text()
+    assert window.server.running and str(window.server.port) in window.status.server_label.text()
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog")
     tab.send()
@@ -47,11 +47,11 @@ def test_api_requests_show_in_the_dock_not_in_tabs(qtbot, tiny_model_dir, tmp_pa
     log = window.scheduler.log
     tabs_logged = {log.item(r, 1).text() for r in range(log.rowCount())}
     assert "API editor-plugin" in tabs_logged and tab.title in tabs_logged
-    assert [m["role"] for m in tab.messages] == ["user", "assistant"]  # nothing else here
-    assert answers[0] and answers[0] not in [m["content"] for m in tab.messages]
-    window.server_action.setChecked(False)
+    assert [m["role"] for m in tab.conversation.messages] == ["user", "assistant"]  # nothing else here
+    assert answers[0] and answers[0] not in [m["content"] for m in tab.conversation.messages]
+    window.menus.server_action.setChecked(False)
     window.toggle_server()
-    assert not window.server.running and window.server_label.text() == ""
+    assert not window.server.running and window.status.server_label.text() == ""
     try:
         httpx.get(f"http://127.0.0.1:{window.server.port}/health", timeout=2)
         reachable = True
@@ -66,14 +66,14 @@ def test_the_server_is_off_until_asked_and_says_when_the_port_is_taken(qtbot, ti
     import socket
 
     window = open_window(qtbot, tiny_model_dir, tmp_path / "srv2.db")
-    assert not window.server.running and not window.server_action.isChecked()
+    assert not window.server.running and not window.menus.server_action.isChecked()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         window.server.port = taken.getsockname()[1]
-        window.server_action.setChecked(True)
+        window.menus.server_action.setChecked(True)
         window.toggle_server()
-        assert not window.server.running and not window.server_action.isChecked()
+        assert not window.server.running and not window.menus.server_action.isChecked()
         assert "in use" in window.statusBar().currentMessage()
     window.close()
 
@@ -145,14 +145,14 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     assert not window.server.running  # settings alone start nothing
     window.toggle_server(True)
     url = window.server.url
-    assert window.server.running and "key required" in window.server_label.text()
+    assert window.server.running and "key required" in window.status.server_label.text()
     assert _status(url) == 401 and _status(url, "wrong") == 401 and _status(url, key) == 200
     window.close()
     files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert key.encode() not in files  # never in the database (or its journal)
     again = open_window(qtbot, tiny_model_dir, db)  # starts with Tandem, same port and key
     qtbot.waitUntil(lambda: again.server.running, timeout=10_000)
-    assert again.server_action.isChecked() and again.server.port == port
+    assert again.menus.server_action.isChecked() and again.server.port == port
     assert _status(url, key) == 200 and _status(url) == 401
     again.close()
 
@@ -176,6 +176,6 @@ def test_without_a_keyring_the_key_lasts_the_session_and_the_user_is_told(
     window.close()
     keys._session.clear()  # a restart: the key is gone
     again = open_window(qtbot, tiny_model_dir, db)
-    assert not again.server.running and not again.server_action.isChecked()
+    assert not again.server.running and not again.menus.server_action.isChecked()
     assert "needs an API key" in again.statusBar().currentMessage()
     again.close()

@@ -112,7 +112,7 @@ def test_the_app_folds_thinking_into_a_line_stores_it_and_keeps_it_out_of_the_ne
     tab.composer.setPlainText("hi there")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
-    answer = tab.messages[-1]
+    answer = tab.conversation.messages[-1]
     assert (answer["content"], answer["reasoning"]) == (ANSWER, THOUGHT)
     assert answer["thinking_s"] is not None and answer["thinking_s"] >= 0
     shown = tab.transcript.toPlainText()
@@ -124,31 +124,32 @@ def test_the_app_folds_thinking_into_a_line_stores_it_and_keeps_it_out_of_the_ne
     assert (stored.content, stored.reasoning) == (ANSWER, THOUGHT)
     assert stored.stats["thinking_s"] == pytest.approx(answer["thinking_s"])
     # The next turn: the history sends the answer, not the thoughts.
-    assert tab.conversation()[-1] == {"role": "assistant", "content": ANSWER}
+    assert tab.prompt_messages()[-1] == {"role": "assistant", "content": ANSWER}
     seen = []
     window.engine.subscribe(lambda e: seen.append(e) if type(e).__name__ == "Queued" else None)
     tab.composer.setPlainText("and then?")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
-    ids = window.engine.render(tab.conversation()[:-1])
+    ids = window.engine.render(tab.prompt_messages()[:-1])
     assert THOUGHT not in window.engine.tokenizer.decode(ids)
     assert seen and seen[-1].prompt_tokens == len(ids)
     window.close()
     # Reopened: the thoughts are there, folded, with their time.
     again = open_window(qtbot, qwen3_like, tmp_path / "think.db")
     restored = again.chat_tabs()[0]
-    assert restored.messages[1]["reasoning"] == THOUGHT
+    assert restored.conversation.messages[1]["reasoning"] == THOUGHT
     assert "▸ Thought for" in restored.transcript.toPlainText()
     again.close()
 
 
 def test_thoughts_stream_then_fold_when_the_answer_starts(qtbot):
     from app.chat.chat_tab import ChatTab
+    from app.conversation.conversation import Answer, Conversation
 
-    tab = ChatTab(messages=[{"role": "user", "content": "hi", "id": 1}])
+    tab = ChatTab(conversation=Conversation([{"role": "user", "content": "hi", "id": 1}]))
     qtbot.addWidget(tab)
     tab.show()
-    tab.streaming_text = ""  # an answer is being written
+    tab.conversation.answer = Answer()  # an answer is being written
     tab.append_reasoning("\nFirst I look.\n\nThen I ")
     tab.append_reasoning("decide.")
     shown = tab.transcript.toPlainText()
@@ -156,7 +157,7 @@ def test_thoughts_stream_then_fold_when_the_answer_starts(qtbot):
     tab.append_text("The answer.")
     shown = tab.transcript.toPlainText()
     assert "▸ Thought for" in shown and "The answer." in shown and "First I look." not in shown
-    assert tab.thinking_s is not None
+    assert tab.conversation.answer.thinking_s is not None
 
 
 def test_gpt_oss_channels_are_thinking_and_answer(tmp_path):

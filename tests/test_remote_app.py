@@ -19,7 +19,7 @@ def test_adding_a_remote_lane_in_the_window(qtbot, tiny_model_dir, db, memory_ke
     window = open_window(qtbot, tiny_model_dir, db)
     try:
         with serving(tiny_model_dir) as url:
-            dialog = RemoteLanesDialog(window)
+            dialog = window.open_remote_lanes()
             dialog.url.setText(f"{url}/v1")
             dialog.key.setText("remote-s3cret")
             dialog.accept()
@@ -33,7 +33,7 @@ def test_adding_a_remote_lane_in_the_window(qtbot, tiny_model_dir, db, memory_ke
             assert dock.gpu_only.text() == "Local only"
             qtbot.waitUntil(lambda: "in flight" in dock.cards["remote"].numbers.text(),
                             timeout=10_000)
-            assert window.mode_label.text() == "Hybrid: CPU + remote"
+            assert window.status.mode_label.text() == "Hybrid: CPU + remote"
             # Ctrl+M toggles local only / hybrid.
             window.toggle_mode()
             assert engine.mode == "cpu-only" and dock.gpu_only.isChecked()
@@ -78,7 +78,7 @@ def test_a_saved_remote_serving_another_model_is_listed_not_routed(qtbot, tiny_m
         save(window.store, [SavedRemote("remote", "https://gpu.example/v1", "big-model")])
         from app.connections.remote_lanes import apply_remotes
 
-        assert apply_remotes(window, window.engine) == []
+        assert apply_remotes(window.store, window.engine) == []
         window.scheduler.show_engine(window.engine)
         card = window.scheduler.cards["remote"]
         assert not card.isEnabled() and "not routed" in card.numbers.text()
@@ -99,12 +99,12 @@ def test_a_remote_model_is_a_model_choice_of_its_own(qtbot, tiny_model_dir, db,
     try:
         with serving(tiny_model_dir) as url:
             save(window.store, [SavedRemote("big", f"{url}/v1")])
-            dialog = RemoteLanesDialog(window)
+            dialog = window.open_remote_lanes()
             with qtbot.waitSignal(window.engine_ready, timeout=60_000):
                 dialog._use()
             engine = window.engine
             assert getattr(engine, "is_remote_model", False)
-            assert window.mode_label.text() == "Remote model"
+            assert window.status.mode_label.text() == "Remote model"
             assert not window.scheduler.hybrid.isEnabled()
             assert "remote server" in window.scheduler.hybrid_summary.text()
             tab = window.chat_tabs()[0] if window.chat_tabs() else window.new_chat()
@@ -114,7 +114,7 @@ def test_a_remote_model_is_a_model_choice_of_its_own(qtbot, tiny_model_dir, db,
             done = finished.args[0]
             assert done.reason in ("stop", "length") and done.lanes[0] == ("prefill", "big")
             qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
-            assert tab.messages[-1]["content"] == done.text
+            assert tab.conversation.messages[-1]["content"] == done.text
             assert window.store.setting("model.last") == "remote:big"
     finally:
         window.close()

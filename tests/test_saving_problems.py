@@ -22,7 +22,7 @@ def test_a_full_disk_is_said_at_once_and_quitting_asks_first(qtbot, tiny_model_d
     full_disk_for(monkeypatch, journal_module.journal_path(db),
                   journal_module.fallback_journal_path(db))
     tab = window.new_chat()  # a change the disk cannot take
-    saving = window.saving
+    saving = window.status.saving
     qtbot.waitUntil(lambda: saving.problem_box is not None and saving.problem_box.isVisible(),
                     timeout=5_000)
     text = saving.problem_box.text()
@@ -65,8 +65,8 @@ def test_quit_anyway_keeps_the_waiting_changes_for_the_next_start(qtbot, tiny_mo
     window.show()
     FullDisk(monkeypatch)
     tab = window.new_chat()
-    qtbot.waitUntil(lambda: window.saving.problem_box is not None, timeout=5_000)
-    assert "in " in window.saving.where_kept() and store.journal_files
+    qtbot.waitUntil(lambda: window.status.saving.problem_box is not None, timeout=5_000)
+    assert "in " in window.status.saving.where_kept() and store.journal_files
     monkeypatch.setattr(saving_status, "ask", lambda *a: saving_status.QUIT)
     window.close()
     assert not window.isVisible()

@@ -9,7 +9,7 @@ from engine import Engine, LaneConfig, LaneSpec
 from engine.core.memory import format_bytes
 from engine.core.router import LeastLoadedPolicy
 from engine.models.loader import load_model
-from tests.windows import open_window
+from tests.windows import open_window, stats_line
 
 
 def _two_lane_factory(source, config: LaneConfig | None = None):
@@ -52,7 +52,7 @@ def test_mode_switch_changes_where_requests_go_and_the_dock_shows_it(qtbot, wind
     assert set(_logged_lanes(dock)) == {"gpu", "cpu"}  # hybrid spreads
     qtbot.mouseClick(dock.gpu_only, Qt.LeftButton)
     assert window.engine.mode == "gpu-only" and dock.gpu_only.isChecked()
-    assert window.mode_label.text() == "GPU only"
+    assert window.status.mode_label.text() == "GPU only"
     _send_all(qtbot, window, tabs, ["and again?", "more", "tell me"])
     qtbot.waitUntil(lambda: len(_logged_lanes(dock)) == 6, timeout=5_000)
     assert _logged_lanes(dock)[3:] == ["gpu", "gpu", "gpu"]
@@ -91,12 +91,12 @@ def test_switch_is_disabled_without_a_gpu(qtbot, tiny_model_dir, tmp_path):
     summary = w.scheduler.hybrid_summary.text()  # why hybrid is off, and what it would need
     assert summary.startswith("Hybrid is off: no GPU that MLX can use here")
     assert "needs a GPU lane beside the CPU" in summary
-    assert not w.toggle_mode_action.isEnabled()  # Ctrl+M: nothing to toggle
-    assert "CPU-only" in w.toggle_mode_action.statusTip()
-    assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
+    assert not w.menus.toggle_mode_action.isEnabled()  # Ctrl+M: nothing to toggle
+    assert "CPU-only" in w.menus.toggle_mode_action.statusTip()
+    assert w.engine.mode == "cpu-only" and w.status.mode_label.text() == "CPU only"
     # Ctrl+M, or anything else asking for a GPU mode, leaves it CPU-only and says why.
     w.set_mode("gpu-only")
-    assert w.engine.mode == "cpu-only" and w.mode_label.text() == "CPU only"
+    assert w.engine.mode == "cpu-only" and w.status.mode_label.text() == "CPU only"
     assert "no GPU lane" in w.statusBar().currentMessage()
     w.close()
 
@@ -210,7 +210,7 @@ def test_the_dock_shows_the_memory_plan_and_a_lane_left_off(qtbot, tiny_model_di
         tab.composer.setPlainText("hello")
         tab.send()
         qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
-        assert "GPU" in tab.footer.text() and "CPU" not in tab.footer.text()
+        assert "GPU" in stats_line(tab) and "CPU" not in stats_line(tab)
     finally:
         w.close()
 
@@ -234,7 +234,7 @@ def test_engines_are_closed_off_the_gui_thread(qtbot, window, tiny_model_dir, mo
 
 
 def test_a_closed_dock_comes_back_from_the_view_menu(qtbot, window):
-    assert window.toggle_mode_action.isEnabled()  # a GPU lane (a stand-in): Ctrl+M works
+    assert window.menus.toggle_mode_action.isEnabled()  # a GPU lane (a stand-in): Ctrl+M works
     window.show()
     window.scheduler_dock.close()
     assert not window.scheduler_dock.isVisible()

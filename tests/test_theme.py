@@ -24,10 +24,10 @@ def scheme():
 def test_the_window_follows_the_system_scheme_and_the_switch(qtbot, window, scheme):
     window.show()
     tab = window.chat_tabs()[0]
-    tab.messages = [{"role": "user", "content": "hi"},
+    tab.conversation.messages = [{"role": "user", "content": "hi"},
                     {"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}]
     tab.render()
-    assert not is_dark() and window.theme_actions["system"].isChecked()
+    assert not is_dark() and window.menus.theme.actions["system"].isChecked()
     scheme.setColorScheme(Qt.ColorScheme.Dark)  # asked of the platform ...
     scheme.colorSchemeChanged.emit(Qt.ColorScheme.Dark)  # ... which says it is dark now
     assert is_dark()
@@ -41,14 +41,14 @@ def test_the_window_follows_the_system_scheme_and_the_switch(qtbot, window, sche
     colours = _code_colours(tab)
     assert "#ff7b72" in colours and "#d73a49" not in colours  # the dark code colours
     # The user picks Light: it stays light whatever the system says, and is kept.
-    window.theme_actions["light"].trigger()
+    window.menus.theme.actions["light"].trigger()
     assert not is_dark() and window.store.setting("theme") == "light"
     qtbot.waitUntil(lambda: "#d73a49" in _code_colours(tab), timeout=5_000)
-    window.theme_actions["dark"].trigger()
+    window.menus.theme.actions["dark"].trigger()
     assert is_dark() and window.store.setting("theme") == "dark"
     scheme.colorSchemeChanged.emit(Qt.ColorScheme.Light)  # the system: light, but dark chosen
     assert is_dark()
-    window.theme_actions["system"].trigger()
+    window.menus.theme.actions["system"].trigger()
     assert window.store.setting("theme") == "system"
     scheme.colorSchemeChanged.emit(Qt.ColorScheme.Light)
     assert not is_dark()

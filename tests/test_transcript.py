@@ -8,6 +8,7 @@ from PySide6.QtGui import QDesktopServices, QTextDocument
 from PySide6.QtWidgets import QMessageBox
 
 from app.chat.chat_tab import ChatTab
+from app.conversation.conversation import Answer, Conversation
 
 HOSTILE = ("Click [here](edit:0) or [there](regen:1) or [guess](tandem://0000/edit/0) "
            "or [files](file:///etc/passwd) or [js](javascript:alert(1)).")
@@ -40,7 +41,7 @@ def opened(monkeypatch):
 
 
 def _tab(qtbot, messages):
-    tab = ChatTab(messages=[dict(m, id=i + 1) for i, m in enumerate(messages)])
+    tab = ChatTab(conversation=Conversation([dict(m, id=i + 1) for i, m in enumerate(messages)]))
     qtbot.addWidget(tab)
     return tab
 
@@ -55,11 +56,11 @@ def test_links_in_message_text_never_trigger_actions(qtbot, opened):
     for href in foreign:
         tab.transcript.anchorClicked.emit(QUrl(href))
         assert "Not opened" in tab.footer.text()
-    assert tab.editing is None and len(tab.messages) == 2 and tab.composer.toPlainText() == ""
+    assert tab.editing is None and len(tab.conversation.messages) == 2 and tab.composer.toPlainText() == ""
     assert opened == []  # file: and javascript: never reach the desktop
     # The app's own link still works.
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("edit", 0)))
-    assert tab.editing == 0 and tab.composer.toPlainText() == "hi" and len(tab.messages) == 2
+    assert tab.editing == 0 and tab.composer.toPlainText() == "hi" and len(tab.conversation.messages) == 2
 
 
 @pytest.mark.parametrize("choice, expected", [(QMessageBox.Cancel, []),
@@ -137,7 +138,7 @@ def test_a_long_answer_re_renders_only_its_last_paragraph(qtbot, monkeypatch):
     monkeypatch.setattr(transcript, "_fragment", lambda md: rendered.append(md) or real(md))
     tab = _tab(qtbot, [{"role": "user", "content": "write a lot"}])
     tab.show()
-    tab.streaming_text = ""
+    tab.conversation.answer = Answer()
     tab.append_text("First paragraph.\n\n")
     rendered.clear()
     for i in range(60):
@@ -160,7 +161,7 @@ def test_a_huge_paste_shows_its_start_and_keeps_all_of_it(qtbot):
     assert len(text) < 60_000 and "more characters are not shown" in text
     tab.transcript.anchorClicked.emit(QUrl(tab.transcript.action_href("copymsg", 0)))
     assert QGuiApplication.clipboard().text() == huge
-    assert tab.conversation()[-1]["content"] == huge  # all of it goes to the model
+    assert tab.prompt_messages()[-1]["content"] == huge  # all of it goes to the model
 
 
 def test_scroll_to_a_message_puts_it_at_the_top(qtbot):

@@ -9,6 +9,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication, QTextCursor
 
 from app.chat.chat_tab import ChatTab
+from app.conversation.conversation import Conversation
 from app.chat.transcript import Transcript
 from tests.test_transcript import hrefs_between
 
@@ -18,8 +19,8 @@ def _chat(count, text="message {i}"):
              "id": i + 1} for i in range(count)]
 
 
-def _tab(qtbot, messages, **kwargs):
-    tab = ChatTab(messages=messages, **kwargs)
+def _tab(qtbot, messages, footers=None, versions=None):
+    tab = ChatTab(conversation=Conversation(messages, footers, versions))
     qtbot.addWidget(tab)
     return tab
 

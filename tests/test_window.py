@@ -6,7 +6,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 
 from app.store import ChatStore
-from tests.windows import open_window as _open_window
+from tests.windows import open_window as _open_window, stats_line
+
 
 
 def test_type_send_and_stream(qtbot, window):
@@ -14,11 +15,14 @@ def test_type_send_and_stream(qtbot, window):
     qtbot.keyClicks(tab.composer, "hello world, how are you today?")
     qtbot.keyClick(tab.composer, Qt.Key_Return)
     assert tab.is_streaming
-    qtbot.waitUntil(lambda: bool(tab.streaming_text), timeout=30_000)
+    qtbot.waitUntil(lambda: bool(tab.conversation.streaming_text), timeout=30_000)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.messages[-1]["role"] == "assistant" and tab.messages[-1]["content"]
-    assert "tokens" in tab.footer.text() and "CPU" in tab.footer.text()
-    assert window.model_label.text() != "No model"
+    assert tab.conversation.messages[-1]["role"] == "assistant" and tab.conversation.messages[-1]["content"]
+    stats = stats_line(tab)
+    assert "tokens" in stats and "CPU" in stats
+    # Said once, under the answer: not again under the composer.
+    assert tab.footer.text() == "" and tab.transcript.toPlainText().count(stats) == 1
+    assert window.status.model_label.text() != "No model"
 
 
 def test_stop_stops_streaming(qtbot, window):
@@ -26,10 +30,10 @@ def test_stop_stops_streaming(qtbot, window):
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     qtbot.mouseClick(tab.send_button, Qt.LeftButton)
-    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 0, timeout=30_000)
+    qtbot.waitUntil(lambda: len(tab.conversation.streaming_text or "") > 0, timeout=30_000)
     qtbot.mouseClick(tab.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
-    assert "stopped" in tab.footer.text()
+    assert "stopped" in stats_line(tab)
     assert tab.send_button.isEnabled()
     assert all(lane.is_idle for lane in engine.lanes.values())
 
@@ -42,7 +46,7 @@ def test_a_new_chat_takes_the_keyboard_and_knows_its_context(qtbot, window):
     window.activateWindow()
     first = window.chat_tabs()[0]
     assert first.context_meter.text() == f"context: 0 / {window.engine.context_length} tokens"
-    window.new_action.trigger()
+    window.menus.new_action.trigger()
     tab = window.current_tab()
     assert tab is not first
     qtbot.waitUntil(lambda: QApplication.focusWidget() is tab.composer, timeout=2_000)
@@ -66,12 +70,12 @@ def test_a_machine_without_openblas_is_told_what_to_install(qtbot, tiny_model_di
 
     monkeypatch.setattr(status_bar, "openblas_advice", lambda: ADVICE)
     w = _open_window(qtbot, tiny_model_dir, tmp_path / "b.db")
-    assert "libopenblas0-pthread" in w.blas_label.toolTip() and w.blas_label.text()
+    assert "libopenblas0-pthread" in w.status.blas_label.toolTip() and w.status.blas_label.text()
     assert w.statusBar().currentMessage() == ADVICE
     w.close()
     monkeypatch.setattr(status_bar, "openblas_advice", lambda: None)
     quiet = _open_window(qtbot, tiny_model_dir, tmp_path / "c.db")
-    assert quiet.blas_label.text() == "" and ADVICE not in quiet.statusBar().currentMessage()
+    assert quiet.status.blas_label.text() == "" and ADVICE not in quiet.statusBar().currentMessage()
     quiet.close()
 
 
@@ -105,7 +109,7 @@ def test_the_prompt_is_tokenised_off_the_gui_thread(qtbot, window):
     release.set()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     timer.stop()
-    assert tab.messages[-1]["role"] == "assistant"
+    assert tab.conversation.messages[-1]["role"] == "assistant"
     # Stop while it is still being tokenised: nothing starts, the text comes back.
     release.clear()
     rendered.clear()
@@ -117,17 +121,17 @@ def test_the_prompt_is_tokenised_off_the_gui_thread(qtbot, window):
     qtbot.waitUntil(rendered.is_set, timeout=10_000)  # the tokeniser finishes...
     qtbot.wait(50)  # ...and its result reaches the GUI thread (a queued signal)
     assert not tab.is_streaming and window.engine.lanes["cpu"].is_idle
-    assert [m["role"] for m in tab.messages] == ["user", "assistant"]
+    assert [m["role"] for m in tab.conversation.messages] == ["user", "assistant"]
 
 
 def test_quit_closes_the_window(qtbot, window):
     from PySide6.QtGui import QKeySequence
 
-    assert window.quit_action.shortcut() == QKeySequence(QKeySequence.Quit) or \
-        window.quit_action.shortcut() == QKeySequence("Ctrl+Q")
-    assert not window.quit_action.shortcut().isEmpty()
+    assert window.menus.quit_action.shortcut() == QKeySequence(QKeySequence.Quit) or \
+        window.menus.quit_action.shortcut() == QKeySequence("Ctrl+Q")
+    assert not window.menus.quit_action.shortcut().isEmpty()
     window.show()
-    window.quit_action.trigger()
+    window.menus.quit_action.trigger()
     assert not window.isVisible()
 
 
@@ -143,7 +147,7 @@ def test_three_tabs_stream_at_once_and_are_stored(qtbot, window):
         stored = window.store.messages(tab.chat_id)
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[0].content == text
-        assert stored[1].complete and stored[1].content == tab.messages[-1]["content"]
+        assert stored[1].complete and stored[1].content == tab.conversation.messages[-1]["content"]
         assert stored[1].stats["output_tokens"] > 0
     titles = {c.title for c in window.store.chats()}
     assert set(texts) <= titles
@@ -156,13 +160,13 @@ def test_new_window_restores_chats_and_tabs(qtbot, tiny_model_dir, db):
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
     second_tab = first.new_chat()
-    answer = tab.messages[-1]["content"]
+    answer = tab.conversation.messages[-1]["content"]
     first.close()
     again = _open_window(qtbot, tiny_model_dir, db)
     restored = again.chat_tabs()
     assert [t.chat_id for t in restored] == [tab.chat_id, second_tab.chat_id]
     assert again.tabs.currentWidget().chat_id == second_tab.chat_id
-    assert restored[0].conversation() == [{"role": "user", "content": "hello world"},
+    assert restored[0].prompt_messages() == [{"role": "user", "content": "hello world"},
                                           {"role": "assistant", "content": answer}]
     assert "hello world" in restored[0].transcript.toPlainText()
     again.close()
@@ -173,14 +177,14 @@ def test_streaming_answer_is_flushed_while_it_streams(qtbot, slow_window):
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()
-    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 5, timeout=30_000)
+    qtbot.waitUntil(lambda: len(tab.conversation.streaming_text or "") > 5, timeout=30_000)
     # A second connection sees the partial answer within about a second, as a
     # restarted app would after a crash.
     reader = ChatStore(window.store.path)
     qtbot.waitUntil(lambda: len(reader.messages(tab.chat_id)[-1].content) > 0, timeout=5_000)
     partial = reader.messages(tab.chat_id)[-1]
     assert not partial.complete
-    assert (tab.streaming_text or tab.messages[-1]["content"]).startswith(partial.content)
+    assert (tab.conversation.streaming_text or tab.conversation.messages[-1]["content"]).startswith(partial.content)
     reader.close()
     window.stop(tab)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=30_000)
@@ -193,12 +197,12 @@ def test_closing_a_streaming_tab_keeps_the_others_working(qtbot, slow_window):
     b.composer.setPlainText("hello world, how are you today?")
     a.send()
     b.send()
-    qtbot.waitUntil(lambda: len(a.streaming_text or "") > 0, timeout=30_000)
+    qtbot.waitUntil(lambda: len(a.conversation.streaming_text or "") > 0, timeout=30_000)
     chat_a = a.chat_id
     window.close_tab(a)
     assert all(t.chat_id != chat_a for t in window.chat_tabs())
     qtbot.waitUntil(lambda: not b.is_streaming, timeout=60_000)
-    assert b.messages[-1]["role"] == "assistant"
+    assert b.conversation.messages[-1]["role"] == "assistant"
     assert window.store.messages(chat_a)[0].content.startswith("the quick")
 
 
@@ -207,16 +211,16 @@ def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
 
     import app.chat.chat_files as chat_files
 
-    assert window.new_action.shortcut() == QKeySequence(QKeySequence.New)
-    assert window.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")
+    assert window.menus.new_action.shortcut() == QKeySequence(QKeySequence.New)
+    assert window.menus.toggle_mode_action.shortcut() == QKeySequence("Ctrl+M")
     count = len(window.chat_tabs())
-    window.new_action.trigger()
+    window.menus.new_action.trigger()
     assert len(window.chat_tabs()) == count + 1
-    window.previous_action.trigger()
+    window.menus.previous_action.trigger()
     assert window.tabs.currentIndex() == count - 1
-    window.next_action.trigger()
+    window.menus.next_action.trigger()
     assert window.tabs.currentIndex() == count
-    window.close_action.trigger()
+    window.menus.close_action.trigger()
     assert len(window.chat_tabs()) == count
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("Show code")
@@ -226,13 +230,13 @@ def test_shortcuts_and_export(qtbot, window, tmp_path, monkeypatch):
     offered = []
     monkeypatch.setattr(chat_files.QFileDialog, "getSaveFileName", staticmethod(
         lambda parent, title, where, kinds: offered.append(where) or (str(tmp_path / "x.md"), "")))
-    window.export_action.trigger()
+    window.menus.export_action.trigger()
     assert Path(offered[0]).is_absolute() and Path(offered[0]).parent != Path.cwd()
     assert Path(offered[0]).name.endswith(".md") and (tmp_path / "x.md").exists()
     path = window.export_chat(tab, tmp_path / "chat.md")
     text = path.read_text()
     assert text.startswith("# Show code") and "## You\n\nShow code" in text
-    assert tab.messages[-1]["content"].strip()[:10] in text
+    assert tab.conversation.messages[-1]["content"].strip()[:10] in text
 
 
 def test_window_layout_is_saved_and_restored(qtbot, tiny_model_dir, db):
@@ -269,11 +273,12 @@ def test_a_search_with_no_hits_says_so_and_regenerate_clears_the_old_stats(qtbot
     tab.composer.setPlainText("hello world, how are you today?")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert "tokens" in tab.footer.text()
+    first = stats_line(tab)
+    assert "tokens" in first
     tab.regenerate_button.click()
-    assert tab.footer.text() == ""  # the old answer's stats went with it
+    assert first not in tab.transcript.toPlainText()  # the old answer's stats went with it
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert "tokens" in tab.footer.text()
+    assert "tokens" in stats_line(tab)
 
 
 def test_a_long_stats_line_never_widens_the_window(qtbot, window):
@@ -285,7 +290,7 @@ def test_a_long_stats_line_never_widens_the_window(qtbot, window):
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.footer.text()
+    assert stats_line(tab)
     tab.footer.setText("prefill GPU · decode CPU · " * 20 + "stopped: length")
     from PySide6.QtWidgets import QApplication
 
@@ -309,11 +314,11 @@ def test_quit_asks_while_an_answer_streams_and_cancel_keeps_it(qtbot, slow_windo
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()
-    qtbot.waitUntil(lambda: bool(tab.streaming_text), timeout=30_000)  # tokens arrive
+    qtbot.waitUntil(lambda: bool(tab.conversation.streaming_text), timeout=30_000)  # tokens arrive
     asked = []
     monkeypatch.setattr(saving_status, "ask", lambda parent, title, text, buttons:
                         asked.append(text) or saving_status.CANCEL)
-    window.quit_action.trigger()
+    window.menus.quit_action.trigger()
     assert asked and "1 answer is still being written" in asked[0]
     assert window.isVisible() and tab.is_streaming  # Cancel: nothing stopped
     window.close()  # a close from code (an app shutting down, a test) does not ask
@@ -336,7 +341,7 @@ def test_a_badge_when_a_background_tab_finishes_and_ctrl_k_searches(qtbot, windo
     assert not first.unread and window.tabs.tabIcon(index).isNull()
     window.show()
     window.chats_dock.hide()
-    window.search_action.trigger()  # Ctrl+K
+    window.menus.search_action.trigger()  # Ctrl+K
     assert window.chats_dock.isVisible()
     # The field the window gives the keyboard to (whether or not the window is
     # active: offscreen, another test's window may be).

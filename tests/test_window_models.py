@@ -8,12 +8,13 @@ from pathlib import Path
 from app.window.main_window import MainWindow
 from app.store import ChatStore
 from tests.test_warm_up import held_warm_up  # noqa: F401 (a fixture)
+from tests.windows import stats_line
 
 
 def test_a_model_asked_for_that_cannot_load_is_reported_not_replaced(qtbot, tmp_path):
     w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "v.db"))
     qtbot.addWidget(w)
-    qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
+    qtbot.waitUntil(lambda: w.status.model_label.text() == "No model", timeout=30_000)
     assert "missing.gguf" in w.statusBar().currentMessage() and w.engine is None
     w.close()
 
@@ -34,7 +35,7 @@ def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatc
     w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "u.db"),
                    fallback_model="default")
     qtbot.addWidget(w)
-    qtbot.waitUntil(lambda: w.model_label.text() == "No model", timeout=30_000)
+    qtbot.waitUntil(lambda: w.status.model_label.text() == "No model", timeout=30_000)
     assert "also-missing.gguf" in w.statusBar().currentMessage()  # what failed, and where
     tab = w.chat_tabs()[0]
     assert not tab.send_button.isEnabled()
@@ -42,11 +43,11 @@ def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatc
 
 
 def test_failed_model_load_keeps_the_previous_model(qtbot, window, tmp_path):
-    engine, label = window.engine, window.model_label.text()
+    engine, label = window.engine, window.status.model_label.text()
     with qtbot.waitSignal(window.model_failed, timeout=30_000) as blocker:
         window.load_model(str(tmp_path / "missing.gguf"))
     assert "not found" in blocker.args[0]
-    assert window.engine is engine and window.model_label.text() == label
+    assert window.engine is engine and window.status.model_label.text() == label
     assert "Could not load the model" in window.statusBar().currentMessage()
     with qtbot.waitSignal(window.model_failed, timeout=30_000) as blocker:
         window.download_model("tandem-tests/definitely-not-cached")
@@ -55,7 +56,7 @@ def test_failed_model_load_keeps_the_previous_model(qtbot, window, tmp_path):
     tab.composer.setPlainText("hello world")
     tab.send()
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
-    assert tab.messages[-1]["role"] == "assistant"
+    assert tab.conversation.messages[-1]["role"] == "assistant"
 
 
 def test_loading_another_model_stops_streaming_answers(qtbot, slow_window, tiny_model_dir):
@@ -63,13 +64,13 @@ def test_loading_another_model_stops_streaming_answers(qtbot, slow_window, tiny_
     tab = window.chat_tabs()[0]
     tab.composer.setPlainText("the quick brown fox jumps over the lazy dog, and then the fox")
     tab.send()
-    qtbot.waitUntil(lambda: len(tab.streaming_text or "") > 0, timeout=30_000)
+    qtbot.waitUntil(lambda: len(tab.conversation.streaming_text or "") > 0, timeout=30_000)
     old = window.engine
     with qtbot.waitSignal(window.engine_ready, timeout=60_000):
         window.load_model(str(tiny_model_dir))
     assert window.engine is not old
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
-    assert "stopped" in tab.footer.text()
+    assert "stopped" in stats_line(tab)
 
 
 def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
@@ -124,12 +125,12 @@ def test_the_status_bar_shows_loading_until_every_lane_serves(qtbot, tiny_model_
     w = MainWindow(str(tiny_model_dir), store=ChatStore(tmp_path / "l.db"),
                    engine_factory=lambda source: Engine(load_model(source), lanes=TWO))
     qtbot.addWidget(w)
-    assert not w.load_progress.isHidden() and w.model_label.text().startswith("Loading")
+    assert not w.status.load_progress.isHidden() and w.status.model_label.text().startswith("Loading")
     with qtbot.waitSignal(w.engine_ready, timeout=60_000):
         pass
-    qtbot.waitUntil(lambda: "GPU warming up" in w.load_progress.toolTip(), timeout=10_000)
-    assert not w.load_progress.isHidden() and "GPU warming up" in w.load_label.text()
+    qtbot.waitUntil(lambda: "GPU warming up" in w.status.load_progress.toolTip(), timeout=10_000)
+    assert not w.status.load_progress.isHidden() and "GPU warming up" in w.status.load_label.text()
     gate.set()
-    qtbot.waitUntil(lambda: w.load_progress.isHidden(), timeout=30_000)
-    assert w.model_label.text() == w.engine.model_info.label and w.load_label.text() == ""
+    qtbot.waitUntil(lambda: w.status.load_progress.isHidden(), timeout=30_000)
+    assert w.status.model_label.text() == w.engine.model_info.label and w.status.load_label.text() == ""
     w.close()

@@ -33,3 +33,9 @@ def open_window(qtbot, model_dir, db, factory=cpu_engine) -> MainWindow:
     with qtbot.waitSignal(w.engine_ready, timeout=60_000):
         pass
     return w
+
+
+def stats_line(tab) -> str:
+    """The last answer's stats line (shown under it, once)."""
+    conversation = tab.conversation
+    return conversation.footers[len(conversation.messages) - 1]

@@ -15,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QStandardPaths, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from app.chat.chat_history import history_of
+from app.conversation.history import history_of
 from app.ui.paths import file_name_for
 from app.store import bulk_write
 from app.store.chat_json import ImportError_, check_size, export_chat, parse_chat, write_chat
@@ -170,11 +170,8 @@ class ChatImporter(QObject):
 
 
 def importer(window) -> ChatImporter:
-    """The window's importer (made on first use)."""
-    found = getattr(window, "_chat_importer", None)
-    if found is None:
-        found = window._chat_importer = ChatImporter(window)
-    return found
+    """The window's importer (the window makes it: `window.importer`)."""
+    return window.importer
 
 
 def _refuse(window, path, e: Exception) -> None:

@@ -1,8 +1,8 @@
 """A chat tab's request, from Send to the saved answer: the prompt is
 tokenised off the GUI thread, submitted to the window's engine, streamed into
-its tab and saved; Stop and closed tabs cancel it. It also names each request
-for the Scheduler dock (its tab's title, or the API client) and feeds the
-dock's timeline and decision log."""
+its tab and saved (app/conversation/saving.py); Stop and closed tabs cancel
+it. `label(event)` names each request (its tab's title, or the API client)
+for the Scheduler dock, which app/scheduler/request_feed.py feeds."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from engine import EngineError, SamplingParams
 
 from app.chat import tab_badges
 from app.chat.attachment_bar import AttachmentLoader
-from app.chat.chat_stream import format_footer
+from app.chat.chat_history import show_version
 from app.chat.chat_tab import ChatTab
-from app.scheduler.hybrid_ledger import note as note_for
-from app.chat.prompt_prep import ChatMessages, PromptPreparer
+from app.chat.prompt_prep import PromptPreparer
+from app.conversation.saving import save_answer, save_question
 
 
 def title_from(text: str, limit: int = 40) -> str:
@@ -49,10 +49,21 @@ class ChatRequests(QObject):
         bridge.tokens.connect(self._on_tokens)
         bridge.thinking.connect(self._on_thinking)
         bridge.finished.connect(self._on_finished)
-        bridge.routed.connect(self._on_routed)
-        bridge.migrated.connect(self._on_migrated)
-        bridge.queued.connect(self._on_queued)
-        window.scheduler.request_selected.connect(self._bring_forward)
+
+    def adopt(self, tab: ChatTab) -> None:
+        """A new tab of the window: its sends, stops and files come here, its
+        settings go to the store, ‹ › shows another branch."""
+        window = self._window
+        tab.send_requested.connect(lambda messages, t=tab: self.submit(t, messages))
+        tab.stop_requested.connect(lambda t=tab: self.stop(t))
+        tab.attach_requested.connect(lambda paths, t=tab: self.attach(t, paths))
+        tab.version_requested.connect(lambda message_id, t=tab: show_version(window, t,
+                                                                             message_id))
+        tab.settings_changed.connect(lambda t=tab: window.store.update_chat(
+            t.chat_id, system_prompt=t.system_prompt.text().strip(),
+            params=t.stored_settings()))
+        tab.model_defaults_requested.connect(lambda t=tab: window.engine is not None and (
+            t.apply_model_defaults(window.engine.generation_defaults.as_dict())))
 
     def submit(self, tab: ChatTab, messages: list[dict[str, str]]) -> None:
         engine = self._window.engine
@@ -65,15 +76,13 @@ class ChatRequests(QObject):
             grammar = tab.settings_row.grammar()
         except ValueError:
             grammar = None  # said when the request starts (_start)
-        self._preparer.start(tab, engine, messages, tab.continue_from, grammar)
+        self._preparer.start(tab, engine, messages, tab.conversation.continue_from, grammar)
 
     def attach(self, tab: ChatTab, paths: list[str]) -> None:
         """Read files for `tab` off the GUI thread and count their tokens with
         the model's tokenizer (a rough count while no model is loaded)."""
         engine = self._window.engine
-        tokenizer = engine.tokenizer if engine is not None else None
-        count = ((lambda text: len(tokenizer.encode(text))) if tokenizer is not None
-                 else (lambda text: len(text) // 3))
+        count = engine.count_tokens if engine is not None else (lambda text: len(text) // 3)
         for path in paths:
             tab.attachment_bar.pending += 1
             self._loader.load(tab, path, count)
@@ -86,8 +95,8 @@ class ChatRequests(QObject):
         engine = self._window.engine
         if self._preparer.cancel(tab):  # still being tokenised: it never started
             tab.fail("Stopped before it started.")
-        elif engine is not None and tab.request_id:
-            engine.cancel(tab.request_id)
+        elif engine is not None and tab.conversation.request_id:
+            engine.cancel(tab.conversation.request_id)
 
     def forget(self, tab: ChatTab) -> None:
         """The tab is closing: nothing more streams into it."""
@@ -115,40 +124,23 @@ class ChatRequests(QObject):
             except ValueError as e:
                 raise EngineError(str(e), "bad-argument") from None
             params = SamplingParams(**tab.settings(), grammar=grammar)
-            tab.answer_format = "json" if grammar is not None else None
-            if isinstance(prepared, ChatMessages):  # a remote model renders it
-                handle = window.engine.submit(prepared.messages, params,
-                                              tab_id=str(tab.chat_id))
-            else:
-                handle = window.engine.submit(prompt_ids=prepared, params=params,
-                                              tab_id=str(tab.chat_id))
+            handle = window.engine.submit(prepared, params, tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))
             return
-        store = window.store
-        tab.request_id = handle.request_id
+        conversation = tab.conversation
+        conversation.answer_format = "json" if grammar is not None else None
+        conversation.request_id = handle.request_id
         self._tab_of[handle.request_id] = tab
-        # Each message follows the one before it in the tab: after an edit or
-        # a regenerate that makes it a new version (a branch), nothing deleted.
-        if not tab.resend_without_user:
-            files = tab.messages[-1].get("attachments")
-            tab.messages[-1]["id"] = store.add_message(
-                tab.chat_id, "user", messages[-1]["content"],
-                parent_id=tab.parent_id(len(tab.messages) - 1),
-                stats={"attachments": files} if files else None)
-        tab.resend_without_user = False
-        if tab.continue_from is None:
-            tab.answer_message_id = store.add_message(tab.chat_id, "assistant", "",
-                                                      complete=False,
-                                                      parent_id=tab.messages[-1]["id"])
-        tab.set_versions(store.versions(tab.chat_id))
+        save_question(window.store, tab.chat_id, conversation)
+        tab.set_versions(window.store.versions(tab.chat_id))
         tab.show_context(len(handle.request.prompt_ids), window.engine.context_length)
         if sum(m["role"] == "user" for m in messages) == 1:
             window.retitle(tab, title_from(messages[-1]["content"]))
         self._title_of[handle.request_id] = tab.title
         self._chat_of[handle.request_id] = tab.chat_id
-        if tab.answer_message_id is not None:
-            self._answer_of[handle.request_id] = tab.answer_message_id
+        if conversation.answer_message_id is not None:
+            self._answer_of[handle.request_id] = conversation.answer_message_id
 
     def _on_thinking(self, request_id: str, text: str) -> None:
         tab = self._tab_of.get(request_id)
@@ -161,70 +153,19 @@ class ChatRequests(QObject):
             tab.append_text(text)
 
     def _on_finished(self, finished) -> None:
-        window = self._window
-        dock = window.scheduler
-        outcome = dock.ledger.finished(finished.request_id, finished.reason, finished.e2e_s,
-                                       finished.time, finished.lanes, dock.gpu_lanes)
-        note = note_for(outcome, dock.ledger.summary(finished.time).median_error,
-                        dock.ledger.baseline) \
-            if outcome else ""
-        dock.timeline.finished(finished.request_id, finished.reason, finished.time, note)
-        dock.timeline_view.refresh()
-        if outcome is not None:
-            dock.add_decision(finished.time, self.label(finished), "done",
-                              " → ".join(lane for _, lane in finished.lanes), note,
-                              finished.request_id)
-            dock.show_hybrid_summary()
         tab = self._tab_of.pop(finished.request_id, None)
         if tab is None:
             return
-        answer_id = tab.answer_message_id
+        window = self._window
+        answer_id = tab.conversation.answer_message_id
         tab.finish(finished)
         tab_badges.finished(window, tab)
-        last = tab.messages[-1] if tab.messages else {}
         if window.engine is not None:
             tab.show_context(finished.prompt_tokens + finished.output_tokens,
                              window.engine.context_length)
-        tab.answer_message_id = None
-        if answer_id is not None:
-            answered = last.get("role") == "assistant"
-            text = last["content"] if answered else ""
-            window.store.update_message(answer_id, text, complete=True,
-                                        reasoning=last.get("reasoning", "") if answered else "",
-                                        stats={
-                "thinking_s": last.get("thinking_s") if answered else None,
-                "footer": format_footer(finished), "reason": finished.reason,
-                "lanes": finished.lanes, "output_tokens": finished.output_tokens,
-                "cached_tokens": finished.cached_tokens, "ttft_s": finished.ttft_s,
-                "prompt_tokens": finished.prompt_tokens,
-                "format": last.get("format") if answered else None})
+        save_answer(window.store, answer_id, tab.conversation, finished)
 
-    # ---- the Scheduler dock ---------------------------------------------------------
-    def _on_routed(self, event) -> None:
-        dock = self._window.scheduler
-        if event.phase == "prefill":
-            dock.ledger.routed(event.request_id, event.predicted_done_s, event.predicted_s,
-                               dock.gpu_lanes)
-        dock.timeline.routed(event.request_id, self.label(event) or event.request_id,
-                             event.phase, event.lane, event.time, event.reason,
-                             row=event.tab_id or event.request_id)
-        dock.timeline_view.refresh()
-        dock.add_decision(event.time, self.label(event), event.phase, event.lane,
-                          event.reason, event.request_id)
-
-    def _on_queued(self, event) -> None:
-        if event.reason:  # it waits for room (KV memory), not just its turn
-            self._window.scheduler.add_decision(event.time, self.label(event), "wait", "",
-                                                event.reason, event.request_id)
-
-    def _on_migrated(self, event) -> None:
-        dock = self._window.scheduler
-        dock.timeline.migrated(event.request_id, event.to_lane, event.time, event.reason)
-        dock.add_decision(event.time, self.label(event), "move",
-                          f"{event.from_lane} -> {event.to_lane}", event.reason,
-                          event.request_id)
-
-    def _bring_forward(self, request_id: str) -> None:
+    def bring_forward(self, request_id: str) -> None:
         """A request picked in the dock: its chat comes forward at its answer."""
         chat_id = self._chat_of.get(request_id)
         if chat_id is not None:

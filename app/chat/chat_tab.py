@@ -12,7 +12,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
-from app.conversation.attach_files import join_message
+from app.conversation.conversation import Conversation
 from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_settings import ChatSettings
 from app.chat.chat_stream import ChatStream
@@ -23,8 +23,10 @@ from app.chat.transcript import Transcript
 
 
 class ChatTab(ChatVersions, ChatStream, QWidget):
-    """A conversation. Emits `send_requested(messages)` and `stop_requested()`;
-    the window submits to the engine and feeds events back."""
+    """A conversation's view: `conversation` (app/conversation) holds its
+    messages, versions and the answer being written; the tab renders it and
+    turns clicks into calls on it. Emits `send_requested(messages)` and
+    `stop_requested()`; the window submits to the engine and feeds events back."""
 
     send_requested = Signal(object)
     attach_requested = Signal(list)  # local paths to read and attach
@@ -37,34 +39,47 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     INTERRUPTED = "⚠ interrupted: the app or the tab closed while it was being written"
 
     def __init__(self, title: str = "New chat", chat_id: int | None = None,
-                 messages: list[dict[str, str]] | None = None,
-                 footers: dict[int, str] | None = None,
-                 versions: dict[int, list[int]] | None = None, parent: QWidget | None = None):
+                 conversation: Conversation | None = None, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
         self.chat_id = chat_id
-        self.answer_message_id: int | None = None  # the stored row of the streaming answer
-        self.resend_without_user = False  # set for a regenerate: the user turn is stored
-        # Set while an interrupted answer is being continued: its text so far.
-        self.continue_from: str | None = None
-        self.answer_format: str | None = None  # "json": the answer is shown formatted
+        self.conversation = conversation or Conversation()
         self._stale = False
-        # {"role", "content", "id"}: id is the stored row (None until stored).
-        self.messages: list[dict] = [dict(m) for m in messages or []]
-        # Message id -> the ids of its versions (itself included), for ‹ 2/3 ›.
-        self.versions: dict[int, list[int]] = dict(versions or {})
-        self.editing: int | None = None  # the user message being edited (index)
         self._draft: tuple[str, list] = ("", [])  # the composer before an edit, back on Esc
-        # The shown branch before an edit or regenerate was sent: back if it fails.
-        self._before: tuple[list[dict], dict[int, str]] | None = None
-        self.streaming_text: str | None = None  # the answer being generated
-        self.streaming_reasoning = ""  # a reasoning model's thinking before it
-        self._thinking_since: float | None = None  # monotonic: when thinking began
-        self.thinking_s: float | None = None  # how long it thought (once the answer began)
-        self.request_id: str | None = None
-        self.stats_lines: list[str] = []
+        header = self._build_header()
+        self.transcript = Transcript()
+        self.transcript.action.connect(self._on_action)
+        self.transcript.open_requested.connect(self._open_link)
+        self.transcript.refused.connect(self._refuse_link)
+        self.composer = Composer()
+        self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
+        self.composer.setFixedHeight(80)
+        self._build_edit_row()
+        self._build_attachments()
+        self.footer = plain(QLabel(""))  # it names files and says errors: text, not markup
+        self.footer.setObjectName("answerFooter")
+        # A long message wraps within its row: it never widens the window
+        # (it grew from 1200 to 1572 px after a first answer).
+        self.footer.setWordWrap(True)
+        self.footer.setMinimumWidth(120)
+        self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        buttons = self._build_buttons()
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.settings_row)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.edit_row)
+        layout.addWidget(self.attachment_bar)
+        layout.addWidget(self.composer)
+        layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
+        layout.addLayout(buttons)
+        self.composer.submitted.connect(self.send)
+        self.set_ready(False)
+        self.render()
 
-        # Per-chat settings: system prompt and sampling, hidden behind a toggle.
+    def _build_header(self) -> QHBoxLayout:
+        """Per-chat settings (system prompt and sampling) behind a toggle, and
+        the context meter."""
         self.settings_toggle = QToolButton()
         self.settings_toggle.setText("Chat settings")
         self.settings_toggle.setCheckable(True)
@@ -86,22 +101,17 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.context_meter.setRange(0, 1)
         self.context_meter.setValue(0)
         self.context_meter.setFormat("context: waiting for the model")
-        self.context_used = 0  # tokens of the conversation, as of its last answer
         self.context_meter.setMinimumWidth(240)
         self.context_meter.setToolTip("Tokens of the model's context this chat uses")
         header = QHBoxLayout()
         header.addWidget(self.settings_toggle)
         header.addStretch(1)
         header.addWidget(self.context_meter)
+        return header
 
-        self.transcript = Transcript()
-        self.transcript.action.connect(self._on_action)
-        self.transcript.open_requested.connect(self._open_link)
-        self.transcript.refused.connect(self._refuse_link)
-        self.footers: dict[int, str] = dict(footers or {})  # message index -> stats line
-        self.composer = Composer()
-        # Editing a message changes nothing until the edit is sent; this row
-        # says so and cancels (as Esc does).
+    def _build_edit_row(self) -> None:
+        """Editing a message changes nothing until the edit is sent; this row
+        says so and cancels (as Esc does)."""
         self.edit_banner = QLabel("Editing your message: Send makes it a new version (the "
                                   "old one stays, ‹ › switches). Esc cancels.")
         self.edit_banner.setWordWrap(True)
@@ -114,13 +124,8 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         edit_layout.addWidget(self.edit_banner, 1)
         edit_layout.addWidget(self.cancel_edit_button)
         self.edit_row.setVisible(False)
-        self.composer.setPlaceholderText("Message — Enter to send, Shift+Enter for a new line")
-        self.composer.setFixedHeight(80)
-        self.send_button = QPushButton("Send")
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        self.regenerate_button = QPushButton("Regenerate")
-        self.edit_button = QPushButton("Edit last")
+
+    def _build_attachments(self) -> None:
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setToolTip("Attach text, code, Markdown or PDF files (or drop "
                                       "them on the chat)")
@@ -129,18 +134,22 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.attachment_bar.changed.connect(self.check_fit)
         self.composer.files_dropped.connect(self.attach_requested.emit)
         self.setAcceptDrops(True)
+
+    def _build_buttons(self) -> QHBoxLayout:
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.edit_button = QPushButton("Edit last")
         self.regenerate_button.setToolTip("Answer the last message again (or use the "
                                           "Regenerate link under any answer)")
         self.edit_button.setToolTip("Put your last message back in the composer to edit and "
                                     "resend (or use the Edit link under any message)")
-        self.footer = plain(QLabel(""))  # it names files and says errors: text, not markup
-        self.footer.setObjectName("answerFooter")
-        # A long stats line or message wraps within its row: it never widens
-        # the window (it grew from 1200 to 1572 px after a first answer).
-        self.footer.setWordWrap(True)
-        self.footer.setMinimumWidth(120)
-        self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.stop_button.clicked.connect(self.composer.setFocus)  # keep typing after Stop
+        self.regenerate_button.clicked.connect(self._regenerate)
+        self.edit_button.clicked.connect(self._edit)
         buttons = QHBoxLayout()
         buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
@@ -148,29 +157,12 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         buttons.addWidget(self.regenerate_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
-        layout = QVBoxLayout(self)
-        layout.addLayout(header)
-        layout.addWidget(self.settings_row)
-        layout.addWidget(self.transcript, 1)
-        layout.addWidget(self.edit_row)
-        layout.addWidget(self.attachment_bar)
-        layout.addWidget(self.composer)
-        layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
-        layout.addLayout(buttons)
-
-        self.composer.submitted.connect(self.send)
-        self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(self.stop_requested.emit)
-        self.stop_button.clicked.connect(self.composer.setFocus)  # keep typing after Stop
-        self.regenerate_button.clicked.connect(self._regenerate)
-        self.edit_button.clicked.connect(self._edit)
-        self.set_ready(False)
-        self.render()
+        return buttons
 
     # ---- user actions -----------------------------------------------------
     def send(self) -> None:
         text = self.composer.toPlainText().strip()
-        files = self.attachment_bar.files
+        files = list(self.attachment_bar.files)
         if (not text and not files) or not self.send_button.isEnabled() or self.is_streaming:
             return
         if self.attachment_bar.pending:
@@ -178,20 +170,19 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
             return
         if not self.check_fit():
             return
-        if self.editing is not None:  # the edit becomes a new version of that message
-            index = self.editing
-            self._end_edit()
-            self._branch_at(index)
-            self.render()
+        self.edit_row.setVisible(False)  # an edit is sent as a new version of its message
         self.composer.clear()
-        content, record = join_message(text, files)
         self.attachment_bar.clear()
-        self.messages.append({"role": "user", "content": content, "attachments": record})
-        self.transcript.add_message(len(self.messages) - 1, self.messages[-1], None)
-        self.streaming_text = ""
-        self._set_streaming(True)
-        self.transcript.show_streaming("")
-        self.send_requested.emit(self.conversation())
+        conversation = self.conversation
+        if conversation.send(text, files):
+            self._set_streaming(True)
+            self.render()  # the branch changed: shown whole
+        else:
+            index = len(conversation.messages) - 1
+            self.transcript.add_message(index, conversation.messages[index], None)
+            self._set_streaming(True)
+            self.transcript.show_streaming("")
+        self.send_requested.emit(self.prompt_messages())
 
     # ---- attachments ----------------------------------------------------------
     def _choose_files(self) -> None:
@@ -226,12 +217,13 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         model's context; if not, they are marked and the footer says so."""
         context = self.context_meter.maximum() if self.context_meter.maximum() > 1 else 0
         files = self.attachment_bar.tokens
-        fits = not context or not files or self.context_used + files < context
+        used = self.conversation.context_used
+        fits = not context or not files or used + files < context
         self.attachment_bar.mark_over(not fits)
         if not fits:
             self.footer.setText(
                 f"⚠ The attached files are ~{files:,} tokens: this chat already uses "
-                f"{self.context_used:,} of the model's {context:,}. Remove a file or start "
+                f"{used:,} of the model's {context:,}. Remove a file or start "
                 f"a new chat.")
         return fits
 
@@ -258,15 +250,12 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     def apply_model_defaults(self, defaults: dict) -> None:
         self.settings_row.apply_model_defaults(defaults)
 
-    def conversation(self) -> list[dict[str, str]]:
+    def prompt_messages(self) -> list[dict[str, str]]:
         """The messages to send: the system prompt (if any) and the chat."""
-        system = self.system_prompt.text().strip()
-        return ([{"role": "system", "content": system}] if system else []) + [
-            {"role": m["role"], "content": m["content"]} for m in self.messages
-            if m["content"] or m["role"] == "user"]  # an answer cut before its first token
+        return self.conversation.prompt(self.system_prompt.text().strip())
 
     def show_context(self, used: int, context_length: int) -> None:
-        self.context_used = used
+        self.conversation.context_used = used
         self.context_meter.setFormat("context: %v / %m tokens")
         self.context_meter.setRange(0, max(context_length, 1))
         self.context_meter.setValue(min(used, context_length))
@@ -274,7 +263,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     # ---- engine feedback (GUI thread) ---------------------------------------
     @property
     def is_streaming(self) -> bool:
-        return self.streaming_text is not None
+        return self.conversation.is_streaming
 
     def set_ready(self, ready: bool) -> None:
         """Enable sending once a model is loaded."""
@@ -299,31 +288,29 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     def render(self) -> None:
         """Render the whole conversation (the answer streams in by itself)."""
         self._stale = False
-        footers = {i: self.INTERRUPTED for i, m in enumerate(self.messages)
-                   if m.get("interrupted")} | self.footers
-        self.transcript.show_messages(self.messages, footers, self.message_actions,
-                                      self.version)
+        conversation = self.conversation
+        self.transcript.show_messages(conversation.messages,
+                                      conversation.shown_footers(self.INTERRUPTED),
+                                      self.message_actions, self.version)
         if self.is_streaming:
             self.transcript.show_streaming(self.stream_markdown())
 
     def _on_action(self, kind: str, index: int) -> None:
-        if kind == "think" and 0 <= index < len(self.messages):  # open / fold the thoughts
-            message = self.messages[index]
-            message["thinking_open"] = not message.get("thinking_open")
-            self.render()
+        messages = self.conversation.messages
+        if kind == "think":  # open / fold the thoughts
+            if self.conversation.toggle_thinking(index):
+                self.render()
         elif kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
-        elif kind == "copymsg" and 0 <= index < len(self.messages):
-            QGuiApplication.clipboard().setText(self.messages[index]["content"])
+        elif kind == "copymsg" and 0 <= index < len(messages):
+            QGuiApplication.clipboard().setText(messages[index]["content"])
         elif self.is_streaming and kind in ("edit", "regen", "continue", "prev", "next"):
             self.footer.setText("Stop the answer first, then edit, regenerate or switch "
                                 "versions.")
-        elif kind in ("prev", "next") and 0 <= index < len(self.messages):
-            ids = self.versions.get(self.messages[index].get("id"), [])
-            at = ids.index(self.messages[index]["id"]) + (1 if kind == "next" else -1) if ids \
-                else -1
-            if 0 <= at < len(ids):
-                self.version_requested.emit(ids[at])
+        elif kind in ("prev", "next"):
+            beside = self.conversation.version_beside(index, 1 if kind == "next" else -1)
+            if beside is not None:
+                self.version_requested.emit(beside)
         elif kind == "continue":
             self.continue_answer(index)
         elif kind == "edit":
@@ -349,7 +336,6 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
             self.footer.setText("")  # the last answer's stats belong to that answer
         self.stop_button.setEnabled(streaming)
         self.send_button.setEnabled(not streaming)
-        has_answer = bool(self.messages) and self.messages[-1]["role"] == "assistant"
-        self.regenerate_button.setEnabled(not streaming and has_answer)
-        self.edit_button.setEnabled(not streaming and any(
-            m["role"] == "user" for m in self.messages))
+        conversation = self.conversation
+        self.regenerate_button.setEnabled(not streaming and conversation.has_answer())
+        self.edit_button.setEnabled(not streaming and conversation.last("user") is not None)

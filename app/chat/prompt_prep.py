@@ -21,18 +21,10 @@ class PromptJob:
     grammar: Any = None  # the chat's answer format: built here, found cached at submit
 
 
-@dataclass(eq=False)
-class ChatMessages:
-    """A chat for a model whose server applies the template (a remote model:
-    no tokenizer here); an answer being continued is its last message."""
-
-    messages: list[dict[str, str]]
-
-
 class PromptPreparer(QObject):
-    """`start` tokenises on a worker thread; `ready(job, ids or EngineError)`
-    arrives on the GUI thread unless the job was cancelled (Stop, a closed tab)
-    or replaced in the meantime."""
+    """`start` prepares on a worker thread (`engine.prepare`); `ready(job,
+    Prepared or EngineError)` arrives on the GUI thread unless the job was
+    cancelled (Stop, a closed tab) or replaced in the meantime."""
 
     ready = Signal(object, object)
     _finished = Signal(object, object)  # from the worker; queued to the GUI thread
@@ -57,17 +49,9 @@ class PromptPreparer(QObject):
         return self._jobs.pop(id(tab), None) is not None
 
     def _work(self, job: PromptJob) -> None:
-        try:
-            if job.engine.tokenizer is None:  # a remote model: its server renders
-                tail = [{"role": "assistant", "content": job.prefix}] if job.prefix else []
-                self._finished.emit(job, ChatMessages(list(job.messages) + tail))
-                return
-            ids = job.engine.render(job.messages)
-            if job.prefix:
-                ids += list(job.engine.tokenizer.encode(job.prefix, add_special_tokens=False))
-            if job.grammar is not None:  # a big schema takes a while to build
-                job.engine.prepare_grammar(job.grammar)
-            result: Any = ids
+        try:  # the engine renders its template here, or hands the chat to its server
+            result: Any = job.engine.prepare(job.messages, continue_from=job.prefix,
+                                             grammar=job.grammar)
         except EngineError as e:
             result = e
         except Exception as e:  # a tokenizer bug must not kill the thread silently

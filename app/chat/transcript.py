@@ -204,21 +204,7 @@ class Transcript(Slices, QTextBrowser):
         body = self._with_copy_links(content) or "*(nothing was written)*"
         reasoning = "" if user else message.get("reasoning") or ""
         if reasoning:  # a reasoning model's thoughts: one line that opens them
-            opened = bool(message.get("thinking_open"))
-            cursor.insertFragment(_fragment("**Assistant**"))
-            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-            self._link(cursor, "think", index, ("▾ " if opened else "▸ ")
-                       + thinking.title(message.get("thinking_s"), bool(content)))
-            cursor.setCharFormat(QTextCharFormat())
-            if opened:  # plain text, indented and muted: thoughts, not the answer
-                indent = QTextBlockFormat()
-                indent.setLeftMargin(18)
-                muted = QTextCharFormat()
-                muted.setForeground(self.palette().placeholderText())
-                for paragraph in thinking.paragraphs(reasoning):
-                    cursor.insertBlock(indent, muted)
-                    cursor.insertText(paragraph, muted)
-            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._render_thoughts(cursor, index, message, reasoning, bool(content))
             cursor.insertFragment(_fragment(body if content else
                                             "*(no answer: it stopped while thinking)*"))
         else:
@@ -244,6 +230,26 @@ class Transcript(Slices, QTextBrowser):
             self._link(cursor, kind, index, label)
         cursor.setCharFormat(QTextCharFormat())
         return start
+
+    def _render_thoughts(self, cursor: QTextCursor, index: int, message: dict,
+                         reasoning: str, answered: bool) -> None:
+        """'▸ Thought for 3 s' (a link that opens them), and when open the
+        thoughts themselves: plain text, indented and muted."""
+        opened = bool(message.get("thinking_open"))
+        cursor.insertFragment(_fragment("**Assistant**"))
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        self._link(cursor, "think", index, ("▾ " if opened else "▸ ")
+                   + thinking.title(message.get("thinking_s"), answered))
+        cursor.setCharFormat(QTextCharFormat())
+        if opened:  # thoughts, not the answer
+            indent = QTextBlockFormat()
+            indent.setLeftMargin(18)
+            muted = QTextCharFormat()
+            muted.setForeground(self.palette().placeholderText())
+            for paragraph in thinking.paragraphs(reasoning):
+                cursor.insertBlock(indent, muted)
+                cursor.insertText(paragraph, muted)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
 
     def _link(self, cursor: QTextCursor, kind: str, index: int, label: str,
               live: bool = True, plain: QTextCharFormat | None = None) -> None:

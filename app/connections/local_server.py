@@ -93,7 +93,7 @@ class LocalServer(QObject):
         from server.api import ServerConfig, make_app
 
         self.stop()
-        if getattr(engine, "is_remote_model", False):
+        if not engine.capabilities.renders_locally:
             return ("the loaded model runs on a remote server; the Local server serves "
                     "models loaded on this machine.")
         key = self.api_key

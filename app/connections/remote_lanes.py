@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QListWidget, QListWidgetItem, QPushButton,
                                QVBoxLayout)
@@ -16,7 +17,6 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFormLayout
 from engine import EngineError, RemoteSpec
 
 from app.connections import keys
-from app.window.status_bar import show_engine_lanes
 
 SETTING = "remote.lanes"
 MAX_REMOTES = 8
@@ -64,21 +64,21 @@ def save(store, remotes: list[SavedRemote]) -> None:
         store.set_setting(SETTING, [asdict(r) for r in remotes])
 
 
-def remote_model_spec(window, name: str):
+def remote_model_spec(store, name: str):
     """(spec, key) of the saved remote `name`, to load its model as the
     window's model; or why not (a line)."""
-    for remote in load_saved(window.store):
+    for remote in load_saved(store):
         if remote.name == name:
             return remote.spec(), keys.get(key_name(name))
     return f"There is no saved remote lane named {name!r} (Engine > Remote lanes…)."
 
 
-def apply_remotes(window, engine) -> list[str]:
+def apply_remotes(store, engine) -> list[str]:
     """Give `engine` the enabled remotes; returns the problems, one line each."""
-    if getattr(engine, "is_remote_model", False):
-        return []  # the model itself runs remotely: nothing to route
+    if not engine.capabilities.remote_lanes:
+        return []  # the model itself runs remotely, say: nothing to route
     problems = []
-    for remote in load_saved(window.store):
+    for remote in load_saved(store):
         if not remote.enabled:
             continue
         try:
@@ -89,7 +89,10 @@ def apply_remotes(window, engine) -> list[str]:
 
 
 class RemoteLanesDialog(QDialog):
-    """The list of remotes and a form to add one; OK applies it to the engine."""
+    """The list of remotes and a form to add one; OK applies it to the engine
+    (then `applied(engine)`: its lanes changed)."""
+
+    applied = Signal(object)
 
     def __init__(self, window):
         super().__init__(window)
@@ -104,23 +107,7 @@ class RemoteLanesDialog(QDialog):
         self.use_button.setToolTip("Chat with the model this server runs, on the server "
                                    "(for a model too big for this machine)")
         self.use_button.clicked.connect(self._use)
-        self.url = QLineEdit()
-        self.url.setPlaceholderText("https://gpu-box.example:8000/v1")
-        self.model = QLineEdit()
-        self.model.setPlaceholderText("the server's model id (empty: the first it lists)")
-        self.serves = QLineEdit()
-        self.serves.setPlaceholderText("the local model it serves (empty: the same name)")
-        self.key = QLineEdit()
-        self.key.setEchoMode(QLineEdit.Password)
-        self.key.setPlaceholderText("API key, if the server needs one")
-        self.plain_http = QCheckBox("Send prompts and the key over plain http to this "
-                                    "address (readable on the network)")
-        self.plain_http.setVisible(False)
-        self.add_button = QPushButton("Add")
-        self.add_button.clicked.connect(self._add)
-        self.error = QLabel()
-        self.error.setWordWrap(True)
-        self.error.setTextFormat(self.error.textFormat().PlainText)
+        form = self._form()
         self.url.textChanged.connect(self._check_http)
         where = QLabel(keys.where("after a restart, type it again."))
         where.setWordWrap(True)
@@ -129,12 +116,6 @@ class RemoteLanesDialog(QDialog):
                       "and goes on locally from what it received if the remote fails. A "
                       "remote is used only for the model it serves.")
         note.setWordWrap(True)
-        form = QFormLayout()
-        form.addRow("Address", self.url)
-        form.addRow("Model", self.model)
-        form.addRow("Serves", self.serves)
-        form.addRow("API key", self.key)
-        form.addRow("", self.plain_http)
         add_row = QHBoxLayout()
         add_row.addStretch(1)
         add_row.addWidget(self.add_button)
@@ -157,6 +138,33 @@ class RemoteLanesDialog(QDialog):
         self._removed: list[str] = []
         self._added: dict[str, str] = {}  # name -> key typed for it
         self._fill()
+
+    def _form(self) -> QFormLayout:
+        """Address, model, what it serves, key: a new remote lane."""
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("https://gpu-box.example:8000/v1")
+        self.model = QLineEdit()
+        self.model.setPlaceholderText("the server's model id (empty: the first it lists)")
+        self.serves = QLineEdit()
+        self.serves.setPlaceholderText("the local model it serves (empty: the same name)")
+        self.key = QLineEdit()
+        self.key.setEchoMode(QLineEdit.Password)
+        self.key.setPlaceholderText("API key, if the server needs one")
+        self.plain_http = QCheckBox("Send prompts and the key over plain http to this "
+                                    "address (readable on the network)")
+        self.plain_http.setVisible(False)
+        self.add_button = QPushButton("Add")
+        self.add_button.clicked.connect(self._add)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setTextFormat(self.error.textFormat().PlainText)
+        form = QFormLayout()
+        form.addRow("Address", self.url)
+        form.addRow("Model", self.model)
+        form.addRow("Serves", self.serves)
+        form.addRow("API key", self.key)
+        form.addRow("", self.plain_http)
+        return form
 
     def _fill(self) -> None:
         self.list.clear()
@@ -247,8 +255,7 @@ class RemoteLanesDialog(QDialog):
                         window.engine.add_remote(remote.spec(), keys.get(key_name(remote.name)))
                     except EngineError as e:
                         problems.append(f"{remote.name}: {e}")
-            window.scheduler.show_engine(window.engine)
-            show_engine_lanes(window, window.engine)
+            self.applied.emit(window.engine)  # the window shows the new lanes
         if session_only:
             problems.append("No system keyring: the key is kept for this session only.")
         if problems:

@@ -14,8 +14,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import (EngineErrorEvent, Finished, LaneSample, MemoryPlanned, Migrated, Queued,
-                    Routed, Token)
+from engine import EngineErrorEvent, Finished, LaneSample, Migrated, Queued, Routed, Token
 
 FLUSH_INTERVAL_MS = 33
 
@@ -28,7 +27,6 @@ class EngineBridge(QObject):
     thinking = Signal(str, str)  # request_id, a reasoning model's thinking delta (coalesced)
     finished = Signal(object)  # Finished
     lane_sample = Signal(object)  # LaneSample
-    memory_planned = Signal(object)  # MemoryPlanned
     lane_failed = Signal(str, str)  # lane, why
     error = Signal(str)
 
@@ -97,8 +95,6 @@ class EngineBridge(QObject):
                 self.migrated.emit(event)
             elif isinstance(event, Queued):
                 self.queued.emit(event)
-            elif isinstance(event, MemoryPlanned):
-                self.memory_planned.emit(event)
             elif isinstance(event, EngineErrorEvent):
                 if event.lane:
                     self.lane_failed.emit(event.lane, event.message)

@@ -6,39 +6,53 @@ in the chat database for the next start."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QMainWindow
 
 from engine import EngineError
 
 from app.models.engine_loader import EngineCloser, EngineLoader, load_engine
-from app.connections.remote_lanes import apply_remotes, remote_model_spec
-from app.window.status_bar import show_lanes_starting, show_loading
 
 if TYPE_CHECKING:
-    from engine import Engine
+    from engine import EngineAPI
 
 LAST_MODEL_KEY, MODE_KEY = "model.last", "engine.mode"  # remembered across restarts
 
 
 class EngineSession(QObject):
-    """`load(source)`; the window hears of the result through `show_engine`
-    and its `model_failed` signal. `closed(engine)`: an old engine is done."""
+    """`load(source)`; `engine` is the engine in use (None until one loads).
+    Signals: `loading(text)`, `loaded(engine)` (it is `engine` now),
+    `failed(message)` (the previous engine stays), `notice(text, ms)` (a line
+    for the status bar), `closed(engine)` (an old engine is done).
 
+    `remote_spec(name)`: the (spec, key) of a saved remote lane, or why not;
+    `apply_remotes(engine)`: give a new engine the saved remote lanes, returns
+    the problems (both from app/connections, handed in by the window)."""
+
+    loading = Signal(str)
+    loaded = Signal(object)
+    failed = Signal(str)
+    notice = Signal(str, int)
     closed = Signal(object)
 
-    def __init__(self, window: QMainWindow, factory=None, fallback: str | None = None):
-        super().__init__(window)
-        self._window = window
+    def __init__(self, store, bridge, factory=None, fallback: str | None = None,
+                 remote_spec: Callable | None = None,
+                 apply_remotes: Callable | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self.engine: EngineAPI | None = None
+        self._store, self._bridge = store, bridge
         self._fallback = fallback
         self._requested: str | None = None
+        self._remote_spec = remote_spec or (lambda name: f"No remote lane named {name!r}.")
+        self._apply_remotes = apply_remotes or (lambda engine: [])
         self._closer = EngineCloser(self)
-        self._closer.closed.connect(window.bridge.detach)
+        self._closer.closed.connect(bridge.detach)
         self._closer.closed.connect(self.closed)
         self._factory = factory or load_engine
         self._remote_models: dict[str, tuple] = {}  # "remote:<name>" -> (spec, key)
+        self.download_job = None  # the last model download (app/models/download.py)
         self._loader = EngineLoader(self._make, self)
         self._loader.loaded.connect(self._on_loaded)
         self._loader.failed.connect(self.fail)
@@ -48,12 +62,12 @@ class EngineSession(QObject):
         "remote:<name>", a saved remote lane's model, run on its server."""
         self._requested = source
         if source.startswith("remote:"):
-            found = remote_model_spec(self._window, source[len("remote:"):])
+            found = self._remote_spec(source[len("remote:"):])
             if isinstance(found, str):
                 self.fail(found)
                 return
             self._remote_models[source] = found
-        show_loading(self._window, f"Loading {source}…")
+        self.loading.emit(f"Loading {source}…")
         self._loader.start(source)
 
     def _make(self, source: str):
@@ -65,25 +79,39 @@ class EngineSession(QObject):
             return RemoteModelEngine.load(spec, key)
         return self._factory(source)
 
+    def library(self, parent, **kwargs):
+        """The model library (app/models/model_library.py): loading a model
+        from it, or downloading one, goes through this session."""
+        from app.models.model_library import library_for
+
+        return library_for(parent, self._store, self, **kwargs)
+
+    def download(self, repo_id: str, parent, **hub):
+        """Download a Hub repo behind a progress dialog on `parent`, then load
+        it (`download_job`: the running one)."""
+        from app.models.download import start_download
+
+        self.download_job = start_download(parent, repo_id, on_done=self.load,
+                                           on_failed=self.fail, **hub)
+        return self.download_job
+
     def set_mode(self, mode: str) -> str:
         """Switch the engine's mode and remember it; the mode it runs now
-        (the old one, with the reason in the status bar, when it cannot)."""
-        window, engine = self._window, self._window.engine
+        (the old one, with the reason as a notice, when it cannot)."""
         try:
-            engine.set_mode(mode)
-            window.store.set_setting(MODE_KEY, mode)
+            self.engine.set_mode(mode)
+            self._store.set_setting(MODE_KEY, mode)
         except EngineError as e:
-            window.statusBar().showMessage(str(e), 10_000)
-        return engine.mode
+            self.notice.emit(str(e), 10_000)
+        return self.engine.mode
 
     def shut(self) -> None:
         """The window is closing: a model still loading is closed when it is
         loaded, and the current engine closes now (off the GUI thread)."""
         self._loader.closing = True
-        window = self._window
-        if window.engine is not None:
-            self._closer.close(window.engine)
-            window.engine = None
+        if self.engine is not None:
+            self._closer.close(self.engine)
+            self.engine = None
 
     def wait(self, timeout: float = 30.0) -> None:
         """Wait for models still loading and engines being closed (at exit),
@@ -94,17 +122,16 @@ class EngineSession(QObject):
         QCoreApplication.processEvents()  # a load that finished just before the close
         self._closer.wait(timeout)
 
-    def _on_loaded(self, engine: Engine) -> None:
+    def _on_loaded(self, engine: EngineAPI) -> None:
         if self._loader.closing:  # loaded as the window closed: close it too
             self._closer.close(engine)
             return
-        window = self._window
-        old, window.engine = window.engine, engine
-        window.store.set_setting(LAST_MODEL_KEY, engine.model_info.source)  # for the next start
-        problems = apply_remotes(window, engine)  # the saved remote lanes (Engine menu)
+        old, self.engine = self.engine, engine
+        self._store.set_setting(LAST_MODEL_KEY, engine.model_info.source)  # for the next start
+        problems = self._apply_remotes(engine)  # the saved remote lanes (Engine menu)
         if problems:
-            window.statusBar().showMessage(" ".join(problems), 15_000)
-        mode = window.store.setting(MODE_KEY)
+            self.notice.emit(" ".join(problems), 15_000)
+        mode = self._store.setting(MODE_KEY)
         if mode and mode != engine.mode:
             try:
                 engine.set_mode(mode)
@@ -114,23 +141,20 @@ class EngineSession(QObject):
             # Closed off the GUI thread and still observed until it is done,
             # so answers it was streaming end as "stopped" in their tabs.
             self._closer.close(old)
-        window.bridge.attach(engine)
-        window.show_engine(engine)
+        self._bridge.attach(engine)
+        self.loaded.emit(engine)
 
     def fail(self, message: str) -> None:
         """A model could not be had (its load or download failed); the
         previous one (if any) stays loaded and usable."""
-        window = self._window
         fallback, self._fallback = self._fallback, None  # once
-        if window.engine is None and fallback and self._requested != fallback:
+        if self.engine is None and fallback and self._requested != fallback:
             # The model remembered from last time is gone or broken: say so, and
             # start with the fallback (the bundled model) rather than with nothing.
-            window.statusBar().showMessage(f"Could not load {self._requested}: {message}; "
-                                           f"loading {fallback} instead.", 30_000)
-            window.model_failed.emit(message)
+            self.notice.emit(f"Could not load {self._requested}: {message}; "
+                             f"loading {fallback} instead.", 30_000)
+            self.failed.emit(message)
             self.load(fallback)
             return
-        window.model_label.setText(window.engine.model_info.label if window.engine else "No model")
-        show_lanes_starting(window)  # the bar goes (or stays for the old engine's lanes)
-        window.statusBar().showMessage(f"Could not load the model: {message}")
-        window.model_failed.emit(message)
+        self.notice.emit(f"Could not load the model: {message}", 0)
+        self.failed.emit(message)

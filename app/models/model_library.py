@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLay
                                QLabel, QLineEdit, QMessageBox, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
-from engine.core.memory import format_bytes
+from engine import format_bytes
 from engine.models.catalog import (ModelEntry, describe_folder, describe_gguf, hub_cache_models,
                                    judge)
 
@@ -273,15 +273,15 @@ class ModelLibrary(QDialog):
             self.hub_status.setText("Search first, or type a whole repo id (owner/name).")
 
 
-def library_for(window, **kwargs) -> ModelLibrary:
-    """The window's model library, judged against this machine's memory now:
+def library_for(parent, store, session, **kwargs) -> ModelLibrary:
+    """`session`'s model library, judged against this machine's memory now:
     available memory plus the current model's weights (loading another model
     replaces it)."""
     import psutil
 
     from engine.models.loader import default_model_path
 
-    budget, has_gpu, engine = psutil.virtual_memory().available, False, window.engine
+    budget, has_gpu, engine = psutil.virtual_memory().available, False, session.engine
     dense = None
     if engine is not None:
         plan = engine.memory_plan
@@ -292,10 +292,10 @@ def library_for(window, **kwargs) -> ModelLibrary:
         default = default_model_path()
     except Exception:  # this copy has no bundled model
         default = None
-    library = ModelLibrary(window.store, budget, has_gpu, default, window,
+    library = ModelLibrary(store, budget, has_gpu, default, parent,
                            dense_faster_on_cpu=dense, **kwargs)
-    library.load_requested.connect(window.load_model)
-    library.download_requested.connect(window.download_model)
+    library.load_requested.connect(session.load)
+    library.download_requested.connect(lambda repo_id: session.download(repo_id, parent))
     if engine is not None:
         library.select(engine.model_info.source)
     return library

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QButtonGroup, QGridLayout, QHBoxLayout, QHeaderVi
                                QTableWidget, QTableWidgetItem,
                                QTabWidget, QVBoxLayout, QWidget)
 
-from engine.core.memory import format_bytes
+from engine import format_bytes
 
 from app.scheduler.hybrid_ledger import HybridLedger
 from app.scheduler.lane_plots import LaneCard, LanePlots, SystemPlots
@@ -41,6 +41,43 @@ class SchedulerDock(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        # What hybrid bought (or, with one lane, why it is off and what it needs).
+        self.ledger = HybridLedger()
+        self.gpu_lanes: set[str] = set()
+        self.mode = "cpu-only"
+        self._hybrid_off = ""
+        self.hybrid_summary = plain(QLabel(""))
+        self.hybrid_summary.setWordWrap(True)
+        self.hybrid_summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.cards_box = QGridLayout()
+        self.cards: dict[str, LaneCard] = {}
+        self.plots = LanePlots()
+        self.open_chats = 0
+        self._plan = None
+        layout = QVBoxLayout(self)
+        layout.addLayout(self._mode_switch())
+        layout.addWidget(self.hybrid_summary)
+        layout.addLayout(self.cards_box)
+        self.splitter = QSplitter(Qt.Vertical)  # plots over timeline, as the user drags it
+        self.splitter.setObjectName("scheduler.plots-timeline")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self._plot_tabs())
+        lower = QTabWidget()
+        lower.addTab(self._timeline_panel(), "Routing timeline")
+        lower.addTab(self._decisions(), "Decisions")
+        self.splitter.addWidget(lower)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        layout.addWidget(self.splitter, 1)
+        self._started = time.monotonic()
+        self._timer = QTimer(self)
+        self._timer.setInterval(200)  # a minute of history needs no more (the GUI thread draws it)
+        self._timer.timeout.connect(self.plots.redraw)
+        self._timer.start()
+        self.set_engine_info([], "cpu-only")
+
+    def _mode_switch(self) -> QHBoxLayout:
+        """GPU-only (CPU-only without a GPU lane) / Hybrid."""
         self.gpu_only = QPushButton("GPU-only")
         self.hybrid = QPushButton("Hybrid")
         self._mode_group = QButtonGroup(self)
@@ -57,17 +94,39 @@ class SchedulerDock(QWidget):
         switch.addWidget(self.gpu_only)
         switch.addWidget(self.hybrid)
         switch.addStretch(1)
-        # What hybrid bought (or, with one lane, why it is off and what it needs).
-        self.ledger = HybridLedger()
-        self.gpu_lanes: set[str] = set()
-        self.mode = "cpu-only"
-        self._hybrid_off = ""
-        self.hybrid_summary = plain(QLabel(""))
-        self.hybrid_summary.setWordWrap(True)
-        self.hybrid_summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.cards_box = QGridLayout()
-        self.cards: dict[str, LaneCard] = {}
-        self.plots = LanePlots()
+        return switch
+
+    def _plot_tabs(self) -> QTabWidget:
+        """The lanes' plots; the memory plan and use, above the machine's plots."""
+        self.memory = QLabel("")
+        self.memory.setWordWrap(True)
+        self.memory.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        # What is used now, beside the plan's limits (which read as alarming alone).
+        self.usage = QLabel("")
+        self.usage.setWordWrap(True)
+        self.system_plots = SystemPlots()
+        self.system_plots.timer.timeout.connect(self.show_usage)
+        self.plot_tabs = plot_tabs = QTabWidget()
+        plot_tabs.addTab(self.plots, "Lanes")
+        self.memory_tab = memory_tab = QWidget()
+        memory_layout = QVBoxLayout(memory_tab)
+        memory_layout.setContentsMargins(4, 4, 4, 4)
+        memory_layout.addWidget(self.memory)
+        memory_layout.addWidget(self.usage)
+        memory_layout.addWidget(self.system_plots, 1)
+        plot_tabs.addTab(memory_tab, "CPU && memory")
+        return plot_tabs
+
+    def _timeline_panel(self) -> QWidget:
+        self.timeline = Timeline()
+        self.timeline_view = TimelineView(self.timeline)
+        self.timeline_view.request_selected.connect(self.request_selected.emit)
+        self.timeline_panel = TimelinePanel(self.timeline_view)
+        self.timeline_panel.setMinimumHeight(140)
+        return self.timeline_panel
+
+    def _decisions(self) -> QWidget:
+        """The decision log, and the selected decision read in full below it."""
         self.log = QTableWidget(0, 5)
         self.log.setHorizontalHeaderLabels(["time", "tab", "phase", "lane", "reason"])
         header = self.log.horizontalHeader()
@@ -102,51 +161,7 @@ class SchedulerDock(QWidget):
         decisions_layout.setContentsMargins(0, 0, 0, 0)
         decisions_layout.addWidget(self.log, 1)
         decisions_layout.addWidget(self.decision_detail)
-        self.memory = QLabel("")
-        self.memory.setWordWrap(True)
-        self.memory.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        # What is used now, beside the plan's limits (which read as alarming alone).
-        self.usage = QLabel("")
-        self.usage.setWordWrap(True)
-        self.open_chats = 0
-        self._plan = None
-        layout = QVBoxLayout(self)
-        layout.addLayout(switch)
-        layout.addWidget(self.hybrid_summary)
-        layout.addLayout(self.cards_box)
-        self.system_plots = SystemPlots()
-        self.system_plots.timer.timeout.connect(self.show_usage)
-        self.plot_tabs = plot_tabs = QTabWidget()
-        plot_tabs.addTab(self.plots, "Lanes")
-        self.memory_tab = memory_tab = QWidget()  # the plan and what is in use, above its plots
-        memory_layout = QVBoxLayout(memory_tab)
-        memory_layout.setContentsMargins(4, 4, 4, 4)
-        memory_layout.addWidget(self.memory)
-        memory_layout.addWidget(self.usage)
-        memory_layout.addWidget(self.system_plots, 1)
-        plot_tabs.addTab(memory_tab, "CPU && memory")
-        self.splitter = QSplitter(Qt.Vertical)  # plots over timeline, as the user drags it
-        self.splitter.setObjectName("scheduler.plots-timeline")
-        self.splitter.setChildrenCollapsible(False)
-        self.splitter.addWidget(plot_tabs)
-        self.timeline = Timeline()
-        self.timeline_view = TimelineView(self.timeline)
-        self.timeline_view.request_selected.connect(self.request_selected.emit)
-        self.timeline_panel = TimelinePanel(self.timeline_view)
-        self.timeline_panel.setMinimumHeight(140)
-        lower = QTabWidget()
-        lower.addTab(self.timeline_panel, "Routing timeline")
-        lower.addTab(decisions, "Decisions")
-        self.splitter.addWidget(lower)
-        self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 2)
-        layout.addWidget(self.splitter, 1)
-        self._started = time.monotonic()
-        self._timer = QTimer(self)
-        self._timer.setInterval(200)  # a minute of history needs no more (the GUI thread draws it)
-        self._timer.timeout.connect(self.plots.redraw)
-        self._timer.start()
-        self.set_engine_info([], "cpu-only")
+        return decisions
 
     def set_engine_info(self, lanes: list[tuple[str, str]], mode: str,
                         descriptions: dict[str, str] | None = None,
@@ -179,6 +194,14 @@ class SchedulerDock(QWidget):
         self.ledger.baseline, self.ledger.elsewhere = (
             ("the GPU", "the CPU" + (" or a remote" if remote else "")) if has_gpu
             else ("this machine", "a remote"))
+        tip = self._set_switch(lanes, off, has_gpu, remote)
+        for button in (self.gpu_only, self.hybrid):
+            button.setToolTip(tip)
+        self.show_mode(mode)
+
+    def _set_switch(self, lanes, off, has_gpu: bool, remote: bool) -> str:
+        """What the mode buttons can do with these lanes; returns their
+        tooltip (and keeps why Hybrid is off, for the summary)."""
         self.local_mode = "gpu-only" if has_gpu else "cpu-only"
         self.gpu_only.setText("GPU-only" if has_gpu else "Local only")
         self.gpu_only.setEnabled(has_gpu or remote)
@@ -206,9 +229,7 @@ class SchedulerDock(QWidget):
                                              in off.items()) or "this engine has none") + ".")
         else:
             tip = self._hybrid_off = ""
-        for button in (self.gpu_only, self.hybrid):
-            button.setToolTip(tip)
-        self.show_mode(mode)
+        return tip
 
     def show_engine(self, engine) -> None:
         """A newly loaded engine: its lanes, mode, memory plan and failures."""

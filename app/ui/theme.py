@@ -7,7 +7,7 @@ on a dark background."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QActionGroup, QColor, QGuiApplication, QPalette
 
 CHOICES = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
@@ -68,24 +68,27 @@ def _set_palette(app, scheme) -> None:
     app.setPalette(dark_palette() if dark else app.style().standardPalette())
 
 
-def build_theme_menu(window, view_menu) -> None:
-    """View > Theme: follow the system, light or dark; the stored choice applies now."""
-    app = QGuiApplication.instance()
-    menu = view_menu.addMenu("Theme")
-    group = QActionGroup(window)
-    chosen = window.store.setting(SETTING, "system")
-    chosen = chosen if chosen in CHOICES else "system"
-    window.theme_actions = {}
-    for key, label in CHOICES.items():
-        act = QAction(label, window, checkable=True)
-        act.setChecked(key == chosen)
-        act.triggered.connect(lambda _=False, k=key: _choose(window, k))
-        group.addAction(act)
-        menu.addAction(act)
-        window.theme_actions[key] = act
-    apply_theme(app, chosen)
+class ThemeMenu(QObject):
+    """View > Theme: follow the system, light or dark; the stored choice
+    applies now. `actions`: the choice's key -> its checkable action."""
 
+    def __init__(self, store, view_menu, parent: QObject):
+        super().__init__(parent)
+        self._store = store
+        menu = view_menu.addMenu("Theme")
+        group = QActionGroup(parent)
+        chosen = store.setting(SETTING, "system")
+        chosen = chosen if chosen in CHOICES else "system"
+        self.actions: dict[str, QAction] = {}
+        for key, label in CHOICES.items():
+            act = QAction(label, parent, checkable=True)
+            act.setChecked(key == chosen)
+            act.triggered.connect(lambda _=False, k=key: self.choose(k))
+            group.addAction(act)
+            menu.addAction(act)
+            self.actions[key] = act
+        apply_theme(QGuiApplication.instance(), chosen)
 
-def _choose(window, key: str) -> None:
-    window.store.set_setting(SETTING, key)
-    apply_theme(QGuiApplication.instance(), key)
+    def choose(self, key: str) -> None:
+        self._store.set_setting(SETTING, key)
+        apply_theme(QGuiApplication.instance(), key)

@@ -1,6 +1,6 @@
 """The window's layout kept between runs: its geometry, its docks and the
 splitters inside them (Qt's saveState covers the docks, not a dock's own
-splitters), as settings in the chat database."""
+splitters), and its open chat tabs, in the chat database."""
 
 from __future__ import annotations
 
@@ -32,6 +32,27 @@ def restore_layout(window) -> None:
     for name, splitter in _splitters(window).items():
         if isinstance(saved, dict) and isinstance(saved.get(name), str):
             splitter.restoreState(_bytes(saved[name]))
+
+
+def restore_tabs(window) -> None:
+    """The chats open at the last exit, the current one in front (a new chat
+    when none is left)."""
+    ids, current = window.store.open_tabs()
+    for chat_id in ids:
+        try:
+            window.open_chat(chat_id)
+        except KeyError:  # deleted since
+            continue
+    if not window.chat_tabs():
+        window.new_chat()
+    elif current is not None:
+        window.open_chat(current)
+
+
+def save_tabs(window) -> None:
+    current = window.current_tab()
+    window.store.save_open_tabs([t.chat_id for t in window.chat_tabs()],
+                                current.chat_id if current is not None else None)
 
 
 def _text(data: QByteArray) -> str:

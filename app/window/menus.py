@@ -2,66 +2,86 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 
 from app.chat.chat_files import export_current, import_chosen
-from app.connections.remote_lanes import open_remote_lanes
 from app.connections.server_settings import open_server_settings
-from app.ui.theme import build_theme_menu
+from app.ui.theme import ThemeMenu
 
 
-def build_menus(window) -> None:
-    """Menus with the platform's shortcuts (Qt maps Ctrl to Cmd on macOS)."""
+class Menus(QObject):
+    """The window's menus, with the platform's shortcuts (Qt maps Ctrl to Cmd
+    on macOS); each action is an attribute (`new_action`, `server_action`, ...),
+    `theme` the View > Theme choices."""
 
-    def action(menu, text, shortcut, slot):
-        act = QAction(text, window)
+    def __init__(self, window):
+        super().__init__(window)
+        self._window = window
+        bar = window.menuBar()
+        self._chat_menu(bar.addMenu("&Chat"))
+        self._engine_menu(bar.addMenu("&Engine"))
+        view = bar.addMenu("&View")  # a closed dock comes back from here
+        for dock in (window.chats_dock, window.scheduler_dock):
+            view.addAction(dock.toggleViewAction())
+        self.theme = ThemeMenu(window.store, view, window)
+
+    def _action(self, menu, text, shortcut, slot) -> QAction:
+        act = QAction(text, self._window)
         act.setShortcut(QKeySequence(shortcut))
         act.setShortcutContext(Qt.ApplicationShortcut)
         act.triggered.connect(slot)
         menu.addAction(act)
         return act
 
-    chat = window.menuBar().addMenu("&Chat")
-    window.new_action = action(chat, "New chat", QKeySequence.New, window.new_chat)
-    window.close_action = action(chat, "Close chat", QKeySequence.Close,
-                                 lambda: close_current(window))
-    window.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
-                                  lambda: export_current(window, "md"))
-    window.export_json_action = action(chat, "Export as JSON…", "",
-                                       lambda: export_current(window, "json"))
-    window.import_action = action(chat, "Import chat…", "", lambda: import_chosen(window))
-    window.search_action = action(chat, "Search chats", "Ctrl+K", lambda: search_chats(window))
-    chat.addSeparator()
-    window.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
-                                lambda: stop_current(window))
-    window.next_action = action(chat, "Next tab", QKeySequence.NextChild,
-                                lambda: cycle_tab(window, 1))
-    window.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
-                                    lambda: cycle_tab(window, -1))
-    chat.addSeparator()
-    # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
-    quit_keys = QKeySequence(QKeySequence.Quit)
-    window.quit_action = action(chat, "Quit", quit_keys if not quit_keys.isEmpty() else "Ctrl+Q",
-                                window.request_quit)
-    window.quit_action.setMenuRole(QAction.QuitRole)  # macOS: in the app menu, Cmd+Q
-    engine_menu = window.menuBar().addMenu("&Engine")
-    window.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
-                                      window.pick_model)
-    window.toggle_mode_action = action(engine_menu, "Toggle local only / Hybrid", "Ctrl+M",
-                                       window.toggle_mode)
-    engine_menu.addSeparator()
-    window.server_action = action(engine_menu, "Local server (OpenAI API)", "",
-                                  window.toggle_server)
-    window.server_action.setCheckable(True)
-    window.server_settings_action = action(engine_menu, "Local server settings…", "",
-                                           lambda: open_server_settings(window))
-    window.remote_lanes_action = action(engine_menu, "Remote lanes…", "",
-                                        lambda: open_remote_lanes(window))
-    view = window.menuBar().addMenu("&View")  # a closed dock comes back from here
-    for dock in (window.chats_dock, window.scheduler_dock):
-        view.addAction(dock.toggleViewAction())
-    build_theme_menu(window, view)
+    def _chat_menu(self, chat) -> None:
+        window, action = self._window, self._action
+        self.new_action = action(chat, "New chat", QKeySequence.New, window.new_chat)
+        self.close_action = action(chat, "Close chat", QKeySequence.Close,
+                                   lambda: close_current(window))
+        self.export_action = action(chat, "Export as Markdown…", "Ctrl+Shift+E",
+                                    lambda: export_current(window, "md"))
+        self.export_json_action = action(chat, "Export as JSON…", "",
+                                         lambda: export_current(window, "json"))
+        self.import_action = action(chat, "Import chat…", "", lambda: import_chosen(window))
+        self.search_action = action(chat, "Search chats", "Ctrl+K",
+                                    lambda: search_chats(window))
+        chat.addSeparator()
+        self.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
+                                  lambda: stop_current(window))
+        self.next_action = action(chat, "Next tab", QKeySequence.NextChild,
+                                  lambda: cycle_tab(window, 1))
+        self.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
+                                      lambda: cycle_tab(window, -1))
+        chat.addSeparator()
+        # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
+        quit_keys = QKeySequence(QKeySequence.Quit)
+        self.quit_action = action(chat, "Quit",
+                                  quit_keys if not quit_keys.isEmpty() else "Ctrl+Q",
+                                  window.request_quit)
+        self.quit_action.setMenuRole(QAction.QuitRole)  # macOS: in the app menu, Cmd+Q
+
+    def _engine_menu(self, engine_menu) -> None:
+        window, action = self._window, self._action
+        self.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
+                                        lambda: window.model_library().exec())
+        self.toggle_mode_action = action(engine_menu, "Toggle local only / Hybrid", "Ctrl+M",
+                                         window.toggle_mode)
+        engine_menu.addSeparator()
+        self.server_action = action(engine_menu, "Local server (OpenAI API)", "",
+                                    window.toggle_server)
+        self.server_action.setCheckable(True)
+        self.server_settings_action = action(engine_menu, "Local server settings…", "",
+                                             lambda: open_server_settings(window))
+        self.remote_lanes_action = action(engine_menu, "Remote lanes…", "",
+                                          window.open_remote_lanes)
+
+    def allow_mode_toggle(self, toggles: bool) -> None:
+        """Ctrl+M: nothing to toggle without a GPU lane or a remote lane."""
+        self.toggle_mode_action.setEnabled(toggles)
+        self.toggle_mode_action.setStatusTip(
+            "" if toggles else "This engine runs CPU-only: no GPU lane or remote lane to "
+                               "switch to.")
 
 
 # ---- what the Chat menu's actions do to the current tab ----------------------------------
