@@ -77,7 +77,7 @@ def test_constrained_and_free_requests_share_the_batch(make_engine, tiny_loaded)
                for ids in free]
     constrained = [engine.submit(
         [{"role": "user", "content": "hi"}],
-        SamplingParams(max_tokens=60, temperature=0.8, seed=s, grammar=_json_grammar(SCHEMAS[1])))
+        SamplingParams(max_tokens=160, temperature=0.8, seed=s, grammar=_json_grammar(SCHEMAS[1])))
         for s in range(4)]
     for ids, handle in zip(free, handles):
         handle.result(60)

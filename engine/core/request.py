@@ -82,6 +82,15 @@ class Request:
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def recent_ids(self, count: int) -> list[int]:
+        """The last `count` tokens of prompt and answer (without copying the rest)."""
+        if count <= 0:
+            return []
+        out = self.output_ids
+        if count <= len(out):
+            return out[-count:]
+        return self.prompt_ids[-(count - len(out)):] + out
+
     def note_lane(self, phase: str, lane: str) -> None:
         if not self.lane_history or self.lane_history[-1] != (phase, lane):
             self.lane_history.append((phase, lane))

@@ -93,7 +93,8 @@ class DecodeBatch:
                     consume(sampler.matcher, token)
             masks = row_masks([s.matcher for s in self.samplers], logits.shape[-1],
                               self._fail_row)
-        sampled = sample_rows(logits, self.samplers, lambda i: self._context(i, inputs), masks)
+        sampled = sample_rows(logits, self.samplers, lambda i, n: self.requests[i].recent_ids(n),
+                              inputs, masks)
         self._next_inputs = sampled
         mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs
@@ -108,10 +109,6 @@ class DecodeBatch:
         if not any(s.wants_logprobs for s in self.samplers):
             return []
         return [s.read_fed() if s.wants_logprobs else None for s in self.samplers]
-
-    def _context(self, i: int, inputs: mx.array) -> mx.array:
-        known = mx.array(self.requests[i].all_ids, mx.uint32)
-        return mx.concatenate([known, inputs[i : i + 1].astype(mx.uint32)])
 
     def extract(self, index: int) -> list:
         """Request `index`'s KV as single-request caches (for the prefix cache)."""

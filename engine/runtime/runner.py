@@ -131,13 +131,13 @@ class ModelRunner:
     @staticmethod
     def _first(prefill: Prefill, logits: mx.array) -> mx.array:
         """Sample the request's first output token from its last prompt logits."""
-        prompt = mx.array(prefill.request.prompt_ids, mx.uint32)
         matcher = prefill.sampler.matcher
         request = prefill.request
         masks = (row_masks([matcher], logits.shape[-1],
                            lambda _, why: setattr(request, "failure", why))
                  if matcher is not None else None)
-        prefill.first = sample_rows(logits, [prefill.sampler], lambda _: prompt, masks)
+        prefill.first = sample_rows(logits, [prefill.sampler], lambda _, n: request.prompt_ids[-n:],
+                                    masks=masks)
         if prefill.sampler.wants_logprobs:  # evaluated with it (runner.run)
             mx.async_eval(pending_arrays([prefill.sampler]))
         return prefill.first
