@@ -137,6 +137,48 @@ def engine_case(model: str, streams: int, tokens: int, rounds: int) -> dict:
         eng.close()
 
 
+COPY = ("Copy this paragraph exactly, word for word:\n\n"
+        "The lighthouse stood on the northern cliff for two hundred years. Every night its "
+        "keeper climbed the spiral stairs, trimmed the wick and wound the clockwork that "
+        "turned the great lens, so that ships far out at sea could find their way home.")
+OPEN = "Tell me something interesting about octopuses."
+
+
+def lookup_replay(eng: Engine, tokens: int, k: int = 8) -> dict:
+    """How far lookup drafts could go (engine/core/drafts.py), replayed over
+    real greedy answers: at each verification step the drafter proposes up
+    to k tokens from the prompt and the answer so far; those matching the
+    answer are accepted, then the target's own token. Steps per answer, not
+    speed: the lanes do not verify drafts yet (a replay, not a measurement
+    of decode time)."""
+    from engine.core.drafts import LookupDrafter
+
+    out = {}
+    for name, text in (("copy", COPY), ("open chat", OPEN)):
+        prepared = eng.prepare([{"role": "user", "content": text}])
+        handle = eng.submit(prepared, SamplingParams(max_tokens=tokens))
+        handle.result(600)
+        handle_ids = list(handle.request.output_ids)
+        drafter = LookupDrafter(prepared.prompt_ids)
+        at, steps, proposed, accepted = 0, 0, 0, 0
+        while at < len(handle_ids):
+            proposal = drafter.propose(k)
+            hits = 0
+            while hits < len(proposal) and at + hits < len(handle_ids) and \
+                    proposal[hits] == handle_ids[at + hits]:
+                hits += 1
+            taken = handle_ids[at:at + hits + 1]
+            drafter.extend(taken)
+            at += len(taken)
+            steps += 1
+            proposed += len(proposal)
+            accepted += hits
+        out[name] = {"answer_tokens": len(handle_ids), "verify_steps": steps,
+                     "tokens_per_step": round(len(handle_ids) / max(steps, 1), 2),
+                     "proposed": proposed, "accepted": accepted}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
@@ -145,12 +187,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--replay", action="store_true",
+                    help="also replay lookup drafts over greedy answers (steps, not speed)")
     args = ap.parse_args()
     report = {"machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores",
               "date": time.strftime("%Y-%m-%d"), "mlx": mx.__version__,
               "kernel": [kernel(rows, args.vocab, 10) for rows in (1, args.streams)]}
     if not args.skip_engine:
         report["engine"] = engine_case(args.model, args.streams, args.tokens, args.rounds)
+    if args.replay:
+        eng = Engine.load(args.model)
+        try:
+            report["lookup_replay"] = lookup_replay(eng, 128)
+        finally:
+            eng.close()
     print(json.dumps(report, indent=2, default=str))
 
 
