@@ -179,6 +179,88 @@ def lookup_replay(eng: Engine, tokens: int, k: int = 8) -> dict:
     return out
 
 
+def verify_case(model_name: str, tokens: int, rounds: int) -> dict:
+    """A lone greedy request decoded two ways on the same model and caches
+    kind, alternating: one token per forward (what the lanes do), and lookup
+    drafts verified in one forward (engine/runtime/verify.py) with k chosen by
+    DraftPolicy from widths timed first. Measured speed of the mechanism,
+    outside the lanes (they do not verify drafts yet); the answers are
+    compared token for token."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engine.core.drafts import DraftPolicy, LookupDrafter
+    from engine.models.loader import load_model
+    from engine.runtime.verify import verify_greedy
+
+    # A CPU lane's weights: dequantized to float32 (BLAS), as the engine's
+    # CPU lane holds the bundled model.
+    loaded = load_model(model_name, weight_format="float32")
+    model, tok = loaded.model, loaded.tokenizer
+    stops = loaded.stop_token_ids
+
+    def prefilled(prompt):
+        caches = make_prompt_cache(model)
+        mx.eval(model(mx.array([prompt[:-1]]), cache=caches))
+        return caches
+
+    def width_cost(width, prompt):
+        caches = prefilled(prompt)
+        ids = mx.array([prompt[-1:] * width])
+        mx.eval(model(ids, cache=caches))
+        start = time.perf_counter()
+        for _ in range(5):
+            mx.eval(model(ids, cache=caches))
+        return (time.perf_counter() - start) / 5
+
+    def plain(prompt):
+        caches, fed, out = prefilled(prompt), prompt[-1], []
+        start = time.perf_counter()
+        while len(out) < tokens:
+            fed = int(mx.argmax(model(mx.array([[fed]]), cache=caches)[0, -1]).item())
+            out.append(fed)
+            if fed in stops:
+                break
+        return out, time.perf_counter() - start
+
+    def drafted(prompt, cost_of):
+        caches, fed, out = prefilled(prompt), prompt[-1], []
+        drafter, policy = LookupDrafter(prompt), DraftPolicy()
+        start = time.perf_counter()
+        while len(out) < tokens and not (out and out[-1] in stops):
+            proposal = drafter.propose(policy.max_k)
+            proposal = proposal[:policy.next_k(len(proposal), cost_of)]
+            emitted = verify_greedy(model, caches, fed, proposal)
+            policy.record(len(proposal), len(emitted) - 1)
+            drafter.extend(emitted)
+            out.extend(emitted)
+            fed = emitted[-1]
+        cut = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
+        return out[:min(cut, tokens)], time.perf_counter() - start, policy
+
+    report = {}
+    for name, text in (("copy", COPY), ("open chat", OPEN)):
+        prompt = list(tok.apply_chat_template([{"role": "user", "content": text}],
+                                              add_generation_prompt=True))
+        one, nine = width_cost(1, prompt), width_cost(9, prompt)
+        cost_of = (lambda k, a=one, b=(nine - one) / 8: a + b * k)
+        times = {"plain": [], "drafts": []}
+        for r in range(rounds + 1):  # round 0 warms both and is not counted
+            base, t_plain = plain(prompt)
+            answer, t_drafts, policy = drafted(prompt, cost_of)
+            if r:
+                times["plain"].append(len(base) / t_plain)
+                times["drafts"].append(len(answer) / t_drafts)
+        report[name] = {
+            "width_1_ms": round(one * 1e3, 1), "width_9_ms": round(nine * 1e3, 1),
+            "plain_tok_s": [round(x, 1) for x in times["plain"]],
+            "drafts_tok_s": [round(x, 1) for x in times["drafts"]],
+            "drafts_vs_plain": round(statistics.median(times["drafts"])
+                                     / statistics.median(times["plain"]), 2),
+            "identical": answer == base, "tokens": len(base),
+            "drafted": policy.drafted, "accepted": policy.accepted}
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
@@ -187,6 +269,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--verify", action="store_true",
+                    help="a lone greedy request: plain steps against verified lookup drafts")
     ap.add_argument("--replay", action="store_true",
                     help="also replay lookup drafts over greedy answers (steps, not speed)")
     args = ap.parse_args()
@@ -195,6 +279,8 @@ def main() -> None:
               "kernel": [kernel(rows, args.vocab, 10) for rows in (1, args.streams)]}
     if not args.skip_engine:
         report["engine"] = engine_case(args.model, args.streams, args.tokens, args.rounds)
+    if args.verify:
+        report["verify_lone_greedy"] = verify_case(args.model, 128, args.rounds)
     if args.replay:
         eng = Engine.load(args.model)
         try:
