@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=None,
                      help="above 1 makes tokens already in the text less likely, greedy or "
                           "not (1: off; default: the model's own, else 1.1)")
+    gen.add_argument("--draft", choices=("off", "lookup"), default="off",
+                     help="lookup: a lone greedy answer proposes tokens from its prompt and "
+                          "answer and verifies them in one forward (faster copying, quoting, "
+                          "editing; the same text)")
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
@@ -73,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
                        help=REMOTE_HELP)
+    serve.add_argument("--draft", choices=("off", "lookup"), default="off",
+                       help="lookup: a lone greedy request drafts from its prompt and answer")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
     serve.add_argument("--port", type=int, default=8080,
@@ -100,12 +106,14 @@ def _remotes(texts: list[str]) -> list:
             for i, text in enumerate(texts)]
 
 
-def _load_engine(model: str, remotes: list[str] = ()):
+def _load_engine(model: str, remotes: list[str] = (), draft: str = "off"):
     """The engine for `model`, or None after saying why on stderr."""
-    from engine import Engine, EngineError
+    from engine import Engine, EngineError, default_lanes
 
     try:
         extra = {"remotes": _remotes(list(remotes))} if remotes else {}
+        if draft != "off":
+            extra["lanes"] = default_lanes(draft)
         engine = Engine.load(model, **extra)
         if remotes:  # their probes: route the first request with measured costs
             engine.wait_ready(60, every_lane=True)
@@ -123,7 +131,7 @@ def serve(args) -> int:
 
     from server.api import ServerConfig, make_app
 
-    engine = _load_engine(args.model, args.remote)
+    engine = _load_engine(args.model, args.remote, args.draft)
     if engine is None:
         return 2
     app = make_app(engine, ServerConfig(
@@ -223,7 +231,7 @@ def generate(args) -> int:
         return 2
     from engine import EngineError, Finished, Token
 
-    engine = _load_engine(args.model, args.remote)
+    engine = _load_engine(args.model, args.remote, args.draft)
     if engine is None:
         return 2
     messages = []
@@ -258,7 +266,9 @@ def generate(args) -> int:
              "error": "failed"}.get(done.reason, done.reason)
     print(f"{ended}; prompt {done.prompt_tokens} tokens ({done.cached_tokens} cached), "
           f"output {done.output_tokens} tokens, TTFT {ttft}, {tps} tokens/s, "
-          f"total {done.e2e_s:.2f} s; {lanes}", file=sys.stderr)
+          f"total {done.e2e_s:.2f} s; {lanes}"
+          + (f"; drafts {done.accepted_drafts}/{done.drafted} accepted" if done.drafted else "")
+          + (f"; no drafts: {done.draft_note}" if done.draft_note else ""), file=sys.stderr)
     return 1 if done.reason == "error" else 0
 
 

@@ -19,7 +19,7 @@ from .core import priority
 from .core.director import Director
 from .core.errors import EngineError
 from .core.events import Finished, MemoryPlanned, Queued
-from .core.laneconfig import LaneInfo, LaneSpec
+from .core.laneconfig import LaneConfig, LaneInfo, LaneSpec
 from .core.params import Grammar, SamplingParams
 from .core.policies import CostAwarePolicy
 from .core.request import Request
@@ -54,10 +54,13 @@ def gpu_available() -> bool:
         return False
 
 
-def default_lanes() -> list[LaneSpec]:
+def default_lanes(drafts: str = "off") -> list[LaneSpec]:
+    """A GPU lane (when MLX has one) and a CPU lane; `drafts` for each
+    (LaneConfig.drafts: "off" or "lookup")."""
+    config = LaneConfig(drafts=drafts) if drafts != "off" else None
     if gpu_available():
-        return [LaneSpec("gpu", "gpu"), LaneSpec("cpu", "cpu")]
-    return [LaneSpec("cpu", "cpu")]
+        return [LaneSpec("gpu", "gpu", config=config), LaneSpec("cpu", "cpu", config=config)]
+    return [LaneSpec("cpu", "cpu", config=config)]
 
 
 class Engine:

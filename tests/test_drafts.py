@@ -94,9 +94,15 @@ def test_acceptance_is_learned_from_verified_proposals():
 
 def test_drafts_that_stop_paying_rest_then_try_again():
     policy = DraftPolicy(acceptance=0.02, patience=3, rest=5)
-    ks = [policy.next_k(8, _measured) for _ in range(12)]
-    # Three steps where no k pays, five resting, then one small try, ...
+    ks = []
+    for _ in range(12):
+        if policy.resting:  # a plain step
+            policy.rest_step()
+            ks.append(None)
+        else:
+            ks.append(policy.next_k(8, _measured))
+    # Three steps where no k pays, five plain ones, then one small try.
     assert ks[:3] == [0, 0, 0]
-    assert ks[3:7] == [0, 0, 0, 0] and ks[7] == 1
+    assert ks[3:8] == [None] * 5 and ks[8] == 1
     policy.record(1, 1)  # the try was accepted: the estimate rises
     assert policy.acceptance > 0.02

@@ -15,7 +15,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_repe
 
 from engine.core.params import SamplingParams
 from engine.core.request import Request
-from engine.runtime.sampling import TokenSampler, _penalise, sample_rows
+from engine.runtime.sampling import TokenSampler, penalise, sample_rows
 
 V = 64
 DRAWS = 20_000
@@ -128,7 +128,7 @@ def test_the_penalty_is_mlx_lm_s_for_every_row():
     fed = mx.array([3, 5, 250, 17])
     samplers = [TokenSampler(p) for p in params]
     rows = [i for i, s in enumerate(samplers) if s.needs_context]
-    got = _penalise(logits, rows, samplers, lambda i, n: history[i][-n:], fed)
+    got = penalise(logits, rows, samplers, lambda i, n: history[i][-n:], fed)
     for i, p in enumerate(params):
         want = logits[i : i + 1]
         if p.repetition_penalty != 1.0:

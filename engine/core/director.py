@@ -231,6 +231,7 @@ class Director:
         first = request.first_token_at
         tpot = ((end - first) / (request.num_output - 1)
                 if first is not None and request.num_output > 1 else None)
+        drafts = request.drafts
         self.emit(Finished(
             request.request_id, request.tab_id, reason=reason,
             text=stream.text if stream is not None else "",
@@ -242,4 +243,7 @@ class Director:
             lanes=tuple(request.lane_history), error=error, time=end,
             prefix_note=request.prefix_note,
             reasoning=stream.reasoning if stream is not None else "",
-            tool_calls=tuple(stream.tool_calls) if stream is not None else ()))
+            tool_calls=tuple(stream.tool_calls) if stream is not None else (),
+            drafted=drafts.policy.drafted if drafts is not None else 0,
+            accepted_drafts=drafts.policy.accepted if drafts is not None else 0,
+            draft_note=drafts.reason if drafts is not None else None))

@@ -100,11 +100,23 @@ class DraftPolicy:
     accepted: int = 0
     _unpaid: int = field(default=0, repr=False)
     _resting: int = field(default=0, repr=False)
+    _probe: bool = field(default=False, repr=False)
+
+    @property
+    def resting(self) -> bool:
+        """It drafts nothing for a while: its steps are plain ones."""
+        return self._resting > 0
+
+    def rest_step(self) -> None:
+        """A plain step while resting; after the last, one small try."""
+        self._resting -= 1
+        if self._resting <= 0:
+            self._resting, self._probe = 0, True
 
     def next_k(self, available: int, cost_of: Callable[[int], float]) -> int:
-        if self._resting > 0:
-            self._resting -= 1
-            return min(1, available) if self._resting == 0 else 0
+        if self._probe:
+            self._probe = False
+            return min(1, available)
         best, best_rate = 0, 1.0 / cost_of(0)
         for k in range(1, min(available, self.max_k) + 1):
             rate = expected_tokens(self.acceptance, k) / cost_of(k)
@@ -139,3 +151,40 @@ def expected_tokens(acceptance: float, k: int) -> float:
     if acceptance >= 1.0:
         return float(k + 1)
     return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+class WidthCost:
+    """A lane's seconds for a lone request's step that verifies k proposed
+    positions, learned from its own steps: base + slope * k (a wide step of
+    a small batch reads the weights once: k costs little until compute
+    binds). Before any measurement: 50 ms and a ninth of it per position
+    (this machine: 43 ms for one position, 82 ms for nine)."""
+
+    def __init__(self, weight: float = 0.2):
+        self.base: float | None = None
+        self.slope: float | None = None
+        self.weight = weight
+
+    def observe(self, k: int, seconds: float) -> None:
+        if k == 0:
+            self.base = seconds if self.base is None else \
+                self.base + self.weight * (seconds - self.base)
+        elif self.base is not None:
+            sample = max(seconds - self.base, 0.0) / k
+            self.slope = sample if self.slope is None else \
+                self.slope + self.weight * (sample - self.slope)
+
+    def __call__(self, k: int) -> float:
+        base = self.base if self.base is not None else 0.05
+        slope = self.slope if self.slope is not None else base / 9
+        return base + slope * k
+
+
+@dataclass
+class DraftState:
+    """A request's drafting, carried with it between lanes: what proposes,
+    how many, and why it drafts nothing (when its caches cannot rewind)."""
+
+    drafter: LookupDrafter
+    policy: DraftPolicy = field(default_factory=DraftPolicy)
+    reason: str | None = None

@@ -100,6 +100,11 @@ class Finished(Event):
     prefix_note: str | None = None  # set when the prefix cache cannot serve this model
     reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
     tool_calls: tuple[str, ...] = ()  # raw text of each tool call, in order; not in `text`
+    # Drafts (LaneConfig(drafts=...)): tokens proposed and accepted; why it
+    # drafted nothing when it could not (its caches cannot rewind).
+    drafted: int = 0
+    accepted_drafts: int = 0
+    draft_note: str | None = None
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -52,6 +52,10 @@ class LaneConfig:
     # model streams at human speed), or a gate decides when steps start and end.
     min_step_s: float = 0.0
     gate: StepGate | None = None
+    # Drafts (issue 32): "lookup" lets a lone greedy request propose tokens
+    # from its prompt and answer and verify them in one forward
+    # (engine/core/drafts.py, engine/runtime/verify.py); "off" never does.
+    drafts: str = "off"
 
     def __post_init__(self):
         if self.max_batch < 1 or self.prefill_chunk < 1 or self.prefill_chunk_busy < 1:
@@ -62,6 +66,8 @@ class LaneConfig:
             raise ValueError("min_step_s must be >= 0")
         if not self.prefill_step_s >= 0:
             raise ValueError("prefill_step_s must be >= 0")
+        if self.drafts not in ("off", "lookup"):
+            raise ValueError(f"drafts must be 'off' or 'lookup', not {self.drafts!r}")
 
 
 class SchedulerState:

@@ -60,6 +60,7 @@ class Request:
     # reached a state it cannot continue from): set by the runtime, read by
     # the scheduler, so that no token sampled past that point is ever shown.
     failure: str | None = None
+    drafts: Any = None  # its DraftState once a lane drafted for it (core/drafts.py)
     grammar_matcher: Any = None  # its grammar, built at submit (runtime/constrain.py): copied
 
     @property

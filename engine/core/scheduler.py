@@ -284,19 +284,23 @@ class LaneScheduler:
         stop_ids = self.director.stop_token_ids
         with self.lock:
             logprobs = result.logprobs or [None] * len(result.tokens)
-            for request, token, lp in zip(plan.decode, result.tokens, logprobs):
+            for row, (request, token, lp) in enumerate(zip(plan.decode, result.tokens,
+                                                           logprobs)):
                 if request.failure is not None:  # nothing more of it is shown
                     self.running.remove(request)
                     outcome.finished.append((request, "error"))
                     continue
                 if request.first_token_at is None:
                     request.first_token_at = t
-                request.output_ids.append(token)
-                reason = self._finish_reason(request, token, stop_ids)
-                outcome.tokens.append((request, token, reason, lp))
-                if reason is not None:
-                    self.running.remove(request)
-                    outcome.finished.append((request, reason))
+                for token in [token, *result.extra.get(row, ())]:
+                    request.output_ids.append(token)
+                    reason = self._finish_reason(request, token, stop_ids)
+                    outcome.tokens.append((request, token, reason, lp))
+                    lp = None
+                    if reason is not None:
+                        self.running.remove(request)
+                        outcome.finished.append((request, reason))
+                        break
             for chunk in plan.prefill:
                 request = chunk.request
                 request.num_computed += chunk.size
@@ -306,9 +310,11 @@ class LaneScheduler:
                     self.prefilled.append(request)
             if plan.has_work:
                 self.stats.steps += 1
-                self.stats.output_tokens += len(result.tokens)
-                self.stats.tokens += len(result.tokens) + plan.prefill_tokens
-                self._observe(plan, result.seconds)
+                written = len(result.tokens) + sum(len(x) for x in result.extra.values())
+                self.stats.output_tokens += written
+                self.stats.tokens += written + plan.prefill_tokens
+                if not result.verified:  # a wider step says nothing of a plain one
+                    self._observe(plan, result.seconds)
         return outcome
 
     def finish(self, requests: list[Request]) -> None:

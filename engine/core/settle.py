@@ -40,7 +40,7 @@ def settle(scheduler: "LaneScheduler", plan: StepPlan, outcome: StepOutcome,
     t = director.clock()
     for request, token, reason, lp in outcome.tokens:
         stream = request.text
-        if stream is None or token in stop_ids:
+        if stream is None or token in stop_ids or request in stopped:
             continue  # a stop token is never shown
         text, reasoning = stream.add(token)
         tokens.append(Token(request.request_id, request.tab_id, token, text, lane, t,

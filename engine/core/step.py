@@ -79,6 +79,10 @@ class StepResult:
     # Per decoded token (aligned with `tokens`): (logprob, ((id, logprob), ...))
     # for requests that asked for logprobs, else None. Empty: none asked.
     logprobs: list = field(default_factory=list)
+    # Row index -> the tokens it wrote after its token in `tokens`, in order
+    # (accepted drafts: engine/runtime/verify.py).
+    extra: dict = field(default_factory=dict)
+    verified: int = 0  # proposed positions this step verified (0: a plain step)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ import mlx.nn as nn
 from ..core.request import Request
 from .constrain import consume, row_masks
 from .sampling import TokenSampler, pending_arrays, sample_rows
+from .verify import Drafting
 
 
 class DecodeBatch:
@@ -34,6 +35,9 @@ class DecodeBatch:
         self.allow_solo = solo  # a lone request decodes on its own caches
         self.solo = False  # whether `cache` holds one request's own caches now
         self._next_inputs: mx.array | None = None  # (B,) tokens to feed next
+        self.drafts: Drafting | None = None  # a lone request may draft (verify.py)
+        self.extra: dict[int, list[int]] = {}  # the last step's accepted drafts, by row
+        self.verified = 0  # positions the last step verified
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -78,6 +82,12 @@ class DecodeBatch:
         The returned tokens were sampled by the previous step (or are each new
         request's first token); read them with `.tolist()` after this call.
         """
+        self.extra, self.verified = {}, 0
+        if self.drafts is not None and self.drafts.wants(self):
+            fed, accepted, self.verified = self.drafts.step(self)
+            if accepted:
+                self.extra = {0: accepted}
+            return mx.array([fed], mx.uint32)
         inputs = self._next_inputs
         for sampler in self.samplers:  # the tokens fed now take their logprobs along
             if sampler.wants_logprobs:
@@ -116,6 +126,10 @@ class DecodeBatch:
         if self.solo:
             return list(self.cache)
         return [c.extract(index) for c in self.cache]
+
+    def set_next(self, tokens: mx.array) -> None:
+        """The tokens the next step feeds (a draft step knows its own)."""
+        self._next_inputs = tokens
 
     def pending_token(self, index: int) -> mx.array:
         """The token request `index` will be fed next (sampled, not yet read)."""

@@ -27,6 +27,7 @@ from . import lanethreads
 from .handoff import Handoff
 from .lanethreads import LaneThread
 from .prefix import PrefixCache
+from .batch import Drafting
 from .runner import ModelRunner
 
 
@@ -53,6 +54,9 @@ class Lane(SchedulerState):
         config = self.scheduler.config
         self.runner = ModelRunner(model, prefix_cache, config.clear_cache_every,
                                   config.solo_decode, config.batch_prefill)
+        if config.drafts == "lookup":
+            self.runner.batch.drafts = Drafting(director.stop_token_ids,
+                                                director.context_length)
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate

@@ -101,7 +101,8 @@ class ModelRunner:
         if self.steps % self.clear_cache_every == 0:
             mx.clear_cache()
         return StepResult(tokens, done - started, handoffs, wait_s=done - waited,
-                          logprobs=logprobs)
+                          logprobs=logprobs, extra=self.batch.extra,
+                          verified=self.batch.verified)
 
     def _prefill(self, plan: StepPlan) -> list[mx.array]:
         """Run the plan's prefill chunks; whole cold prompts of similar length

@@ -115,7 +115,7 @@ def sample_rows(logits: mx.array, samplers: list[TokenSampler],
         logits = logits.astype(mx.float32)
         penalised = [i for i, s in enumerate(samplers) if s.needs_context]
         if penalised:
-            logits = _penalise(logits, penalised, samplers, history_of, fed)
+            logits = penalise(logits, penalised, samplers, history_of, fed)
         drawn = [i for i, s in enumerate(samplers) if not s.params.is_greedy]
         tokens = mx.argmax(logits, axis=-1)
         if drawn:
@@ -133,7 +133,7 @@ def pending_arrays(samplers: list[TokenSampler]) -> list[mx.array]:
 
 
 # ---- the repetition penalty ------------------------------------------------------------
-def _penalise(logits: mx.array, rows: list[int], samplers: list[TokenSampler],
+def penalise(logits: mx.array, rows: list[int], samplers: list[TokenSampler],
               history_of, fed: mx.array | None) -> mx.array:
     """mlx-lm's repetition penalty (a logit seen in the last
     `repetition_context_size` tokens: divided by the penalty when positive,

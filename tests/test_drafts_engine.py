@@ -1,0 +1,88 @@
+"""Lookup drafts in a lane (LaneConfig(drafts="lookup")): a lone greedy
+request proposes from its prompt and answer and verifies in one forward.
+Real engines and real forward passes: a scripted model that copies its
+prompt (so proposals are accepted), and the random tiny model (so they
+mostly are not); the answer is the one drafts off gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine, LaneConfig, LaneSpec, SamplingParams
+from engine.models.loader import load_model
+from tests.scripted_model import build_scripted_model
+
+SCRIPT = "Tandem batches chats on the CPU and GPU"
+
+
+@pytest.fixture(scope="module")
+def copier(tmp_path_factory):
+    return build_scripted_model(tmp_path_factory.mktemp("copier"), SCRIPT)
+
+
+def _engine(source, drafts: str) -> Engine:
+    lane = LaneSpec("cpu", "cpu", weight_format="float32", config=LaneConfig(drafts=drafts))
+    engine = Engine(load_model(str(source)), lanes=[lane])
+    assert engine.wait_ready(120, every_lane=True)
+    return engine
+
+
+def _answer(engine, content, **params):
+    handle = engine.submit([{"role": "user", "content": content}],
+                           SamplingParams(**params))
+    done = handle.result(120)
+    return done, handle.request
+
+
+def test_a_copy_is_written_in_fewer_steps_with_the_same_text(copier):
+    plain, drafting = _engine(copier, "off"), _engine(copier, "lookup")
+    try:
+        base, _ = _answer(plain, f"Copy: {SCRIPT}")
+        steps_before = drafting.lanes["cpu"].stats.steps
+        done, request = _answer(drafting, f"Copy: {SCRIPT}")
+        steps = drafting.lanes["cpu"].stats.steps - steps_before
+        assert done.text == base.text == SCRIPT and done.reason == base.reason == "stop"
+        assert done.output_tokens == base.output_tokens
+        state = request.drafts
+        assert state.policy.accepted > 0 and steps < done.output_tokens
+        assert done.drafted >= done.accepted_drafts == state.policy.accepted
+        # The bundled model's defaults keep a repetition penalty at temperature
+        # 0: such a greedy request drafts too, with the same text.
+        penalised, request = _answer(drafting, f"Copy: {SCRIPT}", repetition_penalty=1.1)
+        assert penalised.text == SCRIPT and penalised.accepted_drafts > 0
+        # The KV kept matches the answer: the next turn reuses all of it.
+        again, _ = _answer(drafting, f"Copy: {SCRIPT}")
+        assert again.text == SCRIPT and again.cached_tokens > 0
+    finally:
+        plain.close()
+        drafting.close()
+
+
+def test_limits_hold_inside_an_accepted_run(copier):
+    drafting = _engine(copier, "lookup")
+    try:
+        done, request = _answer(drafting, f"Copy: {SCRIPT}", max_tokens=5)
+        assert done.reason == "length" and done.output_tokens == 5
+        assert len(request.output_ids) == 5
+        words = SCRIPT.split()
+        done, _ = _answer(drafting, f"Copy: {SCRIPT}", stop=[words[4]])
+        assert done.reason == "stop" and done.text == " ".join(words[:4]) + " "
+    finally:
+        drafting.close()
+
+
+def test_a_random_model_answers_the_same_with_drafts_on(tiny_model_dir):
+    plain, drafting = _engine(tiny_model_dir, "off"), _engine(tiny_model_dir, "lookup")
+    try:
+        for text in ("hello world", "the quick brown fox jumps over the lazy dog, the quick",
+                     "one two one two one two"):
+            for penalty in (1.0, 1.3):  # greedy, and greedy with a repetition penalty
+                base, _ = _answer(plain, text, max_tokens=40, repetition_penalty=penalty)
+                done, _ = _answer(drafting, text, max_tokens=40, repetition_penalty=penalty)
+                assert done.text == base.text and done.output_tokens == base.output_tokens
+        # Sampled requests do not draft (a later part); they still answer.
+        done, request = _answer(drafting, "hello", max_tokens=10, temperature=0.8, seed=1)
+        assert done.output_tokens == 10 and request.drafts is None
+    finally:
+        plain.close()
+        drafting.close()
