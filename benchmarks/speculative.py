@@ -261,6 +261,63 @@ def verify_case(model_name: str, tokens: int, rounds: int) -> dict:
     return report
 
 
+def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
+    """The engine's lanes with drafts off and LaneConfig(drafts="lookup"),
+    two engines on one model, alternating: a lone greedy request (copy, open
+    chat; plain greedy and greedy with the model's repetition penalty 1.1),
+    and `streams` open chats at once (no drafts in a batch yet: the cost of
+    having them on). Decode tok/s = output tokens after the first over the
+    time after the first token; answers compared."""
+    from engine import default_lanes
+
+    engines = {d: Engine.load(model_name, lanes=default_lanes(d)) for d in ("off", "lookup")}
+    report = {}
+    try:
+        for e in engines.values():
+            e.wait_ready(120, every_lane=True)
+        cases = [(f"{name}, penalty {pen}", text, pen) for name, text in
+                 (("copy", COPY), ("open chat", OPEN)) for pen in (1.0, 1.1)]
+        for name, text, pen in cases:
+            params = SamplingParams(max_tokens=128, repetition_penalty=pen)
+            rates = {"off": [], "lookup": []}
+            texts, drafted = {}, (0, 0)
+            for r in range(rounds + 1):
+                for d in (("off", "lookup") if r % 2 else ("lookup", "off")):
+                    done = engines[d].generate([{"role": "user", "content": text}], params)
+                    texts[d] = done.text
+                    if d == "lookup":
+                        drafted = (done.drafted, done.accepted_drafts)
+                    if r:
+                        rates[d].append((done.output_tokens - 1)
+                                        / max(done.e2e_s - done.ttft_s, 1e-9))
+            report[name] = {
+                "off_tok_s": [round(x, 1) for x in rates["off"]],
+                "lookup_tok_s": [round(x, 1) for x in rates["lookup"]],
+                "lookup_vs_off": round(statistics.median(rates["lookup"])
+                                       / statistics.median(rates["off"]), 2),
+                "identical": texts["off"] == texts["lookup"],
+                "drafted_accepted": drafted}
+        prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[:streams]]
+        rates = {"off": [], "lookup": []}
+        for r in range(rounds + 1):
+            for d in (("off", "lookup") if r % 2 else ("lookup", "off")):
+                start = time.perf_counter()
+                handles = [engines[d].submit(p, SamplingParams(max_tokens=96))
+                           for p in prompts]
+                out = sum(h.result(900).output_tokens for h in handles)
+                if r:
+                    rates[d].append(out / (time.perf_counter() - start))
+        report[f"{streams} streams"] = {
+            "off_tok_s": [round(x, 1) for x in rates["off"]],
+            "lookup_tok_s": [round(x, 1) for x in rates["lookup"]],
+            "lookup_vs_off": round(statistics.median(rates["lookup"])
+                                   / statistics.median(rates["off"]), 2)}
+    finally:
+        for e in engines.values():
+            e.close()
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
@@ -269,6 +326,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--lanes", action="store_true",
+                    help="the engine's lanes with drafts off and lookup, side by side")
     ap.add_argument("--verify", action="store_true",
                     help="a lone greedy request: plain steps against verified lookup drafts")
     ap.add_argument("--replay", action="store_true",
@@ -279,6 +338,8 @@ def main() -> None:
               "kernel": [kernel(rows, args.vocab, 10) for rows in (1, args.streams)]}
     if not args.skip_engine:
         report["engine"] = engine_case(args.model, args.streams, args.tokens, args.rounds)
+    if args.lanes:
+        report["lanes_drafts"] = lanes_case(args.model, args.rounds, args.streams)
     if args.verify:
         report["verify_lone_greedy"] = verify_case(args.model, 128, args.rounds)
     if args.replay:
