@@ -161,6 +161,7 @@ class _Done:
         self.lanes = [("prefill", "cpu"), ("decode", "cpu")]
         self.output_tokens, self.tokens_per_s, self.ttft_s = 3, 10.0, 0.1
         self.cached_tokens, self.prompt_tokens, self.prefix_note = 0, 5, None
+        self.drafted = self.accepted_drafts = 0
 
 
 def test_thoughts_fold_when_the_answer_begins():
@@ -200,3 +201,12 @@ def test_an_error_before_any_text_leaves_no_empty_answer():
     conv.send("q", [])
     assert conv.finish(_Done("error", "the lane failed")) is None
     assert [m["role"] for m in conv.messages] == ["user"] and not conv.is_streaming
+
+
+def test_the_stats_line_says_what_drafts_did():
+    from app.conversation.stats import format_footer
+
+    done = _Done()
+    assert "drafted" not in format_footer(done)
+    done.drafted, done.accepted_drafts = 30, 9
+    assert "drafted 30, accepted 9" in format_footer(done)

@@ -17,6 +17,8 @@ def format_footer(done) -> str:
         bits.append(f"{done.prompt_tokens} prompt tokens (no prefix cache for this model)")
     else:
         bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
+    if getattr(done, "drafted", 0):
+        bits.append(f"drafted {done.drafted}, accepted {done.accepted_drafts}")
     if done.reason == "cancelled":
         bits.append("stopped")
     elif done.reason == "length":
