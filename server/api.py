@@ -137,7 +137,11 @@ def _submit(state: ServerState, request: Request, job: Completion):
 def _usage(done: Finished) -> dict:
     return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.output_tokens,
             "total_tokens": done.prompt_tokens + done.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+            # Drafts (`tandem serve --draft lookup`), in OpenAI's predicted-output terms.
+            "completion_tokens_details": {
+                "accepted_prediction_tokens": done.accepted_drafts,
+                "rejected_prediction_tokens": done.drafted - done.accepted_drafts}}
 
 
 def _finish_reason(done: Finished) -> str:

@@ -86,3 +86,24 @@ def test_a_random_model_answers_the_same_with_drafts_on(tiny_model_dir):
     finally:
         plain.close()
         drafting.close()
+
+
+def test_the_api_reports_accepted_drafts(copier):
+    """The official SDK reads usage.completion_tokens_details from `tandem
+    serve --draft lookup`'s engine."""
+    from tests.test_server import Served
+
+    drafting = _engine(copier, "lookup")
+    served = Served(drafting)
+    try:
+        client = served.client()
+        done = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": f"Copy: {SCRIPT}"}],
+            temperature=0, max_tokens=40)
+        assert done.choices[0].message.content == SCRIPT
+        details = done.usage.completion_tokens_details
+        assert details.accepted_prediction_tokens > 0
+        assert details.rejected_prediction_tokens >= 0
+    finally:
+        served.stop()
+        drafting.close()
