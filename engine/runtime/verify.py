@@ -3,9 +3,9 @@
 One forward pass feeds the token the request writes next and the proposed
 tokens after it; the target's own choice at each position says how many of
 the proposal it accepts; the KV of the rejected positions is trimmed off the
-caches (mlx-lm's `trim_prompt_cache`). Greedy for now: a sampled row, the
-continuous batch (per-row rollback) and the lanes' commit of several tokens a
-step are the next parts.
+caches (mlx-lm's `trim_prompt_cache`). Greedy (with or without a repetition
+penalty) for now: a sampled row and rows in the continuous batch (per-row
+rollback) are the next parts.
 
 `Drafting` is a lane's side of it (LaneConfig(drafts="lookup")): a lone
 greedy request's step proposes and verifies when its DraftPolicy says it
@@ -20,7 +20,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from ..core.drafts import DraftState, LookupDrafter, WidthCost
-from .sampling import penalise as _penalise
+from .sampling import penalise
 
 
 def why_no_drafts(caches: list) -> str | None:
@@ -47,7 +47,7 @@ def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int],
     if sampler is not None and sampler.needs_context:
         seen = list(history or []) + [fed]
         rows = [seen + proposal[:j] for j in range(len(proposal) + 1)]
-        logits = _penalise(logits.astype(mx.float32), list(range(len(rows))),
+        logits = penalise(logits.astype(mx.float32), list(range(len(rows))),
                            [sampler] * len(rows), lambda i, n: rows[i][-n:], None)
     choices = mx.argmax(logits, axis=-1).tolist()
     accepted = 0
@@ -99,7 +99,8 @@ class Drafting:
         state.drafter.extend(known[len(state.drafter.tokens):])
         room = min(state.policy.max_k, request.params.max_tokens - request.num_output - 1,
                    self.context_length - request.num_prompt - request.num_output - 2)
-        proposal = state.drafter.propose(room)
+        # A stop token fed now ends the answer at this commit: nothing after it.
+        proposal = state.drafter.propose(room) if fed not in self.stop_ids else []
         for i, token in enumerate(proposal):  # a stop token ends the answer: never proposed
             if token in self.stop_ids:
                 proposal = proposal[:i]
