@@ -263,8 +263,9 @@ def verify_case(model_name: str, tokens: int, rounds: int) -> dict:
 
 def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
     """The engine's lanes with drafts off and LaneConfig(drafts="lookup"),
-    two engines on one model, alternating: a lone greedy request (copy, open
-    chat; plain greedy and greedy with the model's repetition penalty 1.1),
+    two engines on one model, alternating: a lone request (copy, open chat;
+    greedy, greedy with a repetition penalty 1.1, the model's own sampling
+    with a seed),
     and `streams` open chats at once (no drafts in a batch yet: the cost of
     having them on). Decode tok/s = output tokens after the first over the
     time after the first token; answers compared."""
@@ -275,10 +276,14 @@ def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
     try:
         for e in engines.values():
             e.wait_ready(120, every_lane=True)
-        cases = [(f"{name}, penalty {pen}", text, pen) for name, text in
-                 (("copy", COPY), ("open chat", OPEN)) for pen in (1.0, 1.1)]
-        for name, text, pen in cases:
-            params = SamplingParams(max_tokens=128, repetition_penalty=pen)
+        defaults = engines["off"].default_params(max_tokens=128, seed=7)
+        cases = [(f"{name}, {how}", text, params) for name, text in
+                 (("copy", COPY), ("open chat", OPEN)) for how, params in (
+                     ("greedy", SamplingParams(max_tokens=128)),
+                     ("greedy + penalty 1.1",
+                      SamplingParams(max_tokens=128, repetition_penalty=1.1)),
+                     ("model defaults, seed 7", defaults))]
+        for name, text, params in cases:
             rates = {"off": [], "lookup": []}
             texts, drafted = {}, (0, 0)
             for r in range(rounds + 1):

@@ -47,9 +47,13 @@ def test_a_copy_is_written_in_fewer_steps_with_the_same_text(copier):
         assert state.policy.accepted > 0 and steps < done.output_tokens
         assert done.drafted >= done.accepted_drafts == state.policy.accepted
         # The bundled model's defaults keep a repetition penalty at temperature
-        # 0: such a greedy request drafts too, with the same text.
+        # 0: such a greedy request drafts too, with the same text; and so
+        # does a sampled one.
         penalised, request = _answer(drafting, f"Copy: {SCRIPT}", repetition_penalty=1.1)
         assert penalised.text == SCRIPT and penalised.accepted_drafts > 0
+        sampled, _ = _answer(drafting, f"Copy: {SCRIPT}", temperature=0.7, top_p=0.95,
+                             top_k=40, min_p=0.05, repetition_penalty=1.1, seed=5)
+        assert sampled.text == SCRIPT and sampled.accepted_drafts > 0
         # The KV kept matches the answer: the next turn reuses all of it.
         again, _ = _answer(drafting, f"Copy: {SCRIPT}")
         assert again.text == SCRIPT and again.cached_tokens > 0
@@ -80,9 +84,14 @@ def test_a_random_model_answers_the_same_with_drafts_on(tiny_model_dir):
                 base, _ = _answer(plain, text, max_tokens=40, repetition_penalty=penalty)
                 done, _ = _answer(drafting, text, max_tokens=40, repetition_penalty=penalty)
                 assert done.text == base.text and done.output_tokens == base.output_tokens
-        # Sampled requests do not draft (a later part); they still answer.
-        done, request = _answer(drafting, "hello", max_tokens=10, temperature=0.8, seed=1)
-        assert done.output_tokens == 10 and request.drafts is None
+        # Sampled and seeded: each position draws with its own key, so the
+        # answer is the one drafts off gives, word for word.
+        sampled = dict(temperature=0.8, top_p=0.95, top_k=40, min_p=0.05,
+                       repetition_penalty=1.1, max_tokens=40)
+        for seed in (1, 2, 3):
+            base, _ = _answer(plain, "one two one two one two", seed=seed, **sampled)
+            done, request = _answer(drafting, "one two one two one two", seed=seed, **sampled)
+            assert done.text == base.text and request.drafts is not None
     finally:
         plain.close()
         drafting.close()

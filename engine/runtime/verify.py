@@ -3,12 +3,13 @@
 One forward pass feeds the token the request writes next and the proposed
 tokens after it; the target's own choice at each position says how many of
 the proposal it accepts; the KV of the rejected positions is trimmed off the
-caches (mlx-lm's `trim_prompt_cache`). Greedy (with or without a repetition
-penalty) for now: a sampled row and rows in the continuous batch (per-row
-rollback) are the next parts.
+caches (mlx-lm's `trim_prompt_cache`). Each position draws as a single step
+would (keyed by its own position), so drafts never change what a request
+writes, greedy or sampled. Rows in the continuous batch (per-row rollback)
+are the next part.
 
 `Drafting` is a lane's side of it (LaneConfig(drafts="lookup")): a lone
-greedy request's step proposes and verifies when its DraftPolicy says it
+request's step proposes and verifies when its DraftPolicy says it
 pays; its other steps stay plain and pipelined."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from ..core.drafts import DraftState, LookupDrafter, WidthCost
-from .sampling import penalise
+from .sampling import TokenSampler, sample_rows
 
 
 def why_no_drafts(caches: list) -> str | None:
@@ -34,29 +35,42 @@ def why_no_drafts(caches: list) -> str | None:
     return f"its caches cannot rewind ({', '.join(kinds) or 'unknown'})"
 
 
-def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int],
-                  sampler=None, history: list[int] | None = None) -> list[int]:
+def verify(model: nn.Module, caches: list, fed: int, proposal: list[int], sampler,
+           history: list[int] | None = None) -> list[int]:
     """Feed `fed` and `proposal` in one forward on a lone request's caches
-    (which hold everything before `fed`). Returns the tokens the request
-    writes: the accepted run of the proposal, then the target's own next
-    token (its next `fed`). The caches end holding `fed` and the accepted
-    run, nothing rejected. `sampler` with a repetition penalty (and
-    `history`, the tokens before `fed`): each position is penalised by the
-    tokens before it, the proposed ones included, as single steps would."""
+    (which hold everything before `fed`; `history`: the tokens before it).
+    Each position draws its token as a single step would, with the request's
+    settings and the key of its own position (sampling.py), the tokens before
+    it (proposed ones included) as its penalty context. The proposal is
+    accepted while the draws agree with it; the first draw that differs (or
+    the one after the last proposed token) is the request's own next token.
+    So a request writes exactly what it would without drafts, greedy or
+    sampled. Returns the accepted run and that token; the caches end holding
+    `fed` and the accepted run, nothing rejected."""
     logits = model(mx.array([[fed, *proposal]]), cache=caches)[0]
-    if sampler is not None and sampler.needs_context:
-        seen = list(history or []) + [fed]
-        rows = [seen + proposal[:j] for j in range(len(proposal) + 1)]
-        logits = penalise(logits.astype(mx.float32), list(range(len(rows))),
-                           [sampler] * len(rows), lambda i, n: rows[i][-n:], None)
-    choices = mx.argmax(logits, axis=-1).tolist()
+    seen = list(history or []) + [fed]
+    contexts = [seen + proposal[:j] for j in range(len(proposal) + 1)]
+    draws = []
+    for j in range(len(contexts)):  # each position keyed by its own draw number
+        draw = TokenSampler(sampler.params)
+        draw.seed, draw.position = sampler.seed, sampler.position + j
+        draws.append(draw)
+    choices = sample_rows(logits, draws, lambda i, n: contexts[i][-n:]).tolist()
     accepted = 0
     while accepted < len(proposal) and choices[accepted] == proposal[accepted]:
         accepted += 1
     rejected = len(proposal) - accepted
     if rejected:
         trim_prompt_cache(caches, rejected)
+    sampler.position += accepted + 1
     return proposal[:accepted] + [choices[accepted]]
+
+
+def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int]) -> list[int]:
+    """`verify` for a plain greedy request."""
+    from ..core.params import SamplingParams
+
+    return verify(model, caches, fed, proposal, TokenSampler(SamplingParams()))
 
 
 class Drafting:
@@ -72,9 +86,8 @@ class Drafting:
         if not batch.solo or len(batch.requests) != 1:
             return False
         request, sampler = batch.requests[0], batch.samplers[0]
-        if not sampler.params.is_greedy or sampler.matcher is not None or \
-                sampler.wants_logprobs:
-            return False  # sampled rows, grammars and logprobs: later parts of issue 32
+        if sampler.matcher is not None or sampler.wants_logprobs:
+            return False  # grammars and logprobs: later parts of issue 32
         state = request.drafts
         if state is None:
             why = why_no_drafts(batch.cache)
@@ -108,8 +121,8 @@ class Drafting:
         proposal = proposal[:state.policy.next_k(len(proposal), self.costs)]
         start = time.perf_counter()
         window = sampler.params.repetition_context_size if sampler.needs_context else 0
-        emitted = verify_greedy(batch.model, batch.cache, fed, proposal, sampler,
-                                request.recent_ids(window))
+        emitted = verify(batch.model, batch.cache, fed, proposal, sampler,
+                         request.recent_ids(window))
         self.costs.observe(len(proposal), time.perf_counter() - start)
         if proposal:
             state.policy.record(len(proposal), len(emitted) - 1)
