@@ -64,12 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=None,
                      help="above 1 makes tokens already in the text less likely, greedy or "
                           "not (1: off; default: the model's own, else 1.1)")
-    gen.add_argument("--draft", choices=("off", "lookup"), default="off",
-                     help="lookup: a lone greedy answer proposes tokens from its prompt and "
-                          "answer and verifies them in one forward (faster copying, quoting, "
-                          "editing; the same text)")
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
+    _add_draft(gen)
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
                            description="Serve the OpenAI API (/v1/chat/completions, "
                                        "/v1/completions, /v1/models) on this machine.",
@@ -77,8 +74,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
                        help=REMOTE_HELP)
-    serve.add_argument("--draft", choices=("off", "lookup"), default="off",
-                       help="lookup: a lone greedy request drafts from its prompt and answer")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
     serve.add_argument("--port", type=int, default=8080,
@@ -89,7 +84,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="also answer requests whose Host header names NAME (repeatable)")
     serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN call the API, with CORS (repeatable)")
+    _add_draft(serve)
     return parser
+
+
+def _add_draft(command) -> None:
+    command.add_argument("--draft", choices=("off", "lookup"), default="off",
+                         help="lookup: a lone answer proposes tokens from its prompt and what "
+                              "it wrote, and verifies them in one forward (faster copying, "
+                              "quoting, editing; the same text)")
 
 
 REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, URL[#model] "
