@@ -116,3 +116,18 @@ def test_the_api_reports_accepted_drafts(copier):
     finally:
         served.stop()
         drafting.close()
+
+
+def test_tandem_generate_drafts_and_says_so(copier):
+    """`tandem generate --draft lookup` on a model that copies: the same
+    answer, and the stats line says how many drafts were accepted."""
+    from tests.test_cli import _run
+
+    args = ["-m", "app", "generate", "--model", str(copier), "--temperature", "0",
+            f"Copy: {SCRIPT}"]
+    rc, plain_out, plain_err = _run(args)
+    assert rc == 0, plain_err
+    rc, out, err = _run(args[:3] + ["--draft", "lookup"] + args[3:])
+    assert rc == 0, err
+    assert out == plain_out and SCRIPT in out
+    assert "drafts " in err and " accepted" in err and "drafts " not in plain_err
