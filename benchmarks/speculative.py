@@ -38,18 +38,9 @@ from mlx_lm.sample_utils import (apply_min_p, apply_top_k, apply_top_p,  # noqa:
 
 from engine import Engine, SamplingParams  # noqa: E402
 from engine.runtime.sampling import TokenSampler, sample_rows  # noqa: E402
+from engine_throughput import QUESTIONS  # noqa: E402  (this folder: the same prompts)
 
 DEFAULTS = dict(temperature=0.7, top_p=0.95, top_k=40, min_p=0.05, repetition_penalty=1.1)
-QUESTIONS = [
-    "Write a long story about a lighthouse keeper.",
-    "Explain how a bicycle works, in detail.",
-    "Describe the water cycle step by step.",
-    "Write a poem about autumn leaves.",
-    "List ten facts about the Moon and explain each.",
-    "Tell me about the history of the printing press.",
-    "How do plants make food? Explain in detail.",
-    "Write a letter to a friend about a trip to the mountains.",
-]
 
 
 # ---- the row-by-row path Tandem had (the baseline) -----------------------------------

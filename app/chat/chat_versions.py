@@ -22,10 +22,6 @@ class ChatVersions:
         if index is not None:
             self.edit_message(index)
 
-    def parent_id(self, index: int) -> int | None:
-        """The stored message messages[index] follows (None: it is the first)."""
-        return self.conversation.parent_id(index)
-
     def regenerate_answer(self, index: int) -> None:
         """Answer again from the conversation before answer `index`: a new
         version of that answer (the old one and what followed it stay, ‹ ›)."""

@@ -183,8 +183,9 @@ class WidthCost:
 @dataclass
 class DraftState:
     """A request's drafting, carried with it between lanes: what proposes,
-    how many, and why it drafts nothing (when its caches cannot rewind)."""
+    how many, and why it drafts nothing (when its caches cannot rewind: then
+    there is no drafter)."""
 
-    drafter: LookupDrafter
+    drafter: LookupDrafter | None
     policy: DraftPolicy = field(default_factory=DraftPolicy)
     reason: str | None = None

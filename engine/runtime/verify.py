@@ -21,6 +21,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from ..core.drafts import DraftState, LookupDrafter, WidthCost
+from ..core.params import SamplingParams
 from .sampling import TokenSampler, sample_rows
 
 
@@ -68,8 +69,6 @@ def verify(model: nn.Module, caches: list, fed: int, proposal: list[int], sample
 
 def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int]) -> list[int]:
     """`verify` for a plain greedy request."""
-    from ..core.params import SamplingParams
-
     return verify(model, caches, fed, proposal, TokenSampler(SamplingParams()))
 
 
@@ -91,9 +90,9 @@ class Drafting:
         state = request.drafts
         if state is None:
             why = why_no_drafts(batch.cache)
-            state = request.drafts = DraftState(LookupDrafter([] if why else
-                                                              request.prompt_ids), reason=why)
-            state.drafter.answer_start = request.num_prompt
+            # A request that cannot draft never indexes its prompt.
+            state = request.drafts = DraftState(
+                None if why else LookupDrafter(request.prompt_ids), reason=why)
         if state.reason is not None:
             return False
         if state.policy.resting:
