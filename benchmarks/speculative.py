@@ -133,6 +133,19 @@ COPY = ("Copy this paragraph exactly, word for word:\n\n"
         "keeper climbed the spiral stairs, trimmed the wick and wound the clockwork that "
         "turned the great lens, so that ships far out at sea could find their way home.")
 OPEN = "Tell me something interesting about octopuses."
+PARAGRAPHS = [
+    COPY.split("\n\n", 1)[1],
+    "Bread rises because yeast eats the sugars in the flour and breathes out carbon "
+    "dioxide. The gas is caught in a web of gluten, which stretches like a balloon, and "
+    "the heat of the oven sets the web before the bubbles can escape.",
+    "The river starts as snow on the high peaks. In spring it melts, runs down through "
+    "pine forests and narrow gorges, turns the wheels of three old mills and finally "
+    "spreads out into a wide, slow delta full of birds.",
+    "Our meeting moves to Thursday at ten in the small room on the second floor. Please "
+    "bring the budget figures for the third quarter and a list of the open questions "
+    "from the customer visit last week.",
+]
+COPIES = [f"Copy this paragraph exactly, word for word:\n\n{p}" for p in PARAGRAPHS]
 
 
 def lookup_replay(eng: Engine, tokens: int, k: int = 8) -> dict:
@@ -252,14 +265,14 @@ def verify_case(model_name: str, tokens: int, rounds: int) -> dict:
     return report
 
 
-def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
+def lanes_case(model_name: str, rounds: int, streams: int, only_streams: bool = False) -> dict:
     """The engine's lanes with drafts off and LaneConfig(drafts="lookup"),
     two engines on one model, alternating: a lone request (copy, open chat;
     greedy, greedy with a repetition penalty 1.1, the model's own sampling
-    with a seed),
-    and `streams` open chats at once (no drafts in a batch yet: the cost of
-    having them on). Decode tok/s = output tokens after the first over the
-    time after the first token; answers compared."""
+    with a seed): decode tok/s = output tokens after the first over the
+    time after the first token; then `streams` greedy requests at once, open
+    chats and copies (drafts verified in the batch, ragged caches): output
+    tok/s over the wall time. Answers compared."""
     from engine import default_lanes
 
     engines = {d: Engine.load(model_name, lanes=default_lanes(d)) for d in ("off", "lookup")}
@@ -274,7 +287,7 @@ def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
                      ("greedy + penalty 1.1",
                       SamplingParams(max_tokens=128, repetition_penalty=1.1)),
                      ("model defaults, seed 7", defaults))]
-        for name, text, params in cases:
+        for name, text, params in ([] if only_streams else cases):
             rates = {"off": [], "lookup": []}
             texts, drafted = {}, (0, 0)
             for r in range(rounds + 1):
@@ -293,25 +306,40 @@ def lanes_case(model_name: str, rounds: int, streams: int) -> dict:
                                        / statistics.median(rates["off"]), 2),
                 "identical": texts["off"] == texts["lookup"],
                 "drafted_accepted": drafted}
-        prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[:streams]]
-        rates = {"off": [], "lookup": []}
-        for r in range(rounds + 1):
-            for d in (("off", "lookup") if r % 2 else ("lookup", "off")):
-                start = time.perf_counter()
-                handles = [engines[d].submit(p, SamplingParams(max_tokens=96))
-                           for p in prompts]
-                out = sum(h.result(900).output_tokens for h in handles)
-                if r:
-                    rates[d].append(out / (time.perf_counter() - start))
-        report[f"{streams} streams"] = {
-            "off_tok_s": [round(x, 1) for x in rates["off"]],
-            "lookup_tok_s": [round(x, 1) for x in rates["lookup"]],
-            "lookup_vs_off": round(statistics.median(rates["lookup"])
-                                   / statistics.median(rates["off"]), 2)}
+        for name, texts in (("open chat", QUESTIONS), ("copy", COPIES)):
+            report[f"{streams} streams, {name}, greedy"] = streams_case(
+                engines, (texts * streams)[:streams], rounds)
     finally:
         for e in engines.values():
             e.close()
     return report
+
+
+def streams_case(engines: dict, texts: list[str], rounds: int) -> dict:
+    """`len(texts)` greedy requests at once on each engine, alternating:
+    output tok/s over the wall time (prefill included: the same work on
+    both), and whether every answer is the same with drafts on."""
+    prompts = [[{"role": "user", "content": t}] for t in texts]
+    rates, answers = {"off": [], "lookup": []}, {}
+    drafted = accepted = 0
+    for r in range(rounds + 1):
+        for d in (("off", "lookup") if r % 2 else ("lookup", "off")):
+            start = time.perf_counter()
+            handles = [engines[d].submit(p, SamplingParams(max_tokens=128)) for p in prompts]
+            done = [h.result(900) for h in handles]
+            seconds = time.perf_counter() - start
+            answers[d] = [x.text for x in done]
+            if d == "lookup":
+                drafted = sum(x.drafted for x in done)
+                accepted = sum(x.accepted_drafts for x in done)
+            if r:
+                rates[d].append(sum(x.output_tokens for x in done) / seconds)
+    return {"off_tok_s": [round(x, 1) for x in rates["off"]],
+            "lookup_tok_s": [round(x, 1) for x in rates["lookup"]],
+            "lookup_vs_off": round(statistics.median(rates["lookup"])
+                                   / statistics.median(rates["off"]), 2),
+            "identical": sum(a == b for a, b in zip(answers["off"], answers["lookup"])),
+            "of": len(texts), "drafted_accepted": (drafted, accepted)}
 
 
 def main() -> None:
@@ -324,6 +352,8 @@ def main() -> None:
     ap.add_argument("--skip-engine", action="store_true")
     ap.add_argument("--lanes", action="store_true",
                     help="the engine's lanes with drafts off and lookup, side by side")
+    ap.add_argument("--only-streams", action="store_true",
+                    help="with --lanes: only the concurrent streams cases")
     ap.add_argument("--verify", action="store_true",
                     help="a lone greedy request: plain steps against verified lookup drafts")
     ap.add_argument("--replay", action="store_true",
@@ -335,7 +365,8 @@ def main() -> None:
     if not args.skip_engine:
         report["engine"] = engine_case(args.model, args.streams, args.tokens, args.rounds)
     if args.lanes:
-        report["lanes_drafts"] = lanes_case(args.model, args.rounds, args.streams)
+        report["lanes_drafts"] = lanes_case(args.model, args.rounds, args.streams,
+                                             args.only_streams)
     if args.verify:
         report["verify_lone_greedy"] = verify_case(args.model, 128, args.rounds)
     if args.replay:

@@ -131,3 +131,60 @@ def test_tandem_generate_drafts_and_says_so(copier):
     assert rc == 0, err
     assert out == plain_out and SCRIPT in out
     assert "drafts " in err and " accepted" in err and "drafts " not in plain_err
+
+
+def _together(engine, prompts, **params):
+    """Submit every prompt at once (they decode in one batch); their results."""
+    handles = [engine.submit([{"role": "user", "content": p}], SamplingParams(**params))
+               for p in prompts]
+    return [h.result(120) for h in handles], handles
+
+
+def test_a_batch_of_copies_verifies_its_drafts_in_one_forward(copier):
+    """Four requests in one decode batch draft together (ragged caches, a
+    row's misses rewound alone): the same texts in fewer steps, and a
+    request with logprobs has them for every token, accepted ones too."""
+    from engine import Token
+    from tests.test_logprobs import _check
+
+    plain, drafting = _engine(copier, "off"), _engine(copier, "lookup")
+    prompts = [f"Copy: {SCRIPT}", f"Please copy: {SCRIPT}", f"{SCRIPT}?", f"{SCRIPT}!"]
+    try:
+        steps = []
+        for engine in (plain, drafting):
+            before = engine.lanes["cpu"].stats.steps
+            done, handles = _together(engine, prompts)
+            steps.append(engine.lanes["cpu"].stats.steps - before)
+            assert [d.text for d in done] == [SCRIPT] * 4
+        assert steps[1] < steps[0]
+        assert all(h.request.drafts.policy.accepted > 0 for h in handles)
+        done, handles = _together(drafting, prompts, logprobs=3)
+        assert [d.text for d in done] == [SCRIPT] * 4 and done[0].accepted_drafts > 0
+        loaded = drafting.lanes["cpu"].model
+        request = handles[0].request
+        tokens = _check(type("Loaded", (), {"model": loaded})(), request.prompt_ids,
+                        handles[0], 3)
+        assert all(isinstance(t, Token) and t.logprob is not None for t in tokens)
+    finally:
+        plain.close()
+        drafting.close()
+
+
+def test_a_random_model_batch_answers_the_same_with_drafts_on(tiny_model_dir):
+    """Greedy, penalised and seeded sampled requests decoding together: each
+    answer is the one drafts off gives (ragged caches rewound row by row)."""
+    plain, drafting = _engine(tiny_model_dir, "off"), _engine(tiny_model_dir, "lookup")
+    texts = ["one two one two one two", "the quick brown fox jumps over the lazy dog, the quick",
+             "hello world hello world", "a b a b a b a b"]
+    sampled = dict(temperature=0.8, top_p=0.95, top_k=40, min_p=0.05,
+                   repetition_penalty=1.1, max_tokens=40, seed=3)
+    try:
+        for params in (dict(max_tokens=40), dict(max_tokens=40, repetition_penalty=1.3),
+                       sampled):
+            base, _ = _together(plain, texts, **params)
+            done, handles = _together(drafting, texts, **params)
+            assert [d.text for d in done] == [b.text for b in base]
+            assert all(h.request.drafts is not None for h in handles)
+    finally:
+        plain.close()
+        drafting.close()

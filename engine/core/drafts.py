@@ -96,6 +96,8 @@ class DraftPolicy:
     weight: float = 0.3  # of the newest proposal in the running estimate
     patience: int = 3
     rest: int = 32
+    floor: float = 0.2  # below this estimate, a request in a batch rests (record)
+    retry: float = 0.45  # its estimate when a rest ends
     drafted: int = 0
     accepted: int = 0
     _unpaid: int = field(default=0, repr=False)
@@ -108,10 +110,12 @@ class DraftPolicy:
         return self._resting > 0
 
     def rest_step(self) -> None:
-        """A plain step while resting; after the last, one small try."""
+        """A plain step while resting; after the last, one small try (and
+        in a batch, an estimate that lets it compete again)."""
         self._resting -= 1
         if self._resting <= 0:
             self._resting, self._probe = 0, True
+            self.acceptance = max(self.acceptance, self.retry)
 
     def next_k(self, available: int, cost_of: Callable[[int], float]) -> int:
         if self._probe:
@@ -142,6 +146,8 @@ class DraftPolicy:
         trials = accepted + (1 if accepted < proposed else 0)
         observed = accepted / trials if trials else 0.0
         self.acceptance += self.weight * (observed - self.acceptance)
+        if self.acceptance < self.floor:  # its proposals miss: plain steps for a while
+            self._resting = self.rest
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -154,30 +160,90 @@ def expected_tokens(acceptance: float, k: int) -> float:
 
 
 class WidthCost:
-    """A lane's seconds for a lone request's step that verifies k proposed
-    positions, learned from its own steps: base + slope * k (a wide step of
-    a small batch reads the weights once: k costs little until compute
-    binds). Before any measurement: 50 ms and a ninth of it per position
-    (this machine: 43 ms for one position, 82 ms for nine)."""
+    """A lane's seconds for a step, learned from its own steps.
 
-    def __init__(self, weight: float = 0.2):
-        self.base: float | None = None
-        self.slope: float | None = None
-        self.weight = weight
+    A step that verifies drafts waits for its tokens before the next one is
+    built (its accepted counts decide the next step's inputs): its seconds
+    are fitted as a + b * positions, positions = rows x width (width = 1 +
+    the proposed positions; a weights read plus compute per position, with
+    exponential forgetting). A plain step is pipelined (the next one is
+    built while the device runs): its seconds are a running mean per batch
+    size. Comparing the two is what drafting must win: the wider step's
+    extra positions and the pipelining it gives up. Before any measurement
+    the fit is two pseudo-steps of this machine (50 ms for one position,
+    125 ms for sixteen)."""
 
-    def observe(self, k: int, seconds: float) -> None:
-        if k == 0:
-            self.base = seconds if self.base is None else \
-                self.base + self.weight * (seconds - self.base)
-        elif self.base is not None:
-            sample = max(seconds - self.base, 0.0) / k
-            self.slope = sample if self.slope is None else \
-                self.slope + self.weight * (sample - self.slope)
+    PRIOR = ((1, 0.050), (16, 0.125))
+
+    def __init__(self, forget: float = 0.9, weight: float = 0.2):
+        self.forget, self.weight = forget, weight
+        self._prior(1.0)
+        self.plain: dict[int, float] = {}  # rows -> seconds of a plain step
+        self.observed = 0  # verifying steps measured
+
+    def _prior(self, scale: float) -> None:
+        self._sums = [0.0] * 5  # n, sx, sy, sxx, sxy
+        for x, y in self.PRIOR:
+            self._add(x, y * scale)
+
+    def _add(self, x: float, y: float) -> None:
+        f = self.forget
+        n, sx, sy, sxx, sxy = self._sums
+        self._sums = [f * n + 1, f * sx + x, f * sy + y, f * sxx + x * x, f * sxy + x * y]
+
+    def observe(self, rows: int, width: int, seconds: float) -> None:
+        """A verifying step of `rows` rows `width` positions wide took `seconds`."""
+        self._add(rows * width, seconds)
+        self.observed += 1
+
+    def observe_plain(self, rows: int, seconds: float) -> None:
+        last = self.plain.get(rows)
+        self.plain[rows] = seconds if last is None else last + self.weight * (seconds - last)
+        if not self.observed:  # the prior's shape, at this lane's measured speed
+            self._prior(1.0)
+            a, b = self.fit()
+            self._prior(self.plain[rows] / (a + b * rows))
+
+    def fit(self) -> tuple[float, float]:
+        """(a, b): seconds = a + b * positions for a verifying step."""
+        n, sx, sy, sxx, sxy = self._sums
+        spread = n * sxx - sx * sx
+        b = (n * sxy - sx * sy) / spread if spread > 1e-12 else 0.0
+        b = max(b, 0.0)
+        return max((sy - b * sx) / n, 0.0), b
+
+    def verify(self, rows: int, k: int) -> float:
+        a, b = self.fit()
+        return a + b * rows * (k + 1)
+
+    def of(self, rows: int) -> Callable[[int], float]:
+        """cost_of(k) for DraftPolicy.next_k in a batch of `rows`: k = 0 is a
+        plain step (measured, else a verifying step of width 1)."""
+        def cost_of(k: int) -> float:
+            if k == 0:
+                plain = self.plain.get(rows)
+                return plain if plain is not None else self.verify(rows, 0)
+            return self.verify(rows, k)
+        return cost_of
 
     def __call__(self, k: int) -> float:
-        base = self.base if self.base is not None else 0.05
-        slope = self.slope if self.slope is not None else base / 9
-        return base + slope * k
+        """A lone request's cost_of(k)."""
+        return self.of(1)(k)
+
+
+def choose_width(wants: list[tuple[float, int]], cost_of: Callable[[int], float]) -> int:
+    """How many positions a batch step verifies past each row's own token
+    (0: a plain step), given each row's (acceptance, tokens it proposes):
+    the k maximising the batch's expected tokens per second. A row with
+    fewer proposed tokens than k proposes what it has; a row with none
+    writes its one token."""
+    best, best_rate = 0, len(wants) / cost_of(0)
+    for k in range(1, max((n for _, n in wants), default=0) + 1):
+        tokens = sum(expected_tokens(a, min(n, k)) for a, n in wants)
+        rate = tokens / cost_of(k)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
 
 
 @dataclass

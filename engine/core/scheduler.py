@@ -292,11 +292,12 @@ class LaneScheduler:
                     continue
                 if request.first_token_at is None:
                     request.first_token_at = t
-                for token in [token, *result.extra.get(row, ())]:
+                extra = result.extra.get(row, ())
+                extra_lps = result.extra_logprobs.get(row) or [None] * len(extra)
+                for token, lp in zip([token, *extra], [lp, *extra_lps]):
                     request.output_ids.append(token)
                     reason = self._finish_reason(request, token, stop_ids)
                     outcome.tokens.append((request, token, reason, lp))
-                    lp = None
                     if reason is not None:
                         self.running.remove(request)
                         outcome.finished.append((request, reason))

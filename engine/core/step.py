@@ -82,6 +82,7 @@ class StepResult:
     # Row index -> the tokens it wrote after its token in `tokens`, in order
     # (accepted drafts: engine/runtime/verify.py).
     extra: dict = field(default_factory=dict)
+    extra_logprobs: dict = field(default_factory=dict)  # row -> their logprobs, aligned
     verified: int = 0  # proposed positions this step verified (0: a plain step)
 
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlx_lm.models.cache import KVCache
+
 from ..core.request import Request
+
 from .constrain import consume, row_masks
+from .ragged import Offsets, RaggedKVCache
 from .sampling import TokenSampler, pending_arrays, sample_rows
 from .verify import Drafting
 
@@ -35,8 +39,9 @@ class DecodeBatch:
         self.allow_solo = solo  # a lone request decodes on its own caches
         self.solo = False  # whether `cache` holds one request's own caches now
         self._next_inputs: mx.array | None = None  # (B,) tokens to feed next
-        self.drafts: Drafting | None = None  # a lone request may draft (verify.py)
+        self.drafts: Drafting | None = None  # the lane drafts (verify.py)
         self.extra: dict[int, list[int]] = {}  # the last step's accepted drafts, by row
+        self.extra_logprobs: dict[int, list] = {}  # their logprobs, for rows that want them
         self.verified = 0  # positions the last step verified
 
     def __len__(self) -> int:
@@ -65,12 +70,12 @@ class DecodeBatch:
             if len(joins) == 1 and self.allow_solo:
                 self.cache, self.solo = list(caches[0]), True
             else:
-                self.cache, self.solo = _batched(*caches), False
+                self.cache, self.solo = self._batched(*caches), False
             self._next_inputs = firsts[0] if len(firsts) == 1 else mx.concatenate(firsts)
         else:
             if self.solo:  # no longer alone: the lone one's caches become batch caches
-                self.cache, self.solo = _batched(self.cache), False
-            for mine, theirs in zip(self.cache, _batched(*caches)):
+                self.cache, self.solo = self._batched(self.cache), False
+            for mine, theirs in zip(self.cache, self._batched(*caches)):
                 mine.extend(theirs)
             self._next_inputs = mx.concatenate([self._next_inputs, *firsts])
         self.requests.extend(j[0] for j in joins)
@@ -82,12 +87,12 @@ class DecodeBatch:
         The returned tokens were sampled by the previous step (or are each new
         request's first token); read them with `.tolist()` after this call.
         """
-        self.extra, self.verified = {}, 0
+        self.extra, self.extra_logprobs, self.verified = {}, {}, 0
         if self.drafts is not None and self.drafts.wants(self):
-            fed, accepted, self.verified = self.drafts.step(self)
-            if accepted:
-                self.extra = {0: accepted}
-            return mx.array([fed], mx.uint32)
+            drafted = self.drafts.step(self)
+            self.extra, self.extra_logprobs = drafted.extra, drafted.extra_logprobs
+            self.verified = drafted.verified
+            return mx.array(drafted.fed, mx.uint32)
         inputs = self._next_inputs
         for sampler in self.samplers:  # the tokens fed now take their logprobs along
             if sampler.wants_logprobs:
@@ -127,6 +132,12 @@ class DecodeBatch:
             return list(self.cache)
         return [c.extract(index) for c in self.cache]
 
+    def next_inputs(self) -> list[int]:
+        """The tokens the next step feeds, read from the device (a drafting
+        step needs them before it can propose)."""
+        assert self._next_inputs is not None
+        return self._next_inputs.tolist()
+
     def set_next(self, tokens: mx.array) -> None:
         """The tokens the next step feeds (a draft step knows its own)."""
         self._next_inputs = tokens
@@ -159,6 +170,13 @@ class DecodeBatch:
         self._next_inputs = self._next_inputs[idx]
 
 
-def _batched(*requests: list) -> list:
-    """Requests' layer caches as one batch cache per layer (each kind's own merge)."""
-    return [type(layer[0]).merge(list(layer)) for layer in zip(*requests)]
+    def _batched(self, *requests: list) -> list:
+        """Requests' layer caches as one batch cache per layer: each kind's
+        own merge, or, in a lane that drafts, ragged caches (ragged.py: each
+        row rewinds on its own) where every layer is a plain `KVCache`."""
+        layers = list(zip(*requests))
+        if self.drafts is not None and all(type(c) in (KVCache, RaggedKVCache)
+                                           for layer in layers for c in layer):
+            offsets = Offsets()
+            return [RaggedKVCache.merge(list(layer), offsets) for layer in layers]
+        return [type(layer[0]).merge(list(layer)) for layer in layers]

@@ -91,6 +91,8 @@ class ModelRunner:
             raise RuntimeError("the runner's decode batch differs from the plan")
         fed = self.batch.step() if plan.decode else None
         pending = self._prefill(plan)
+        if plan.prefill and self.batch.drafts is not None:
+            self.batch.drafts.disturbed()  # this step's time is not a decode step's
         if pending:
             mx.async_eval(pending)
         waited = time.perf_counter()
@@ -102,6 +104,7 @@ class ModelRunner:
             mx.clear_cache()
         return StepResult(tokens, done - started, handoffs, wait_s=done - waited,
                           logprobs=logprobs, extra=self.batch.extra,
+                          extra_logprobs=self.batch.extra_logprobs,
                           verified=self.batch.verified)
 
     def _prefill(self, plan: StepPlan) -> list[mx.array]:

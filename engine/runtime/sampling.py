@@ -83,13 +83,19 @@ class TokenSampler:
     def read_fed(self) -> tuple | None:
         """The fed token's (logprob, ((id, logprob), ...) likeliest first), or None."""
         fed, self._fed = self._fed, None
-        if fed is None:
-            return None
-        chosen = fed[0].item()
-        if len(fed) == 1:
-            return chosen, ()
-        ids, lps = fed[1].tolist()[0], fed[2].tolist()[0]
-        return chosen, tuple(sorted(zip(ids, lps), key=lambda p: -p[1]))
+        return None if fed is None else read_logprobs(fed)
+
+    def drawing_at(self, position: int) -> "TokenSampler":
+        """A copy that draws the token at `position` (a verified draft's):
+        the same settings and seed, no grammar, its own logprobs."""
+        copy = TokenSampler.__new__(TokenSampler)
+        copy.params, copy.matcher, copy.seed, copy.position = self.params, None, self.seed, position
+        copy._pending = copy._fed = None
+        return copy
+
+    def hold(self, draw: "TokenSampler") -> None:
+        """The token `draw` drew is this request's next one: keep its logprobs."""
+        self._pending = draw._pending
 
     def sample(self, logits: mx.array, history: list[int] | None = None) -> mx.array:
         """One row of logits (shape (1, V)) -> its token, shape (1,)."""
@@ -125,6 +131,16 @@ def sample_rows(logits: mx.array, samplers: list[TokenSampler],
         if sampler.wants_logprobs:  # from the same forward pass: no second one
             sampler.note_logprobs(raw[i : i + 1], tokens[i : i + 1])
     return tokens
+
+
+def read_logprobs(arrays) -> tuple:
+    """Noted logprobs (note_logprobs) as (logprob, ((id, logprob), ...)
+    likeliest first), read from the device."""
+    chosen = arrays[0].item()
+    if len(arrays) == 1:
+        return chosen, ()
+    ids, lps = arrays[1].tolist()[0], arrays[2].tolist()[0]
+    return chosen, tuple(sorted(zip(ids, lps), key=lambda p: -p[1]))
 
 
 def pending_arrays(samplers: list[TokenSampler]) -> list[mx.array]:

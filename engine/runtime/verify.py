@@ -1,70 +1,126 @@
-"""Verifying drafts on a lone request's own caches (issue 32, part 3 begun).
+"""Verifying drafts, in a lane's continuous batch or on a lone request's
+caches (issue 32).
 
-One forward pass feeds the token the request writes next and the proposed
-tokens after it; the target's own choice at each position says how many of
-the proposal it accepts; the KV of the rejected positions is trimmed off the
-caches (mlx-lm's `trim_prompt_cache`). Each position draws as a single step
-would (keyed by its own position), so drafts never change what a request
-writes, greedy or sampled. Rows in the continuous batch (per-row rollback)
-are the next part.
+One forward pass feeds every row its own token and the tokens proposed
+after it (rows with fewer, or none, are padded; their padding is rejected
+like a miss); each position draws as a single step would (keyed by its own
+position, sampling.py), so drafts never change what a request writes,
+greedy or sampled; a row accepts its proposal while the draws agree, and
+the KV of its rejected positions leaves its caches: a batch decodes on
+ragged caches (ragged.py), where that is one number per row; a lone request
+trims its own `KVCache`s (mlx-lm's `trim_prompt_cache`).
 
-`Drafting` is a lane's side of it (LaneConfig(drafts="lookup")): a lone
-request's step proposes and verifies when its DraftPolicy says it
-pays; its other steps stay plain and pipelined."""
+`Drafting` is a lane's side of it (LaneConfig(drafts="lookup")): at each
+step it asks each row's DraftPolicy and the lane's measured costs whether a
+verifying step pays (it gives up the pipelining of a plain step: its
+tokens are read before the next step is built) and how wide; the other
+steps stay plain and pipelined."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-from ..core.drafts import DraftState, LookupDrafter, WidthCost
+from ..core.drafts import DraftState, LookupDrafter, WidthCost, choose_width
 from ..core.params import SamplingParams
-from .sampling import TokenSampler, sample_rows
+from .ragged import RaggedKVCache
+from .sampling import TokenSampler, read_logprobs, sample_rows
 
 
 def why_no_drafts(caches: list) -> str | None:
     """None when rejected positions can be taken back off these caches;
     else why not (a state-space layer's ArraysCache, a sliding window that
-    has wrapped): such a request drafts nothing, and its stats say why."""
-    if can_trim_prompt_cache(caches):
+    has wrapped, a batch cache that rewinds only as a whole): such a request
+    drafts nothing, and its stats say why."""
+    if all(isinstance(c, RaggedKVCache) for c in caches) or can_trim_prompt_cache(caches):
         return None
     kinds = sorted({type(c).__name__ for c in caches
-                    if not (hasattr(c, "is_trimmable") and c.is_trimmable())})
+                    if not (hasattr(c, "is_trimmable") and c.is_trimmable())
+                    or type(c).__name__.startswith("Batch")})
     return f"its caches cannot rewind ({', '.join(kinds) or 'unknown'})"
+
+
+@dataclass(slots=True)
+class Verified:
+    """One row's verification: the accepted tokens and the target's own
+    next token after them (last); the logprobs of the accepted ones, for a
+    row that asked for logprobs."""
+
+    tokens: list[int]
+    logprobs: list = field(default_factory=list)
+
+    @property
+    def accepted(self) -> list[int]:
+        return self.tokens[:-1]
+
+
+def verify_rows(model: nn.Module, caches: list, fed: list[int], proposals: list[list[int]],
+                samplers: list[TokenSampler], histories: list[list[int]]) -> list[Verified]:
+    """Feed each row its token `fed[b]` and `proposals[b]` in one forward
+    (the caches hold everything before `fed`; `histories[b]`: the row's
+    tokens before it, as far as its repetition penalty looks back). Each
+    position draws as a single step would: the row's settings, the key of
+    its own position, the tokens before it (proposed ones included) as its
+    penalty context. A row accepts its proposal while the draws agree; the
+    first draw that differs (or the one after its last proposed token) is
+    its own next token. The caches end holding `fed` and the accepted runs,
+    nothing rejected; each sampler's position moves past its row's tokens
+    (and holds the next token's logprobs, pending, when it wants them)."""
+    width = 1 + max(len(p) for p in proposals)
+    inputs = [[f, *p] + [f] * (width - 1 - len(p)) for f, p in zip(fed, proposals)]
+    logits = model(mx.array(inputs), cache=caches)
+    vocab = logits.shape[-1]
+    at, draws, contexts = [], [], []
+    for b, (token, proposal, sampler) in enumerate(zip(fed, proposals, samplers)):
+        seen = list(histories[b]) + [token]
+        for j in range(len(proposal) + 1):
+            at.append(b * width + j)
+            draws.append(sampler.drawing_at(sampler.position + j))
+            contexts.append(seen + proposal[:j])
+    flat = logits.reshape(-1, vocab)
+    if len(at) < flat.shape[0]:
+        flat = flat[mx.array(at)]
+    choices = sample_rows(flat, draws, lambda i, n: contexts[i][-n:])
+    mx.eval(choices, *[a for d in draws for a in d.arrays])
+    choices = choices.tolist()
+    results, rejected, first = [], [], 0
+    for proposal, sampler in zip(proposals, samplers):
+        mine = choices[first:first + len(proposal) + 1]
+        accepted = 0
+        while accepted < len(proposal) and mine[accepted] == proposal[accepted]:
+            accepted += 1
+        row_draws = draws[first:first + accepted + 1]
+        first += len(proposal) + 1
+        verified = Verified(proposal[:accepted] + [mine[accepted]])
+        if sampler.wants_logprobs:
+            verified.logprobs = [read_logprobs(d.arrays) for d in row_draws[:-1]]
+            sampler.hold(row_draws[-1])
+        sampler.position += accepted + 1
+        rejected.append(width - 1 - accepted)
+        results.append(verified)
+    _rewind(caches, rejected)
+    return results
+
+
+def _rewind(caches: list, counts: list[int]) -> None:
+    """Take each row's rejected positions back off the caches."""
+    if not any(counts):
+        return
+    if all(isinstance(c, RaggedKVCache) for c in caches):
+        for cache in caches:
+            cache.rewind(counts)
+    else:  # a lone request's own caches
+        trim_prompt_cache(caches, counts[0])
 
 
 def verify(model: nn.Module, caches: list, fed: int, proposal: list[int], sampler,
            history: list[int] | None = None) -> list[int]:
-    """Feed `fed` and `proposal` in one forward on a lone request's caches
-    (which hold everything before `fed`; `history`: the tokens before it).
-    Each position draws its token as a single step would, with the request's
-    settings and the key of its own position (sampling.py), the tokens before
-    it (proposed ones included) as its penalty context. The proposal is
-    accepted while the draws agree with it; the first draw that differs (or
-    the one after the last proposed token) is the request's own next token.
-    So a request writes exactly what it would without drafts, greedy or
-    sampled. Returns the accepted run and that token; the caches end holding
-    `fed` and the accepted run, nothing rejected."""
-    logits = model(mx.array([[fed, *proposal]]), cache=caches)[0]
-    seen = list(history or []) + [fed]
-    contexts = [seen + proposal[:j] for j in range(len(proposal) + 1)]
-    draws = []
-    for j in range(len(contexts)):  # each position keyed by its own draw number
-        draw = TokenSampler(sampler.params)
-        draw.seed, draw.position = sampler.seed, sampler.position + j
-        draws.append(draw)
-    choices = sample_rows(logits, draws, lambda i, n: contexts[i][-n:]).tolist()
-    accepted = 0
-    while accepted < len(proposal) and choices[accepted] == proposal[accepted]:
-        accepted += 1
-    rejected = len(proposal) - accepted
-    if rejected:
-        trim_prompt_cache(caches, rejected)
-    sampler.position += accepted + 1
-    return proposal[:accepted] + [choices[accepted]]
+    """`verify_rows` for a lone request: its accepted run and its next token."""
+    return verify_rows(model, caches, [fed], [proposal], [sampler], [history or []])[0].tokens
 
 
 def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int]) -> list[int]:
@@ -72,58 +128,136 @@ def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int])
     return verify(model, caches, fed, proposal, TokenSampler(SamplingParams()))
 
 
+@dataclass(slots=True)
+class DraftStep:
+    """What a verifying step wrote: per row the token fed, then its
+    accepted drafts (by row) with their logprobs, and how many positions
+    were proposed in all."""
+
+    fed: list[int]
+    extra: dict[int, list[int]]
+    extra_logprobs: dict[int, list]
+    verified: int
+
+
 class Drafting:
-    """Drafts for a lane's lone request (engine/runtime/batch.py asks)."""
+    """Drafts for a lane's decode batch (engine/runtime/batch.py asks at
+    each step). Its costs are the lane's own, measured step by step: the
+    time from one step's start to the next's, as a plain (pipelined) step
+    or as a verifying step of its width (steps that also prefilled are not
+    counted)."""
 
     def __init__(self, stop_ids: set[int], context_length: int):
         self.stop_ids = set(stop_ids)
         self.context_length = context_length
         self.costs = WidthCost()
+        self.rest = 0  # plain steps to take before the batch asks again
+        self._misses = 0  # asks in a row where no width paid
+        self._last: tuple[float, int, int] | None = None  # started, rows, width (0: plain)
+
+    def disturbed(self) -> None:
+        """This step did other work too (prefill): its time says nothing."""
+        self._last = None
 
     def wants(self, batch) -> bool:
         """Whether this step of `batch` proposes (else it is a plain step)."""
-        if not batch.solo or len(batch.requests) != 1:
+        self._timed(len(batch.requests), 0)
+        if self.rest > 0:
+            self.rest -= 1
             return False
-        request, sampler = batch.requests[0], batch.samplers[0]
-        if sampler.matcher is not None or sampler.wants_logprobs:
-            return False  # grammars and logprobs: later parts of issue 32
-        state = request.drafts
-        if state is None:
-            why = why_no_drafts(batch.cache)
-            # A request that cannot draft never indexes its prompt.
-            state = request.drafts = DraftState(
-                None if why else LookupDrafter(request.prompt_ids), reason=why)
-        if state.reason is not None:
-            return False
-        if state.policy.resting:
-            state.policy.rest_step()
-            return False
-        return True
+        if any(s.matcher is not None for s in batch.samplers):
+            return False  # grammars: a later part of issue 32
+        why = why_no_drafts(batch.cache)
+        hopeful = False
+        for request in batch.requests:
+            state = request.drafts
+            if state is None:  # a request that cannot draft never indexes its prompt
+                state = request.drafts = DraftState(
+                    None if why else LookupDrafter(request.prompt_ids), reason=why)
+            if state.reason is not None:
+                continue
+            if state.policy.resting:
+                state.policy.rest_step()
+                continue
+            # Without the token being fed (on the device still): does the
+            # text so far predict it and more? Else the step stays plain,
+            # pipelined, and nothing waits for the device.
+            state.drafter.extend(request.all_ids[len(state.drafter.tokens):])
+            hopeful = hopeful or len(state.drafter.propose(2)) == 2
+        return hopeful
 
-    def step(self, batch) -> tuple[int, list[int], int]:
-        """Propose and verify: (the token fed, the accepted tokens after it,
-        positions verified). The target's own next token is the batch's
-        next input."""
-        request, state = batch.requests[0], batch.requests[0].drafts
-        sampler = batch.samplers[0]
-        fed = int(batch.pending_token(0).item())  # the previous step's token: it ends here
+    def _timed(self, rows: int, width: int) -> None:
+        """A step starts: the last one's time goes to the costs."""
+        now = time.perf_counter()
+        if self._last is not None:
+            started, last_rows, last_width = self._last
+            seconds = now - started
+            if seconds < 5 * self.costs.verify(last_rows, max(last_width - 1, 0)) + 0.05:
+                if last_width:
+                    self.costs.observe(last_rows, last_width, seconds)
+                else:
+                    self.costs.observe_plain(last_rows, seconds)
+        self._last = (now, rows, width)
+
+    def step(self, batch) -> DraftStep:
+        """Propose and verify for every row that drafts. The rows' own next
+        tokens become the batch's next inputs."""
+        rows = len(batch.requests)
+        fed = batch.next_inputs()  # the previous step's tokens: read here, not pipelined
+        proposals = [self._propose(r, t) for r, t in zip(batch.requests, fed)]
+        wants = [(r.drafts.policy.acceptance if p else 0.0, len(p))
+                 for r, p in zip(batch.requests, proposals)]
+        width = self._width(wants, rows)
+        # Every row fills the positions the step pays for anyway (and so
+        # measures its acceptance even where its own estimate would not pay).
+        proposals = [p[:width] for p in proposals]
+        for sampler in batch.samplers:  # the tokens fed now take their logprobs along
+            if sampler.wants_logprobs:
+                sampler.feed()
+        histories = [r.recent_ids(s.params.repetition_context_size if s.needs_context else 0)
+                     for r, s in zip(batch.requests, batch.samplers)]
+        results = verify_rows(batch.model, batch.cache, fed, proposals, batch.samplers,
+                              histories)
+        self._last = (self._last[0], rows, 1 + width) if self._last else None
+        step = DraftStep(fed, {}, {}, sum(len(p) for p in proposals))
+        for row, (proposal, verified) in enumerate(zip(proposals, results)):
+            if proposal:
+                batch.requests[row].drafts.policy.record(len(proposal), len(verified.accepted))
+            if verified.accepted:
+                step.extra[row] = verified.accepted
+                step.extra_logprobs[row] = verified.logprobs
+        batch.set_next(mx.array([v.tokens[-1] for v in results], mx.uint32))
+        return step
+
+    def _width(self, wants: list[tuple[float, int]], rows: int) -> int:
+        """The step's width past each row's own token (choose_width); when
+        none pays though rows proposed, plain steps for a while (4, 8 .. 32),
+        and every fourth time a one-token try instead, so that acceptance
+        is measured rather than assumed."""
+        width = choose_width(wants, self.costs.of(rows))
+        if width or not any(n for _, n in wants):
+            self._misses = 0 if width else self._misses
+            return width
+        self._misses += 1
+        if self._misses % 4 == 0:
+            return 1
+        self.rest = min(4 * 2 ** (self._misses - 1), 32)
+        return 0
+
+    def _propose(self, request, fed: int) -> list[int]:
+        """Up to the request's room of tokens it probably writes after `fed`."""
+        state = request.drafts
+        if state is None or state.reason is not None or state.policy.resting:
+            return []
         known = request.all_ids + [fed]
         state.drafter.extend(known[len(state.drafter.tokens):])
+        # A stop token fed now ends the answer at this commit: nothing after it.
+        if fed in self.stop_ids:
+            return []
         room = min(state.policy.max_k, request.params.max_tokens - request.num_output - 1,
                    self.context_length - request.num_prompt - request.num_output - 2)
-        # A stop token fed now ends the answer at this commit: nothing after it.
-        proposal = state.drafter.propose(room) if fed not in self.stop_ids else []
+        proposal = state.drafter.propose(room)
         for i, token in enumerate(proposal):  # a stop token ends the answer: never proposed
             if token in self.stop_ids:
-                proposal = proposal[:i]
-                break
-        proposal = proposal[:state.policy.next_k(len(proposal), self.costs)]
-        start = time.perf_counter()
-        window = sampler.params.repetition_context_size if sampler.needs_context else 0
-        emitted = verify(batch.model, batch.cache, fed, proposal, sampler,
-                         request.recent_ids(window))
-        self.costs.observe(len(proposal), time.perf_counter() - start)
-        if proposal:
-            state.policy.record(len(proposal), len(emitted) - 1)
-        batch.set_next(mx.array(emitted[-1:], mx.uint32))
-        return fed, emitted[:-1], len(proposal)
+                return proposal[:i]
+        return proposal
