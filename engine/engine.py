@@ -392,6 +392,9 @@ class Engine:
                 f"of {self.context_length} tokens. Start a new chat or shorten it.",
                 "prompt-too-long")
         request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
+        if params.prediction:
+            request.prediction_ids = self.tokenizer.encode(params.prediction,
+                                                           add_special_tokens=False)
         request.grammar_matcher = grammar
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason

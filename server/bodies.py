@@ -152,7 +152,8 @@ def _logprobs(body: dict, chat: bool) -> int | None:
 # a field that would change the answer and is not done yet is refused by name.
 COMMON_FIELDS = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
                  "top_k", "min_p", "repetition_penalty", "n", "frequency_penalty",
-                 "presence_penalty", "stop", "seed", "user", "logprobs", "logit_bias"}
+                 "presence_penalty", "stop", "seed", "user", "logprobs", "logit_bias",
+                 "prediction", "num_draft_tokens"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "store",
                                "metadata", "service_tier", "parallel_tool_calls", "tools",
                                "tool_choice", "response_format"}
@@ -206,6 +207,23 @@ def _integer(body: dict, name: str, default: int | None) -> int | None:
     return value
 
 
+def _prediction(value) -> str | None:
+    """OpenAI's predicted output, {"type": "content", "content": text or
+    [{"type": "text", "text": ...}, ...]}, as text (drafts propose from it)."""
+    if value is None:
+        return None
+    content = value.get("content") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "content" and isinstance(content, list):
+        if all(isinstance(p, dict) and p.get("type") == "text"
+               and isinstance(p.get("text"), str) for p in content):
+            content = "".join(p["text"] for p in content)
+    if not (isinstance(value, dict) and value.get("type") == "content"
+            and isinstance(content, str) and _is_text(content)):
+        raise APIError(400, 'prediction must be {"type": "content", "content": text or a '
+                       'list of text parts}.', param="prediction")
+    return content or None
+
+
 def _params(body: dict, defaults: dict) -> SamplingParams:
     """OpenAI sampling fields (and the common extensions top_k, min_p,
     repetition_penalty) -> SamplingParams; a field left out takes the model's
@@ -234,7 +252,9 @@ def _params(body: dict, defaults: dict) -> SamplingParams:
             min_p=_number(body, "min_p", defaults.get("min_p", 0.0)),
             repetition_penalty=_number(body, "repetition_penalty",
                                        defaults.get("repetition_penalty", 1.0)),
-            seed=_integer(body, "seed", None), stop=tuple(stop))
+            seed=_integer(body, "seed", None), stop=tuple(stop),
+            draft_tokens=_integer(body, "num_draft_tokens", None),
+            prediction=_prediction(body.get("prediction")))
     except EngineError as e:
         raise APIError(400, str(e)) from None
 

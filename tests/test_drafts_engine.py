@@ -118,6 +118,55 @@ def test_the_api_reports_accepted_drafts(copier):
         drafting.close()
 
 
+def test_the_api_takes_a_prediction_and_num_draft_tokens(copier):
+    """OpenAI's `prediction` is a source of drafts (the prompt here does not
+    hold the answer: only the prediction can propose it); mlx_lm.server's
+    `num_draft_tokens` caps them (0: none); bad values are 400s."""
+    import openai
+
+    from tests.test_server import Served
+
+    drafting = _engine(copier, "lookup")
+    served = Served(drafting)
+    try:
+        client = served.client()
+        ask = dict(model="tiny", messages=[{"role": "user", "content": "Say it."}],
+                   temperature=0, max_tokens=40)
+        plain = client.chat.completions.create(**ask)
+        predicted = client.chat.completions.create(
+            **ask, prediction={"type": "content", "content": [{"type": "text", "text": SCRIPT}]})
+        assert plain.choices[0].message.content == predicted.choices[0].message.content == SCRIPT
+        assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+        assert predicted.usage.completion_tokens_details.accepted_prediction_tokens > 0
+        none = client.chat.completions.create(
+            **ask, prediction={"type": "content", "content": SCRIPT},
+            extra_body={"num_draft_tokens": 0})
+        assert none.choices[0].message.content == SCRIPT
+        details = none.usage.completion_tokens_details
+        assert details.accepted_prediction_tokens == details.rejected_prediction_tokens == 0
+        for bad in ({"num_draft_tokens": -1}, {"num_draft_tokens": "4"},
+                    {"prediction": {"type": "content", "content": 5}},
+                    {"prediction": "text"}):
+            with pytest.raises(openai.BadRequestError):
+                client.chat.completions.create(**ask, extra_body=bad)
+    finally:
+        served.stop()
+        drafting.close()
+
+
+def test_draft_tokens_caps_each_step(copier):
+    drafting = _engine(copier, "lookup")
+    try:
+        done, request = _answer(drafting, f"Copy: {SCRIPT}", draft_tokens=1)
+        assert done.text == SCRIPT and request.drafts.policy.max_k == 1
+        assert 0 < done.accepted_drafts <= done.drafted
+        done, request = _answer(drafting, f"Copy: {SCRIPT}", draft_tokens=0)
+        assert done.text == SCRIPT and done.drafted == 0
+        assert done.draft_note == "draft_tokens is 0"
+    finally:
+        drafting.close()
+
+
 def test_tandem_generate_drafts_and_says_so(copier):
     """`tandem generate --draft lookup` on a model that copies: the same
     answer, and the stats line says how many drafts were accepted."""
@@ -185,6 +234,40 @@ def test_a_random_model_batch_answers_the_same_with_drafts_on(tiny_model_dir):
             done, handles = _together(drafting, texts, **params)
             assert [d.text for d in done] == [b.text for b in base]
             assert all(h.request.drafts is not None for h in handles)
+    finally:
+        plain.close()
+        drafting.close()
+
+
+def test_grammars_hold_with_drafts_on(copier):
+    """A constrained request drafts only what its grammar allows and draws
+    each verified position under the grammar's mask; where the grammar
+    turns the answer away from the prompt, the drafts it rejects leave the
+    matcher (rolled back) and the caches: the text is the one drafts off
+    gives, alone or beside free rows in one batch."""
+    from engine import Grammar
+
+    plain, drafting = _engine(copier, "off"), _engine(copier, "lookup")
+    prompt = f"Copy: {SCRIPT}"
+    grammars = [Grammar("regex", SCRIPT),  # the script itself: drafts accepted
+                Grammar("regex", "Tandem batches chats on the [a-z ]+"),  # turned away
+                Grammar("regex", "Tandem (batches|runs) chats on the (CPU|NPU) and GPU")]
+    try:
+        for grammar in grammars:
+            base, _ = _answer(plain, prompt, grammar=grammar, max_tokens=24)
+            done, request = _answer(drafting, prompt, grammar=grammar, max_tokens=24)
+            assert done.text == base.text and done.reason == base.reason, grammar
+            if grammar is grammars[0]:
+                assert done.text == SCRIPT and done.accepted_drafts > 0
+        texts = [prompt] * 4
+        handles = [drafting.submit([{"role": "user", "content": t}],
+                                   SamplingParams(max_tokens=24, grammar=g))
+                   for t, g in zip(texts, [*grammars, None])]
+        done = [h.result(120) for h in handles]
+        base = [_answer(plain, t, max_tokens=24, grammar=g)[0]
+                for t, g in zip(texts, [*grammars, None])]
+        assert [d.text for d in done] == [b.text for b in base]
+        assert done[0].accepted_drafts > 0 and done[3].accepted_drafts > 0
     finally:
         plain.close()
         drafting.close()

@@ -35,6 +35,9 @@ def _real(name: str, value, low: float, high: float | None = None,
         raise _bad(f"{name} must be {lower}{upper}; got {value}.")
 
 
+DRAFT_LIMIT = 32  # draft tokens one step may verify for a request
+MAX_PREDICTION_CHARS = 256 * 1024
+
 GRAMMAR_KINDS = ("json_schema", "regex", "lark", "choice")
 MAX_GRAMMAR_CHARS = 256 * 1024
 
@@ -80,6 +83,13 @@ class SamplingParams:
     logprobs: int | None = None
     # The answer must match this (None: free text).
     grammar: Grammar | None = None
+    # Drafts (a lane with LaneConfig(drafts=...)): the most tokens one step
+    # verifies for this request (None: the lane's own choice, up to
+    # DRAFT_LIMIT; 0: no drafts for it); text the answer will probably
+    # contain, proposed where the answer agrees with it (OpenAI's predicted
+    # output). Neither changes what the request writes, only how fast.
+    draft_tokens: int | None = None
+    prediction: str | None = None
 
     def __post_init__(self):
         _integer("max_tokens", self.max_tokens, 1)
@@ -93,6 +103,12 @@ class SamplingParams:
             _integer("seed", self.seed, 0, SEED_LIMIT)
         if self.logprobs is not None:
             _integer("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS + 1)
+        if self.draft_tokens is not None:
+            _integer("draft_tokens", self.draft_tokens, 0, DRAFT_LIMIT + 1)
+        if self.prediction is not None and (not isinstance(self.prediction, str)
+                                            or len(self.prediction) > MAX_PREDICTION_CHARS):
+            raise _bad(f"prediction must be text of at most {MAX_PREDICTION_CHARS:,} "
+                       "characters.")
         if self.grammar is not None and not isinstance(self.grammar, Grammar):
             raise _bad(f"grammar must be a Grammar, not {type(self.grammar).__name__}.")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)

@@ -61,6 +61,7 @@ class Request:
     # the scheduler, so that no token sampled past that point is ever shown.
     failure: str | None = None
     drafts: Any = None  # its DraftState once a lane drafted for it (core/drafts.py)
+    prediction_ids: list[int] = field(default_factory=list)  # params.prediction, tokenized
     grammar_matcher: Any = None  # its grammar, built at submit (runtime/constrain.py): copied
 
     @property

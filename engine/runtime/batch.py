@@ -107,14 +107,14 @@ class DecodeBatch:
                 if sampler.matcher is not None:
                     consume(sampler.matcher, token)
             masks = row_masks([s.matcher for s in self.samplers], logits.shape[-1],
-                              self._fail_row)
+                              self.fail_row)
         sampled = sample_rows(logits, self.samplers, lambda i, n: self.requests[i].recent_ids(n),
                               inputs, masks)
         self._next_inputs = sampled
         mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs
 
-    def _fail_row(self, index: int, why: str) -> None:
+    def fail_row(self, index: int, why: str) -> None:
         """Its grammar cannot go on: the request ends with `why` at this step's commit."""
         self.requests[index].failure = why
 

@@ -162,6 +162,47 @@ def consume(matcher, token: int) -> None:
         matcher.consume_token(token)
 
 
+def draft_cut(matcher, fed: int, proposal: list[int]) -> list[int]:
+    """A constrained row's drafts, before its verifying forward: the matcher
+    reads `fed` (the token its row is fed now) and the proposal is cut to
+    its longest prefix the grammar allows."""
+    consume(matcher, fed)
+    if matcher.is_stopped() or matcher.is_error() or not proposal:
+        return []
+    return proposal[:matcher.validate_tokens(proposal)]
+
+
+def draft_masks(matcher, proposal: list[int], vocab: int,
+                on_dead: Callable[[str], None]) -> np.ndarray:
+    """One packed mask per position of a constrained row's verifying step
+    (after its fed token, after each proposed token), reading the proposal
+    as it goes: the caller rolls the rejected ones back
+    (`matcher.rollback`) once it knows how many were accepted."""
+    from llguidance.numpy import fill_next_token_bitmask
+
+    bits = np.full((len(proposal) + 1, (vocab + 31) // 32), _ALLOW_ALL, dtype=np.int32)
+    for j in range(len(proposal) + 1):
+        if not matcher.is_error():
+            fill_next_token_bitmask(matcher, bits, j)
+        if matcher.is_error() or not bits[j].any():
+            bits[j] = _ALLOW_ALL  # never sample from -inf alone
+            on_dead("The answer's grammar reached a point it cannot continue from ("
+                    f"{(matcher.get_error() or 'nothing is allowed next').strip()[:200]}"
+                    "); the answer is cut there.")
+        if j < len(proposal):
+            matcher.consume_token(proposal[j])
+    return bits
+
+
+def unpack(bits: np.ndarray, vocab: int) -> mx.array:
+    """Packed mask words (rows, V/32) as (rows, V) booleans, unpacked on the
+    device: bit k of word w is token 32 w + k."""
+    words_mx = mx.array(bits.view(np.uint32))
+    shifts = mx.arange(32, dtype=mx.uint32)
+    unpacked = (words_mx[:, :, None] >> shifts) & 1
+    return unpacked.reshape(bits.shape[0], bits.shape[1] * 32)[:, :vocab].astype(mx.bool_)
+
+
 def row_masks(matchers: list, vocab: int,
               on_dead: Callable[[int, str], None] | None = None) -> mx.array:
     """(B, V) booleans: the tokens each row may take next; every token for a
@@ -186,9 +227,5 @@ def row_masks(matchers: list, vocab: int,
                 on_dead(i, "The answer's grammar reached a point it cannot continue from ("
                            f"{(matcher.get_error() or 'nothing is allowed next').strip()[:200]}"
                            "); the answer is cut there.")
-    # The packed words go to the device (V/8 bytes a row, not V) and are
-    # unpacked there: bit k of word w is token 32 w + k.
-    words_mx = mx.array(bits.view(np.uint32))
-    shifts = mx.arange(32, dtype=mx.uint32)
-    unpacked = (words_mx[:, :, None] >> shifts) & 1
-    return unpacked.reshape(len(matchers), words * 32)[:, :vocab].astype(mx.bool_)
+    # The packed words go to the device (V/8 bytes a row, not V).
+    return unpack(bits, vocab)
