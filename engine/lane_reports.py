@@ -73,7 +73,8 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
                 tokens_per_s=(out - out0) / dt, batch_size=lane.batch_size,
                 queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                 prefix_cache_bytes=prefix_bytes(), phase=lane.phase,
-                prefill_left=lane.scheduler.prefill_left))
+                prefill_left=lane.scheduler.prefill_left, drafted=lane.stats.drafted,
+                accepted_drafts=lane.stats.accepted_drafts))
         try:
             for sample in remote_samples(prefix_bytes()):
                 emit(sample)

@@ -123,7 +123,8 @@ class ChatRequests(QObject):
                 grammar = tab.settings_row.grammar()
             except ValueError as e:
                 raise EngineError(str(e), "bad-argument") from None
-            params = SamplingParams(**tab.settings(), grammar=grammar)
+            params = SamplingParams(**tab.settings(), **tab.settings_row.request_extras(),
+                                    grammar=grammar)
             handle = window.engine.submit(prepared, params, tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))

@@ -7,7 +7,9 @@ with the chat. "Model defaults" goes back to following the model.
 Its answers can be asked to be JSON: any JSON object, or JSON matching a
 schema pasted here; the engine enforces it token by token (constrained
 decoding) and the chat shows the answer formatted. That choice is stored
-with the chat whatever the sampling settings follow.
+with the chat whatever the sampling settings follow, and so is "Drafts":
+auto lets the engine verify tokens the chat's own text predicts several at a
+time where that pays (the answer is the same either way), off never does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from app.store.chat_json import PARAMS
 
 FORMATS = (("text", "Answer: text"), ("json_object", "Answer: JSON"),
            ("json_schema", "Answer: JSON matching a schema"))
+DRAFTS = (("auto", "Drafts: auto"), ("off", "Drafts: off"))
 SCHEMA_EXAMPLE = ('{"type": "object", "properties": {"name": {"type": "string"}, '
                   '"age": {"type": "integer"}}, "required": ["name", "age"]}')
 
@@ -90,6 +93,16 @@ class ChatSettings(QWidget):
         self.schema_error.setTextFormat(self.schema_error.textFormat().PlainText)
         self.schema_error.setWordWrap(True)
         grid.addWidget(self.format, 2, 0, 1, 2)
+        self.drafts = QComboBox()
+        for key, label in DRAFTS:
+            self.drafts.addItem(label, key)
+        self.drafts.setToolTip(
+            "Drafts: the engine proposes tokens the chat's own text predicts (a passage "
+            "being quoted or edited, code being copied) and the model checks several in "
+            "one step. The answer is the same either way; auto drafts where it pays, "
+            "off never does.")
+        self.drafts.currentIndexChanged.connect(lambda _=None: self.changed.emit())
+        grid.addWidget(self.drafts, 2, 2)
         rows.addWidget(self.schema)
         rows.addWidget(self.schema_error)
         self._show_schema()
@@ -163,18 +176,31 @@ class ChatSettings(QWidget):
         return {key: (spin.value() if isinstance(spin, QSpinBox) else round(spin.value(), 3))
                 for key, spin in self.spins.items()}
 
+    def request_extras(self) -> dict:
+        """SamplingParams fields this row sets beside the sampling ones."""
+        return {"draft_tokens": 0} if self.drafts.currentData() == "off" else {}
+
     def stored(self) -> dict:
-        """What is stored with the chat: its answer format, and no sampling
-        settings while it follows the model."""
+        """What is stored with the chat: its answer format and drafts choice
+        (when not the default), and no sampling settings while it follows
+        the model."""
         stored = {} if self.follows_model else self.sampling()
         fmt = self.answer_format()
-        return {**stored, "answer_format": fmt} if fmt else stored
+        if fmt:
+            stored["answer_format"] = fmt
+        if self.drafts.currentData() == "off":
+            stored["drafts"] = "off"
+        return stored
 
     def apply(self, system_prompt: str, params: dict) -> None:
         """The chat's stored settings; none: it follows the model's defaults."""
         self.system_prompt.setText(system_prompt)
         params = dict(params)
         fmt = params.pop("answer_format", None)
+        self.drafts.blockSignals(True)
+        self.drafts.setCurrentIndex(self.drafts.findData(
+            "off" if params.pop("drafts", None) == "off" else "auto"))
+        self.drafts.blockSignals(False)
         self.follows_model = not params
         self.show_sampling(params)
         self.format.blockSignals(True)

@@ -77,10 +77,13 @@ class LaneCard(QFrame):
             return
         left = getattr(sample, "prefill_left", 0)
         prefill = f" · prefill {left:,} tokens to go" if left else ""
+        drafted = getattr(sample, "drafted", 0)
+        drafts = (f" · drafts: {sample.accepted_drafts:,} of {drafted:,} accepted"
+                  if drafted else "")
         self.numbers.setText(
             f"{busy_pct:.0f}% busy · {tokens_per_s:.1f} tok/s · "
             f"batch {sample.batch_size} · queue {sample.queue_depth} · "
-            f"KV {sample.kv_bytes / 2**20:.1f} MiB{prefill}")
+            f"KV {sample.kv_bytes / 2**20:.1f} MiB{prefill}{drafts}")
 
 
 class ThemedPlots(pg.GraphicsLayoutWidget):

@@ -171,6 +171,8 @@ def _params(raw: Any) -> dict:
     if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
             isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
         params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}
+    if raw.get("drafts") == "off":  # drafts turned off in the chat's settings
+        params["drafts"] = "off"
     return params
 
 

@@ -160,53 +160,53 @@ def expected_tokens(acceptance: float, k: int) -> float:
 
 
 class WidthCost:
-    """A lane's seconds for a step, learned from its own steps.
+    """A lane's seconds for a step, learned from its own steps (each step's
+    busy time: its run, commit and events, no idle time).
 
     A step that verifies drafts waits for its tokens before the next one is
     built (its accepted counts decide the next step's inputs): its seconds
     are fitted as a + b * positions, positions = rows x width (width = 1 +
-    the proposed positions; a weights read plus compute per position, with
-    exponential forgetting). A plain step is pipelined (the next one is
-    built while the device runs): its seconds are a running mean per batch
-    size. Comparing the two is what drafting must win: the wider step's
-    extra positions and the pipelining it gives up. Before any measurement
-    the fit is two pseudo-steps of this machine (50 ms for one position,
-    125 ms for sixteen)."""
+    the proposed positions: a weights read, plus compute per position), by
+    least squares with exponential forgetting. A plain step is pipelined
+    (the next one is built while the device runs): its seconds are a
+    running mean per batch size. Comparing the two is what drafting must
+    win: the wider step's extra positions and the pipelining it gives up.
+    Two pseudo-steps shaped as this machine's (50 ms for one position, 125
+    ms for sixteen), scaled to the lane's measured plain step, stay in the
+    fit at a fixed small weight, so a few steps of one width never make it
+    degenerate."""
 
     PRIOR = ((1, 0.050), (16, 0.125))
+    PRIOR_WEIGHT = 0.5
 
     def __init__(self, forget: float = 0.9, weight: float = 0.2):
         self.forget, self.weight = forget, weight
-        self._prior(1.0)
+        self._sums = [0.0] * 5  # n, sx, sy, sxx, sxy of the measured steps
+        self._scale = 1.0  # of the prior's seconds
         self.plain: dict[int, float] = {}  # rows -> seconds of a plain step
         self.observed = 0  # verifying steps measured
 
-    def _prior(self, scale: float) -> None:
-        self._sums = [0.0] * 5  # n, sx, sy, sxx, sxy
-        for x, y in self.PRIOR:
-            self._add(x, y * scale)
-
-    def _add(self, x: float, y: float) -> None:
-        f = self.forget
-        n, sx, sy, sxx, sxy = self._sums
-        self._sums = [f * n + 1, f * sx + x, f * sy + y, f * sxx + x * x, f * sxy + x * y]
-
     def observe(self, rows: int, width: int, seconds: float) -> None:
         """A verifying step of `rows` rows `width` positions wide took `seconds`."""
-        self._add(rows * width, seconds)
+        x, f = rows * width, self.forget
+        n, sx, sy, sxx, sxy = self._sums
+        self._sums = [f * n + 1, f * sx + x, f * sy + seconds, f * sxx + x * x,
+                      f * sxy + x * seconds]
         self.observed += 1
 
     def observe_plain(self, rows: int, seconds: float) -> None:
         last = self.plain.get(rows)
         self.plain[rows] = seconds if last is None else last + self.weight * (seconds - last)
-        if not self.observed:  # the prior's shape, at this lane's measured speed
-            self._prior(1.0)
-            a, b = self.fit()
-            self._prior(self.plain[rows] / (a + b * rows))
+        # The prior's shape at this lane's speed: its plain step as measured.
+        (x0, y0), (x1, y1) = self.PRIOR
+        self._scale = self.plain[rows] / (y0 + (y1 - y0) / (x1 - x0) * (rows - x0))
 
     def fit(self) -> tuple[float, float]:
         """(a, b): seconds = a + b * positions for a verifying step."""
         n, sx, sy, sxx, sxy = self._sums
+        for x, y in self.PRIOR:
+            w, y = self.PRIOR_WEIGHT, y * self._scale
+            n, sx, sy, sxx, sxy = n + w, sx + w * x, sy + w * y, sxx + w * x * x, sxy + w * x * y
         spread = n * sxx - sx * sx
         b = (n * sxy - sx * sy) / spread if spread > 1e-12 else 0.0
         b = max(b, 0.0)
@@ -231,13 +231,17 @@ class WidthCost:
         return self.of(1)(k)
 
 
+MARGIN = 0.1  # a verifying step must promise this much more than a plain one
+
+
 def choose_width(wants: list[tuple[float, int]], cost_of: Callable[[int], float]) -> int:
     """How many positions a batch step verifies past each row's own token
     (0: a plain step), given each row's (acceptance, tokens it proposes):
     the k maximising the batch's expected tokens per second. A row with
     fewer proposed tokens than k proposes what it has; a row with none
-    writes its one token."""
-    best, best_rate = 0, len(wants) / cost_of(0)
+    writes its one token. Against a plain step a verifying one must promise
+    MARGIN more: its estimates are estimates, and a miss costs the batch."""
+    best, best_rate = 0, (1 + MARGIN) * len(wants) / cost_of(0)
     for k in range(1, max((n for _, n in wants), default=0) + 1):
         tokens = sum(expected_tokens(a, min(n, k)) for a, n in wants)
         rate = tokens / cost_of(k)
@@ -255,3 +259,145 @@ class DraftState:
     drafter: LookupDrafter | None
     policy: DraftPolicy = field(default_factory=DraftPolicy)
     reason: str | None = None
+
+
+PRIOR_WEIGHT = 0.05  # of each verified proposal in a lane's prior
+
+
+class DraftPlanner:
+    """A lane's drafting decisions, step by step (plain Python: the lanes
+    and the simulator run this same code; only their clocks and forward
+    passes differ).
+
+    `plan` (before a step, on the host, before anything waits for the
+    device): each row's text so far, without the token being fed, proposes
+    that token and what follows; the step verifies only when those would
+    pay at the lane's measured costs (`WidthCost`), and how wide
+    (`choose_width`). `proposals` (once the fed tokens are known): each
+    row's proposal, cut to the step's width. `verified`: each row's
+    accepted count updates its estimate and the lane's prior (where a new
+    request's estimate starts: a workload that copies starts drafting at
+    once)."""
+
+    def __init__(self, stop_ids: set[int], context_length: int,
+                 drafter: Callable[[object], object] | None = None):
+        self.stop_ids = set(stop_ids)
+        self.context_length = context_length
+        # A request's drafter (LookupDrafter over its prompt and prediction;
+        # the simulator gives its own, of a set acceptance).
+        self.drafter = drafter or (lambda r: LookupDrafter(r.prompt_ids, r.prediction_ids))
+        self.costs = WidthCost()
+        self.prior = DraftPolicy().acceptance
+        self.width = 0  # the planned verifying step's width past each row's token
+        self._misses = 0  # steps in a row where rows proposed and no width paid
+        self._last: tuple[int, int] | None = None  # the step's rows and width (0: plain)
+
+    def disturbed(self) -> None:
+        """This step did other work too (prefill): its time says nothing."""
+        self._last = None
+
+    def plan(self, requests: Sequence, why_not: str | None) -> int:
+        """The width of this step past each row's own token (0: a plain
+        step). `why_not`: why these rows cannot draft (their caches cannot
+        rewind), else None."""
+        self._last = (len(requests), 0)
+        wants = []
+        for request in requests:
+            state = request.drafts
+            if state is None:
+                state = request.drafts = self._state(request, why_not)
+            if state.reason is not None:
+                wants.append((0.0, 0))
+                continue
+            if state.policy.resting:
+                state.policy.rest_step()
+                wants.append((0.0, 0))
+                continue
+            state.drafter.extend(request.all_ids[len(state.drafter.tokens):])
+            guess = state.drafter.propose(self._room(request) + 1)
+            # The guess's first token stands for the one being fed: what
+            # follows it is what this row would propose if it is right.
+            wants.append((state.policy.acceptance, max(len(guess) - 1, 0)))
+        self.width = self._width(wants, len(requests))
+        return self.width
+
+    def proposals(self, requests: Sequence, fed: Sequence[int]) -> list[list[int]]:
+        """Each row's proposal after its fed token, for the planned step:
+        narrower where they are shorter or pay less with the fed tokens
+        known; every row fills the positions the step pays for anyway (and
+        so measures its acceptance even where its own estimate would not)."""
+        proposals = [self._propose(r, t) for r, t in zip(requests, fed)]
+        wants = [(r.drafts.policy.acceptance if p else 0.0, len(p))
+                 for r, p in zip(requests, proposals)]
+        width = min(self.width, choose_width(wants, self.costs.of(len(requests))) or 1)
+        proposals = [p[:width] for p in proposals]
+        if self._last is not None:  # the forward's width, as it will run
+            self._last = (len(requests), 1 + max(map(len, proposals), default=0))
+        return proposals
+
+    def verified(self, requests: Sequence, proposals: Sequence[list[int]],
+                 accepted: Sequence[int]) -> None:
+        for request, proposal, count in zip(requests, proposals, accepted):
+            if proposal:
+                request.drafts.policy.record(len(proposal), count)
+                observed = count / (count + (count < len(proposal)))
+                self.prior += PRIOR_WEIGHT * (observed - self.prior)
+
+    def _state(self, request, why: str | None) -> DraftState:
+        """A request's drafting as it first reaches a drafting step; one that
+        cannot or will not draft never indexes its prompt."""
+        limit = request.params.draft_tokens
+        if why is None and limit == 0:
+            why = "draft_tokens is 0"
+        if why is not None:
+            return DraftState(None, reason=why)
+        state = DraftState(self.drafter(request))
+        if limit is not None:
+            state.policy.max_k = limit
+        state.policy.acceptance = self.prior
+        return state
+
+    def stepped(self, seconds: float) -> None:
+        """The step planned last took `seconds` of the lane's busy time."""
+        if self._last is not None:
+            rows, width = self._last
+            if width:
+                self.costs.observe(rows, width, seconds)
+            else:
+                self.costs.observe_plain(rows, seconds)
+        self._last = None
+
+    def _width(self, wants: list[tuple[float, int]], rows: int) -> int:
+        """choose_width. Asking costs only host work, so a batch asks at
+        every step; when rows propose but no width pays, every so often
+        (after 4, 8, 16 ... such steps) a one-token try instead, so that
+        acceptance is measured rather than assumed."""
+        width = choose_width(wants, self.costs.of(rows))
+        if width or not any(n for _, n in wants):
+            self._misses = 0 if width else self._misses
+            return width
+        self._misses += 1
+        probe = self._misses >= 4 and self._misses & (self._misses - 1) == 0
+        return 1 if probe else 0
+
+    def _room(self, request) -> int:
+        """The most tokens `request` may propose after the one fed now."""
+        return max(min(request.drafts.policy.max_k,
+                       request.params.max_tokens - request.num_output - 1,
+                       self.context_length - request.num_prompt - request.num_output - 2), 0)
+
+    def _propose(self, request, fed: int) -> list[int]:
+        """Up to the request's room of tokens it probably writes after `fed`."""
+        state = request.drafts
+        if state is None or state.reason is not None or state.policy.resting:
+            return []
+        known = request.all_ids + [fed]
+        state.drafter.extend(known[len(state.drafter.tokens):])
+        # A stop token fed now ends the answer at this commit: nothing after it.
+        if fed in self.stop_ids:
+            return []
+        proposal = state.drafter.propose(self._room(request))
+        for i, token in enumerate(proposal):  # a stop token ends the answer: never proposed
+            if token in self.stop_ids:
+                return proposal[:i]
+        return proposal

@@ -127,6 +127,8 @@ class LaneSample:
     prefix_cache_bytes: int
     phase: str = "serving"  # or starting, warming up, calibrating, failed (Lane.phase)
     prefill_left: int = 0  # prompt tokens still to prefill on this lane
+    drafted: int = 0  # draft tokens this lane verified so far (issue 32)
+    accepted_drafts: int = 0  # of those, accepted
     time: float = field(default_factory=now)
 
 

@@ -113,6 +113,8 @@ class LaneStats:
         self.tokens = 0  # prompt + output tokens processed
         self.output_tokens = 0
         self.steps = 0
+        self.drafted = 0  # draft tokens verified (issue 32)
+        self.accepted_drafts = 0  # of those, accepted
 
 
 @dataclass(slots=True, frozen=True)

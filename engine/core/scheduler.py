@@ -311,7 +311,10 @@ class LaneScheduler:
                     self.prefilled.append(request)
             if plan.has_work:
                 self.stats.steps += 1
-                written = len(result.tokens) + sum(len(x) for x in result.extra.values())
+                accepted = sum(len(x) for x in result.extra.values())
+                written = len(result.tokens) + accepted
+                self.stats.drafted += result.verified
+                self.stats.accepted_drafts += accepted
                 self.stats.output_tokens += written
                 self.stats.tokens += written + plan.prefill_tokens
                 if not result.verified:  # a wider step says nothing of a plain one

@@ -267,6 +267,8 @@ class Lane(SchedulerState):
             self.in_step_since = None
             self.kv_bytes = self.runner.kv_bytes
             busy = time.perf_counter() - started
+            if self.runner.batch.drafts is not None:  # what the drafts' planner weighs
+                self.runner.batch.drafts.planner.stepped(busy)
             self.stats.busy_s += busy
             self.stats.wait_s += result.wait_s
             self.stats.host_s += busy - result.wait_s

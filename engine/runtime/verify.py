@@ -18,16 +18,15 @@ steps stay plain and pipelined."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-import numpy as np
 import mlx.nn as nn
+import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-from ..core.drafts import DraftPolicy, DraftState, LookupDrafter, WidthCost, choose_width
+from ..core.drafts import DraftPlanner
 from ..core.params import SamplingParams
 from .constrain import draft_cut, draft_masks, unpack
 from .ragged import RaggedKVCache
@@ -45,9 +44,6 @@ def why_no_drafts(caches: list) -> str | None:
                     if not (hasattr(c, "is_trimmable") and c.is_trimmable())
                     or type(c).__name__.startswith("Batch")})
     return f"its caches cannot rewind ({', '.join(kinds) or 'unknown'})"
-
-
-PRIOR_WEIGHT = 0.05  # of each verified proposal in the lane's prior
 
 
 @dataclass(slots=True)
@@ -160,22 +156,6 @@ def verify_greedy(model: nn.Module, caches: list, fed: int, proposal: list[int])
     return verify(model, caches, fed, proposal, TokenSampler(SamplingParams()))
 
 
-def _draft_state(request, why: str | None, prior: float) -> DraftState:
-    """A request's drafting as it first reaches a drafting step, its
-    acceptance estimate starting at `prior`; a request that cannot or will
-    not draft never indexes its prompt."""
-    limit = request.params.draft_tokens
-    if why is None and limit == 0:
-        why = "draft_tokens is 0"
-    if why is not None:
-        return DraftState(None, reason=why)
-    state = DraftState(LookupDrafter(request.prompt_ids, request.prediction_ids))
-    if limit is not None:
-        state.policy.max_k = limit
-    state.policy.acceptance = prior
-    return state
-
-
 @dataclass(slots=True)
 class DraftStep:
     """What a verifying step wrote: per row the token fed, then its
@@ -190,82 +170,33 @@ class DraftStep:
 
 class Drafting:
     """Drafts for a lane's decode batch (engine/runtime/batch.py asks at
-    each step). Its costs are the lane's own, measured step by step: the
-    time from one step's start to the next's, as a plain (pipelined) step
-    or as a verifying step of its width (steps that also prefilled are not
-    counted)."""
+    each step): the decisions are core/drafts.py's DraftPlanner (plain
+    Python, the simulator runs the same), the forward and the draws are
+    verify_rows'. The lane tells the planner each step's busy time
+    (`stepped`: run, commit and events, no idle time)."""
 
     def __init__(self, stop_ids: set[int], context_length: int):
-        self.stop_ids = set(stop_ids)
-        self.context_length = context_length
-        self.costs = WidthCost()
-        # Where a new request's acceptance estimate starts: the lane's recent
-        # proposals' (a workload that copies starts drafting at once).
-        self.prior = DraftPolicy().acceptance
-        self.width = 0  # the verifying step's width past each row's token, as planned
-        self._misses = 0  # steps in a row where rows proposed and no width paid
-        self._last: tuple[float, int, int] | None = None  # started, rows, width (0: plain)
+        self.planner = DraftPlanner(stop_ids, context_length)
+
+    @property
+    def costs(self):
+        return self.planner.costs
 
     def disturbed(self) -> None:
         """This step did other work too (prefill): its time says nothing."""
-        self._last = None
+        self.planner.disturbed()
 
     def wants(self, batch) -> bool:
-        """Whether this step of `batch` verifies drafts (else it is a plain
-        step). Decided on the host before anything waits for the device:
-        each row's text so far (without the token being fed, still on the
-        device) proposes that token and the ones after it, and the step
-        verifies only when those would pay at the lane's measured costs."""
-        rows = len(batch.requests)
-        self._timed(rows, 0)
-        why = why_no_drafts(batch.cache)
-        wants = []
-        for request in batch.requests:
-            state = request.drafts
-            if state is None:
-                state = request.drafts = _draft_state(request, why, self.prior)
-            if state.reason is not None:
-                wants.append((0.0, 0))
-                continue
-            if state.policy.resting:
-                state.policy.rest_step()
-                wants.append((0.0, 0))
-                continue
-            state.drafter.extend(request.all_ids[len(state.drafter.tokens):])
-            guess = state.drafter.propose(self._room(request) + 1)
-            # The guess's first token stands for the one being fed: what
-            # follows it is what this row would propose if it is right.
-            wants.append((state.policy.acceptance, max(len(guess) - 1, 0)))
-        self.width = self._width(wants, rows)
-        return self.width > 0
-
-    def _timed(self, rows: int, width: int) -> None:
-        """A step starts: the last one's time goes to the costs."""
-        now = time.perf_counter()
-        if self._last is not None:
-            started, last_rows, last_width = self._last
-            seconds = now - started
-            if seconds < 5 * self.costs.verify(last_rows, max(last_width - 1, 0)) + 0.05:
-                if last_width:
-                    self.costs.observe(last_rows, last_width, seconds)
-                else:
-                    self.costs.observe_plain(last_rows, seconds)
-        self._last = (now, rows, width)
+        """Whether this step of `batch` verifies drafts (else it is a plain,
+        pipelined step): decided on the host, before anything waits for the
+        device (DraftPlanner.plan)."""
+        return self.planner.plan(batch.requests, why_no_drafts(batch.cache)) > 0
 
     def step(self, batch) -> DraftStep:
         """Propose and verify for every row that drafts. The rows' own next
         tokens become the batch's next inputs."""
-        rows = len(batch.requests)
         fed = batch.next_inputs()  # the previous step's tokens: read here, not pipelined
-        proposals = [self._propose(r, t) for r, t in zip(batch.requests, fed)]
-        wants = [(r.drafts.policy.acceptance if p else 0.0, len(p))
-                 for r, p in zip(batch.requests, proposals)]
-        # The planned width, narrower where the proposals with the fed
-        # tokens known are shorter or pay less; every row fills the positions
-        # the step pays for anyway (and so measures its acceptance even where
-        # its own estimate would not pay).
-        width = min(self.width, choose_width(wants, self.costs.of(rows)) or 1)
-        proposals = [p[:width] for p in proposals]
+        proposals = self.planner.proposals(batch.requests, fed)
         for sampler in batch.samplers:  # the tokens fed now take their logprobs along
             if sampler.wants_logprobs:
                 sampler.feed()
@@ -273,52 +204,11 @@ class Drafting:
                      for r, s in zip(batch.requests, batch.samplers)]
         results = verify_rows(batch.model, batch.cache, fed, proposals, batch.samplers,
                               histories, batch.fail_row)
-        self._last = (self._last[0], rows, 1 + width) if self._last else None
+        self.planner.verified(batch.requests, proposals, [len(v.accepted) for v in results])
         step = DraftStep(fed, {}, {}, sum(len(p) for p in proposals))
-        for row, (proposal, verified) in enumerate(zip(proposals, results)):
-            if proposal:
-                accepted = len(verified.accepted)
-                batch.requests[row].drafts.policy.record(len(proposal), accepted)
-                observed = accepted / (accepted + (accepted < len(proposal)))
-                self.prior += PRIOR_WEIGHT * (observed - self.prior)
+        for row, verified in enumerate(results):
             if verified.accepted:
                 step.extra[row] = verified.accepted
                 step.extra_logprobs[row] = verified.logprobs
         batch.set_next(mx.array([v.tokens[-1] for v in results], mx.uint32))
         return step
-
-    def _width(self, wants: list[tuple[float, int]], rows: int) -> int:
-        """The step's width past each row's own token (choose_width). Asking
-        costs only host work, so the batch asks at every step; when rows
-        propose but no width pays, every so often (after 4, 8, 16 ...
-        such steps) a one-token try instead, so that acceptance is measured
-        rather than assumed."""
-        width = choose_width(wants, self.costs.of(rows))
-        if width or not any(n for _, n in wants):
-            self._misses = 0 if width else self._misses
-            return width
-        self._misses += 1
-        probe = self._misses >= 4 and self._misses & (self._misses - 1) == 0
-        return 1 if probe else 0
-
-    def _room(self, request) -> int:
-        """The most tokens `request` may propose after the one fed now."""
-        return max(min(request.drafts.policy.max_k,
-                       request.params.max_tokens - request.num_output - 1,
-                       self.context_length - request.num_prompt - request.num_output - 2), 0)
-
-    def _propose(self, request, fed: int) -> list[int]:
-        """Up to the request's room of tokens it probably writes after `fed`."""
-        state = request.drafts
-        if state is None or state.reason is not None or state.policy.resting:
-            return []
-        known = request.all_ids + [fed]
-        state.drafter.extend(known[len(state.drafter.tokens):])
-        # A stop token fed now ends the answer at this commit: nothing after it.
-        if fed in self.stop_ids:
-            return []
-        proposal = state.drafter.propose(self._room(request))
-        for i, token in enumerate(proposal):  # a stop token ends the answer: never proposed
-            if token in self.stop_ids:
-                return proposal[:i]
-        return proposal

@@ -58,21 +58,35 @@ class SimRunner:
         self.cost = cost  # the ground truth; the router keeps its own belief
         self.answer_length = answer_length
         self.prefix = prefix
+        self.drafting = None  # engine/sim/drafts.py's SimDrafting, when the lane drafts
         self.computed: dict[str, int] = {}  # request id -> positions with KV here
+
+    def truth(self, request: Request, index: int) -> int:
+        """The token a step reading output index `index` commits."""
+        return STOP_TOKEN if index >= self.answer_length(request) else \
+            answer_token(request, index)
 
     def run(self, plan: StepPlan) -> StepResult:
         for request in plan.cancelled:
             self._cache(request)
         for request, _ in plan.moves:
             self.computed.pop(request.request_id, None)
-        tokens = []
-        for request in plan.decode:
-            index = request.num_output + 1  # this step reads output token number `index`
-            tokens.append(STOP_TOKEN if index >= self.answer_length(request)
-                          else answer_token(request, index))
+        # This step reads output token number num_output + 1 of each request.
+        tokens = [self.truth(r, r.num_output + 1) for r in plan.decode]
         seconds = self.cost.step_s(len(plan.decode), plan.context, plan.prefill_tokens,
                                    plan.local_contended)
-        return StepResult(tokens, seconds, {r.request_id: None for r, _ in plan.moves})
+        extra, verified = {}, 0
+        if self.drafting is not None and plan.decode:
+            width, extra, verified = self.drafting.step(plan.decode, tokens)
+            if width > 1:
+                seconds = self.drafting.cost.verify_s(
+                    self.cost, len(plan.decode), width, plan.context, plan.prefill_tokens,
+                    plan.local_contended)
+            if plan.prefill:
+                self.drafting.planner.disturbed()
+            self.drafting.planner.stepped(seconds)  # the step's time, as a lane tells it
+        return StepResult(tokens, seconds, {r.request_id: None for r, _ in plan.moves},
+                          extra=extra, verified=verified)
 
     def release(self, requests: list[Request]) -> None:
         for request in requests:

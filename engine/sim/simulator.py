@@ -24,6 +24,7 @@ from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepPlan, StepResult
+from .drafts import DraftCost, SimDrafting
 from .profiles import SimLaneSpec
 from .remote import SimRemote, SimRemoteSpec
 from .runner import STOP_TOKEN, SimPrefix, SimRunner, answer_token
@@ -127,7 +128,10 @@ class Simulation:
                  migration_s: float = 0.0, config: LaneConfig | None = None,
                  prefix_cache_bytes: int = 2 << 30, kv_bytes_per_token: int = 12_288,
                  max_tokens: int = 512, seed: int = 0,
-                 remotes: list[SimRemoteSpec] = ()):
+                 remotes: list[SimRemoteSpec] = (), drafts: tuple | None = None):
+        """`drafts`: (acceptance, {lane name: DraftCost}) to simulate drafting
+        (engine/sim/drafts.py: the production DraftPlanner decides), None:
+        no lane drafts."""
         self.now = 0.0
         self.policy = policy
         self.migration_s = migration_s
@@ -143,6 +147,10 @@ class Simulation:
             scheduler.cost = spec.cost.copy()  # the router's belief, learned online
             scheduler.cost.contention = spec.cost.contention
             runner = SimRunner(spec.cost, lambda r: self._targets[r.request_id], self.prefix)
+            if drafts is not None:
+                acceptance, costs = drafts
+                runner.drafting = SimDrafting(acceptance, costs.get(spec.name, DraftCost()),
+                                              {STOP_TOKEN}, CONTEXT, runner.truth)
             self.lanes.append(SimLane(scheduler, runner))
             self.director.add_lane(scheduler)
         # Remote lanes (engine/sim/remote.py): the production RemoteScheduler
