@@ -89,10 +89,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_draft(command) -> None:
-    command.add_argument("--draft", choices=("off", "lookup"), default="off",
-                         help="lookup: a lone answer proposes tokens from its prompt and what "
-                              "it wrote, and verifies them in one forward (faster copying, "
-                              "quoting, editing; the same text)")
+    command.add_argument("--draft", choices=("auto", "off", "lookup", "model"), default="auto",
+                         help="drafts: tokens proposed ahead and verified several in one "
+                              "forward where that pays (the same text either way). lookup: "
+                              "from the prompt and what the answer wrote (copying, quoting, "
+                              "editing); model: from --draft-model; auto: the draft model "
+                              "if given, else lookup")
+    command.add_argument("--draft-model", default=None, metavar="MODEL",
+                         help="a small model with the same tokenizer that drafts (" +
+                              "a GGUF file, a model folder or a repo id)")
 
 
 REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, URL[#model] "
@@ -109,14 +114,19 @@ def _remotes(texts: list[str]) -> list:
             for i, text in enumerate(texts)]
 
 
-def _load_engine(model: str, remotes: list[str] = (), draft: str = "off"):
+def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
+                 draft_model: str | None = None):
     """The engine for `model`, or None after saying why on stderr."""
     from engine import Engine, EngineError, default_lanes
+    from engine.drafts import lane_mode
 
     try:
         extra = {"remotes": _remotes(list(remotes))} if remotes else {}
-        if draft != "off":
-            extra["lanes"] = default_lanes(draft)
+        mode = lane_mode(draft, draft_model)
+        if mode != "off":
+            extra["lanes"] = default_lanes(mode)
+        if draft_model:
+            extra["draft_model"] = draft_model
         engine = Engine.load(model, **extra)
         if remotes:  # their probes: route the first request with measured costs
             engine.wait_ready(60, every_lane=True)
@@ -134,7 +144,7 @@ def serve(args) -> int:
 
     from server.api import ServerConfig, make_app
 
-    engine = _load_engine(args.model, args.remote, args.draft)
+    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model)
     if engine is None:
         return 2
     app = make_app(engine, ServerConfig(
@@ -234,7 +244,7 @@ def generate(args) -> int:
         return 2
     from engine import EngineError, Finished, Token
 
-    engine = _load_engine(args.model, args.remote, args.draft)
+    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model)
     if engine is None:
         return 2
     messages = []

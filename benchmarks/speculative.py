@@ -14,8 +14,10 @@ Part 1, sampling (what is built so far):
   sampling against greedy, alternating rounds in the same process; the ratio
   of decode tokens/s is the figure (machines are shared and noisy).
 
-Drafts (lookup, a draft model) are the next parts of the issue; their cases
-are added here when they land.
+Drafts: `--lanes` (lookup drafts on the engine's lanes, one stream and
+`--streams` at once), `--draft-model` (the model drafting for itself, beside
+mlx-lm's speculative_generate_step on the same weights), `--verify` (the
+verification mechanism outside the lanes). Every case compares answers.
 """
 
 from __future__ import annotations
@@ -342,6 +344,72 @@ def streams_case(engines: dict, texts: list[str], rounds: int) -> dict:
             "of": len(texts), "drafted_accepted": (drafted, accepted)}
 
 
+def draft_model_case(model_name: str, rounds: int, k: int = 4) -> dict:
+    """The bundled model drafting for itself (the machinery's cost and
+    ceiling: every greedy draft is accepted, and drafting costs as much as
+    the target), single stream, greedy: the engine's lane with drafts off
+    against LaneConfig(drafts="model"), and beside them mlx-lm on the same
+    weights (the engine's loaded module): generate_step against
+    speculative_generate_step(num_draft_tokens=k). Decode tok/s = tokens
+    after the first over the time after the first; rounds alternate."""
+    from mlx_lm.generate import generate_step, speculative_generate_step
+
+    from engine import default_lanes
+
+    engines = {"off": Engine.load(model_name, lanes=default_lanes("off")),
+               "model": Engine.load(model_name, lanes=default_lanes("model"),
+                                    draft_model=model_name)}
+    report = {}
+    try:
+        for e in engines.values():
+            e.wait_ready(120, every_lane=True)
+        model, tok = engines["off"].model_info.model, engines["off"].tokenizer
+
+        def mlx_lm(prompt, spec):
+            ids = mx.array(prompt)
+            steps = (speculative_generate_step(ids, model, model, num_draft_tokens=k,
+                                               max_tokens=128) if spec else
+                     generate_step(ids, model, max_tokens=128))
+            out, first = [], None
+            for token, *_ in steps:
+                out.append(int(token))
+                if first is None:
+                    first = time.perf_counter()
+                if out[-1] in engines["off"].model_info.stop_token_ids:
+                    break
+            return out, (len(out) - 1) / max(time.perf_counter() - first, 1e-9)
+
+        for name, text in (("copy", COPY), ("open chat", OPEN)):
+            messages = [{"role": "user", "content": text}]
+            prompt = list(tok.apply_chat_template(messages, add_generation_prompt=True))
+            rates = {w: [] for w in ("off", "model", "mlx_lm", "mlx_lm_spec")}
+            texts, drafted = {}, (0, 0)
+            for r in range(rounds + 1):
+                for d in ("off", "model"):
+                    done = engines[d].generate(messages, SamplingParams(max_tokens=128))
+                    texts[d], drafted = done.text, (done.drafted, done.accepted_drafts)
+                    if r:
+                        rates[d].append((done.output_tokens - 1)
+                                        / max(done.e2e_s - done.ttft_s, 1e-9))
+                for w, spec in (("mlx_lm", False), ("mlx_lm_spec", True)):
+                    texts[w], rate = mlx_lm(prompt, spec)
+                    if r:
+                        rates[w].append(rate)
+            med = {w: statistics.median(v) for w, v in rates.items()}
+            report[name] = {
+                **{f"{w}_tok_s": [round(x, 1) for x in v] for w, v in rates.items()},
+                "model_vs_off": round(med["model"] / med["off"], 2),
+                "mlx_lm_spec_vs_plain": round(med["mlx_lm_spec"] / med["mlx_lm"], 2),
+                "model_vs_mlx_lm_spec": round(med["model"] / med["mlx_lm_spec"], 2),
+                "identical": texts["off"] == texts["model"],
+                "mlx_lm_identical": texts["mlx_lm"] == texts["mlx_lm_spec"],
+                "drafted_accepted": drafted}
+    finally:
+        for e in engines.values():
+            e.close()
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
@@ -356,6 +424,8 @@ def main() -> None:
                     help="with --lanes: only the concurrent streams cases")
     ap.add_argument("--verify", action="store_true",
                     help="a lone greedy request: plain steps against verified lookup drafts")
+    ap.add_argument("--draft-model", action="store_true",
+                    help="the model drafting for itself, engine and mlx-lm, single stream")
     ap.add_argument("--replay", action="store_true",
                     help="also replay lookup drafts over greedy answers (steps, not speed)")
     args = ap.parse_args()
@@ -367,6 +437,8 @@ def main() -> None:
     if args.lanes:
         report["lanes_drafts"] = lanes_case(args.model, args.rounds, args.streams,
                                              args.only_streams)
+    if args.draft_model:
+        report["draft_model_self"] = draft_model_case(args.model, args.rounds)
     if args.verify:
         report["verify_lone_greedy"] = verify_case(args.model, 128, args.rounds)
     if args.replay:

@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from .core import priority
 from .core.director import Director
+from .drafts import aux_models, check_lanes, load_draft
 from .core.errors import EngineError
 from .core.events import Finished, MemoryPlanned, Queued
 from .core.laneconfig import LaneConfig, LaneInfo, LaneSpec
@@ -56,7 +57,7 @@ def gpu_available() -> bool:
 
 def default_lanes(drafts: str = "off") -> list[LaneSpec]:
     """A GPU lane (when MLX has one) and a CPU lane; `drafts` for each
-    (LaneConfig.drafts: "off" or "lookup")."""
+    (LaneConfig.drafts: "off", "lookup" or "model")."""
     config = LaneConfig(drafts=drafts) if drafts != "off" else None
     if gpu_available():
         return [LaneSpec("gpu", "gpu", config=config), LaneSpec("cpu", "cpu", config=config)]
@@ -72,7 +73,7 @@ class Engine:
                  sample_interval_s: float = 0.1, worker_nice: int = 0,
                  memory_budget_bytes: int | None = None, warm_up_s: float = WARM_UP_S,
                  watchdog_s: float = WATCHDOG_S, cost_store: str | None = None,
-                 remotes: list | None = None):
+                 remotes: list | None = None, draft: LoadedModel | None = None):
         """Returns at once: the lanes warm up on their own threads (a GPU
         compiles its kernels there) and requests submitted meanwhile queue
         until a lane is ready; `wait_ready` waits for that.
@@ -87,8 +88,11 @@ class Engine:
         requests (it allows ten times the longest step the lane's cost model
         expects, or twenty times its warm-up, if more). `cost_store`: a JSON file where lanes' learned contention is
         kept between runs (engine/runtime/coststore.py). `remotes`: remote
-        lanes to add, each a `RemoteSpec` or (spec, API key) (`add_remote`)."""
-        specs = lanes or default_lanes()
+        lanes to add, each a `RemoteSpec` or (spec, API key) (`add_remote`).
+        `draft`: a draft model (drafts.py; every lane drafts with it unless
+        `lanes` say otherwise)."""
+        specs = check_lanes(lanes or default_lanes(), draft, loaded)
+        self.draft_model = draft
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
         self._take_model(loaded, worker_nice)
@@ -135,7 +139,8 @@ class Engine:
         model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
-        self.memory_plan, models = plan_lanes(loaded, specs, budget)
+        self.memory_plan, models = plan_lanes(loaded, specs, budget,
+                                              aux_models(self.draft_model, loaded))
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.memory_plan.prefix_cache_bytes
         self.prefix_cache = PrefixCache(block_size, prefix_cache_bytes)
@@ -169,7 +174,8 @@ class Engine:
                         self.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
                         nice=self.worker_nice, calibrate=calibrate, measure_lock=measure,
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
-                        on_ready=self._lane_ready)
+                        on_ready=self._lane_ready, vocab=self.vocab_size,
+                        draft_model=self.draft_model.model if self.draft_model else None)
             self.lanes[spec.name] = lane
             self.director.add_lane(lane.scheduler)
 
@@ -218,11 +224,14 @@ class Engine:
     @classmethod
     def load(cls, model: str = "default", lanes: list[LaneSpec] | None = None,
              mode: str | None = None, ready_s: float | None = FIRST_LANE_WAIT_S,
-             **kwargs) -> "Engine":
+             draft_model: str | None = None, **kwargs) -> "Engine":
         """Load `model` ('default', a GGUF file, a model folder or a repo id)
         and wait until a lane serves (at most `ready_s`; None: do not wait).
+        `draft_model`: a model to draft with (drafts.py), named the same ways.
         Raises EngineError when the model cannot load or no lane can start."""
-        engine = cls(load_model(model), lanes=lanes, mode=mode, **kwargs)
+        loaded = load_model(model)
+        draft = load_draft(draft_model, loaded) if draft_model else None
+        engine = cls(loaded, lanes=lanes, mode=mode, draft=draft, **kwargs)
         if ready_s is not None:
             try:
                 engine.wait_ready(ready_s)

@@ -62,7 +62,7 @@ def captured(monkeypatch):
     import engine
 
     fake = _CapturingEngine()
-    monkeypatch.setattr(engine.Engine, "load", lambda model: fake)
+    monkeypatch.setattr(engine.Engine, "load", lambda model, **lanes: fake)
     return fake
 
 

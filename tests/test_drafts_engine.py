@@ -174,7 +174,7 @@ def test_tandem_generate_drafts_and_says_so(copier):
 
     args = ["-m", "app", "generate", "--model", str(copier), "--temperature", "0",
             f"Copy: {SCRIPT}"]
-    rc, plain_out, plain_err = _run(args)
+    rc, plain_out, plain_err = _run(args[:3] + ["--draft", "off"] + args[3:])
     assert rc == 0, plain_err
     rc, out, err = _run(args[:3] + ["--draft", "lookup"] + args[3:])
     assert rc == 0, err

@@ -58,6 +58,12 @@ class LookupDrafter:
                 break
             index[tuple(tokens[follower - n:follower])] = follower
 
+    def available(self, k: int) -> int:
+        """How many tokens (up to k) a proposal after the next fed token
+        would hold, asked before that token is known: what the text so far
+        proposes for that token and after it, less the one that stands for it."""
+        return max(len(self.propose(k + 1)) - 1, 0)
+
     def propose(self, k: int) -> list[int]:
         """Up to k tokens that probably come next ([] when nothing matches)."""
         if k <= 0:
@@ -284,7 +290,8 @@ class DraftPlanner:
         self.stop_ids = set(stop_ids)
         self.context_length = context_length
         # A request's drafter (LookupDrafter over its prompt and prediction;
-        # the simulator gives its own, of a set acceptance).
+        # a draft model's, engine/runtime/draft_model.py; the simulator
+        # gives its own, of a set acceptance).
         self.drafter = drafter or (lambda r: LookupDrafter(r.prompt_ids, r.prediction_ids))
         self.costs = WidthCost()
         self.prior = DraftPolicy().acceptance
@@ -314,10 +321,7 @@ class DraftPlanner:
                 wants.append((0.0, 0))
                 continue
             state.drafter.extend(request.all_ids[len(state.drafter.tokens):])
-            guess = state.drafter.propose(self._room(request) + 1)
-            # The guess's first token stands for the one being fed: what
-            # follows it is what this row would propose if it is right.
-            wants.append((state.policy.acceptance, max(len(guess) - 1, 0)))
+            wants.append((state.policy.acceptance, state.drafter.available(self._room(request))))
         self.width = self._width(wants, len(requests))
         return self.width
 

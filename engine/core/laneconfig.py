@@ -29,6 +29,9 @@ class StepGate(Protocol):
         """The lane has nothing to do and waits for work."""
 
 
+DRAFT_MODES = ("off", "lookup", "model")
+
+
 @dataclass(slots=True)
 class LaneConfig:
     """Tuning of one lane. Validated on construction."""
@@ -52,8 +55,9 @@ class LaneConfig:
     # model streams at human speed), or a gate decides when steps start and end.
     min_step_s: float = 0.0
     gate: StepGate | None = None
-    # Drafts (issue 32): "lookup" lets a lone greedy request propose tokens
-    # from its prompt and answer and verify them in one forward
+    # Drafts (issue 32): "lookup" lets requests propose tokens from their
+    # prompt, answer and predicted output, "model" from the engine's draft
+    # model, and verifies them in the batch's forward where that pays
     # (engine/core/drafts.py, engine/runtime/verify.py); "off" never does.
     drafts: str = "off"
 
@@ -66,8 +70,9 @@ class LaneConfig:
             raise ValueError("min_step_s must be >= 0")
         if not self.prefill_step_s >= 0:
             raise ValueError("prefill_step_s must be >= 0")
-        if self.drafts not in ("off", "lookup"):
-            raise ValueError(f"drafts must be 'off' or 'lookup', not {self.drafts!r}")
+        if self.drafts not in DRAFT_MODES:
+            raise ValueError(f"drafts must be one of {', '.join(DRAFT_MODES)}, "
+                             f"not {self.drafts!r}")
 
 
 class SchedulerState:

@@ -23,11 +23,17 @@ Rules of `plan_memory`:
 - The primary is never off: the model is loaded already. When it cannot get
   `min_kv_tokens` of KV it takes everything left (no prefix cache) and its reason
   says memory is very tight; when the weights exceed the budget, it says so.
+- Auxiliary models (a draft model now; an embedding model or a vision
+  tower later) come off the budget first: their weights once (none when
+  one shares the target's arrays), and a request that uses one holds its KV
+  too, so their KV per token adds to the plan's `kv_bytes_per_token`, which
+  the lanes count KV by.
 - Every reason is a sentence for people, with sizes from `format_bytes`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -54,11 +60,14 @@ class ModelShape:
     context_length: int
     is_quantized: bool = True
     loaded_format: str | None = None  # e.g. "bfloat16"; None: see weight_format
+    aux_kv_bytes: int = 0  # per token, of auxiliary models a request uses (AuxModel)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Keys and values of one token across all layers."""
-        return self.num_layers * self.num_kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
+        """Keys and values of one token across all layers (and an auxiliary
+        model's, for a request that uses one)."""
+        return (self.num_layers * self.num_kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
+                + self.aux_kv_bytes)
 
     @property
     def weight_format(self) -> str:
@@ -111,6 +120,24 @@ def shape_from_config(config: dict, weight_bytes: int | None = None,
 
 
 @dataclass(slots=True, frozen=True)
+class AuxModel:
+    """A model loaded beside the target: `role` ("draft", later "embedding"
+    or "vision"), its weight bytes (0: it reads the target's arrays) and the
+    KV bytes per token a request using it holds."""
+    role: str
+    name: str
+    weight_bytes: int
+    kv_bytes_per_token: int = 0
+
+    def describe(self) -> str:
+        weights = (f"weights {format_bytes(self.weight_bytes)}" if self.weight_bytes
+                   else "the target's weights, no extra bytes")
+        kv = (f", KV {format_bytes(self.kv_bytes_per_token)} per token of each request "
+              f"it drafts for" if self.kv_bytes_per_token else "")
+        return f"{self.role.capitalize()} model {self.name}: {weights}{kv}"
+
+
+@dataclass(slots=True, frozen=True)
 class LaneRequest:
     """A lane asking for memory; `own_format_faster` is the probe (None: not measured)."""
     name: str
@@ -145,11 +172,14 @@ class MemoryPlan:
     # The model library judges other models with it (catalog.judge).
     dense_faster_on_cpu: bool | None = None
     context_length: int = 0  # the model's: a "full chat" in describe()
+    aux: tuple[AuxModel, ...] = ()  # models beside the target (a draft model)
 
     @property
     def planned_bytes(self) -> int:
-        """Shared weights, lanes' own copies, KV budgets and the prefix cache."""
+        """Shared weights, lanes' own copies, auxiliary models, KV budgets
+        and the prefix cache."""
         return (self.shared_weight_bytes + self.prefix_cache_bytes
+                + sum(a.weight_bytes for a in self.aux)
                 + sum(lane.weight_bytes + lane.kv_budget_bytes for lane in self.lanes))
 
     def lane(self, name: str) -> LanePlan:
@@ -186,6 +216,7 @@ class MemoryPlan:
         per_chat = (f": a full {self.context_length:,}-token chat takes "
                     f"{format_bytes(self.full_chat_bytes)}" if self.full_chat_bytes else "")
         lines.append(f"KV {format_bytes(self.kv_bytes_per_token)} per token{per_chat}")
+        lines.extend(aux.describe() for aux in self.aux)
         for lane in self.lanes:
             if not lane.enabled:
                 lines.append(f"{lane.name.upper()}: {lane.reason}")
@@ -362,8 +393,15 @@ def _primary_when_short(b: _Budget, shared: int, free: int, kv: int) -> tuple[st
 
 def plan_memory(shape: ModelShape, lanes: list[LaneRequest], budget_bytes: int,
                 unified_memory: bool = True, prefix_fraction: float = 0.15,
-                reserve_bytes: int = 512 << 20, min_kv_tokens: int = 2048) -> MemoryPlan:
+                reserve_bytes: int = 512 << 20, min_kv_tokens: int = 2048,
+                aux: tuple[AuxModel, ...] = ()) -> MemoryPlan:
     """Split `budget_bytes` between weights, KV and the prefix cache (rules above)."""
+    if aux:  # their weights off the budget; their KV with every token's
+        plan = plan_memory(dataclasses.replace(shape, aux_kv_bytes=sum(
+            a.kv_bytes_per_token for a in aux)), lanes,
+            budget_bytes - sum(a.weight_bytes for a in aux), unified_memory,
+            prefix_fraction, reserve_bytes, min_kv_tokens)
+        return dataclasses.replace(plan, budget_bytes=budget_bytes, aux=tuple(aux))
     if not lanes:
         raise ValueError("plan_memory needs at least one lane")
     if len({r.name for r in lanes}) != len(lanes):

@@ -28,6 +28,7 @@ from .handoff import Handoff
 from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .batch import Drafting
+from .draft_model import ModelDrafter
 from .runner import ModelRunner
 
 
@@ -40,7 +41,8 @@ class Lane(SchedulerState):
                  kv_budget_bytes: int | None = None, nice: int = 0,
                  calibrate: bool = False, measure_lock: threading.Lock | None = None,
                  warm_up_s: float = 300.0, contention: float = 0.0,
-                 on_ready: Callable[["Lane"], None] | None = None):
+                 on_ready: Callable[["Lane"], None] | None = None,
+                 draft_model=None, vocab: int | None = None):
         self.name = name
         self.device = device
         self.kind = kind
@@ -57,6 +59,10 @@ class Lane(SchedulerState):
         if config.drafts == "lookup":
             self.runner.batch.drafts = Drafting(director.stop_token_ids,
                                                 director.context_length)
+        elif config.drafts == "model":  # the engine's draft model (draft_model.py; it checks)
+            self.runner.batch.drafts = Drafting(
+                director.stop_token_ids, director.context_length,
+                lambda r: ModelDrafter(draft_model, r.prompt_ids, vocab))
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate

@@ -38,11 +38,12 @@ def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
     return out
 
 
-def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
-               budget_bytes: int | None = None) -> tuple[MemoryPlan, dict[str, object]]:
+def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | None = None,
+               aux: tuple = ()) -> tuple[MemoryPlan, dict[str, object]]:
     """The memory plan for `specs` and the model object each enabled lane
     runs: the loaded model, or for a lane with its own copy a function that
-    builds it (ModelRunner.start calls it on the lane's thread)."""
+    builds it (ModelRunner.start calls it on the lane's thread). `aux`:
+    the AuxModels loaded beside it (a draft model)."""
     shape = model_shape(loaded.model, loaded.context_length)
     budget, unified = machine_budget(shape.weight_bytes)
     if budget_bytes is not None:
@@ -55,7 +56,7 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
         return probed[0]
 
     requests = _requests(loaded, specs, shape.is_quantized, probe)
-    plan = plan_memory(shape, requests, budget, unified_memory=unified)
+    plan = plan_memory(shape, requests, budget, unified_memory=unified, aux=aux)
     wanted = requests[0].own_format
     if wanted is not None and requests[0].own_format_faster:
         # Lanes that want the primary's own format share it once the primary
@@ -63,7 +64,7 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec],
         sharing = [r if i == 0 or r.own_format != wanted or r.device != requests[0].device
                    else LaneRequest(r.name, r.device, max_sequences=r.max_sequences)
                    for i, r in enumerate(requests)]
-        converted = plan_memory(shape, sharing, budget, unified_memory=unified)
+        converted = plan_memory(shape, sharing, budget, unified_memory=unified, aux=aux)
         if converted.lanes[0].weight_format == wanted:
             plan = converted
     if probed:

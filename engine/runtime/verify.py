@@ -175,8 +175,8 @@ class Drafting:
     verify_rows'. The lane tells the planner each step's busy time
     (`stepped`: run, commit and events, no idle time)."""
 
-    def __init__(self, stop_ids: set[int], context_length: int):
-        self.planner = DraftPlanner(stop_ids, context_length)
+    def __init__(self, stop_ids: set[int], context_length: int, drafter=None):
+        self.planner = DraftPlanner(stop_ids, context_length, drafter)
 
     @property
     def costs(self):

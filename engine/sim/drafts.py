@@ -33,12 +33,14 @@ from ..core.request import Request
 class DraftCost:
     slope: float = 0.08  # of a one-stream step, per extra position per row
     sync_s: float = 0.0  # the pipelining a verifying step gives up
+    draft_s: float = 0.0  # per proposed token: a draft model's forward (0: lookup)
 
     def verify_s(self, cost: CostModel, rows: int, width: int, context: int,
                  prefill: int, contended: bool) -> float:
         plain = cost.step_s(rows, context, prefill, contended)
         one = cost.step_s(1, context // max(rows, 1), 0, contended)
-        return plain + one * self.slope * rows * (width - 1) + self.sync_s
+        extra = rows * (width - 1)
+        return plain + one * self.slope * extra + self.sync_s + self.draft_s * extra
 
 
 class SimDrafter:
@@ -51,6 +53,9 @@ class SimDrafter:
 
     def extend(self, tokens) -> None:
         self.tokens.extend(tokens)
+
+    def available(self, k: int) -> int:
+        return max(len(self.propose(k + 1)) - 1, 0)
 
     def propose(self, k: int) -> list[int]:
         # The runner's numbering: the step that commits output token n reads

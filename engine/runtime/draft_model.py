@@ -1,0 +1,123 @@
+"""A draft model: a second, small model sharing the target's tokenizer that
+proposes the tokens the target will probably write (issue 32).
+
+`check_draft` is the load-time check (the same tokenizer, caches that can
+rewind); `ModelDrafter` is one request's drafter, with the same interface
+as core/drafts.py's LookupDrafter (`extend`, `available`, `propose`), so the
+DraftPlanner, verify_rows and the lanes treat both alike. It holds the
+request's own draft KV (a plain mlx-lm prompt cache) and keeps what the
+target accepted: after a verification, the drafts that were rejected leave
+its cache (one trim) and the accepted ones stay, so the next proposal feeds
+only the tokens the draft has not seen (the target's own token).
+
+Proposals are the draft's greedy choices. A sampled row accepts a proposed
+token only where the target's own draw (keyed by its position, sampling.py)
+equals it, so the answer is the one the target writes without drafts,
+greedy or sampled; rejection sampling would accept more often for sampled
+rows (left: docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from ..core.errors import EngineError
+
+PREFILL_CHUNK = 512  # tokens the draft model reads at once when it catches up
+
+
+def check_draft(target, draft) -> str | None:
+    """Raise EngineError unless `draft` (a LoadedModel) can draft for `target`:
+    the same tokens for the same ids, and caches that can rewind. Returns a
+    note for people when they differ harmlessly (vocabulary padding), else None."""
+    names = f"the draft model {draft.name or draft.label!r} and {target.name or target.label!r}"
+    if draft.model is not target.model:
+        mine, theirs = _vocab(target.tokenizer), _vocab(draft.tokenizer)
+        if mine != theirs:
+            differ = len(set(mine.items()) ^ set(theirs.items()))
+            raise EngineError(
+                f"Cannot draft: {names} have different tokenizers ({len(theirs):,} and "
+                f"{len(mine):,} tokens, {differ:,} entries differ). A draft model must "
+                f"share the target's tokenizer, as a smaller model of the same family does.",
+                "bad-argument")
+        if set(draft.stop_token_ids) != set(target.stop_token_ids):
+            raise EngineError(f"Cannot draft: {names} end answers with different tokens.",
+                              "bad-argument")
+    if not can_trim_prompt_cache(make_prompt_cache(draft.model)):
+        raise EngineError(f"Cannot draft with {draft.name or draft.label!r}: its caches "
+                          f"cannot rewind (a sliding window or a recurrent layer).",
+                          "bad-argument")
+    return None
+
+
+def _vocab(tokenizer) -> dict[str, int]:
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)
+    return dict(inner.get_vocab())
+
+
+class ModelDrafter:
+    """One request's draft-model drafter (LookupDrafter's interface).
+
+    `tokens`: what the request has (prompt, then accepted answer), as
+    `extend` tells it; `propose(k)` feeds the draft model what its cache
+    lacks and returns its k greedy next tokens. `vocab`: the target's
+    vocabulary size (a draft with a larger, padded vocabulary never
+    proposes an id the target does not have)."""
+
+    def __init__(self, model, prompt: Sequence[int], vocab: int | None = None):
+        self.model = model
+        self.vocab = vocab
+        self.tokens: list[int] = []
+        self.answer_start = len(prompt)
+        self.cache = make_prompt_cache(model)
+        # The cache holds tokens[:_known] and then _drafted (the last
+        # proposal but its final token; `tokens` only grows, so no more
+        # than the proposal's tail is ever compared).
+        self._known = 0
+        self._drafted: list[int] = []
+        self.extend(prompt)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        self.tokens.extend(int(t) for t in tokens)
+
+    def available(self, k: int) -> int:
+        """How many tokens a proposal after the next fed token could hold: a
+        model always has k (asked on the host, before anything runs)."""
+        return max(k, 0)
+
+    def propose(self, k: int) -> list[int]:
+        """The draft's k greedy tokens after `tokens` ([] for k <= 0)."""
+        if k <= 0 or not self.tokens:
+            return []
+        cached = self._known + len(self._drafted)
+        kept = self._known + _common(self._drafted, self.tokens[self._known:])
+        kept = min(kept, len(self.tokens) - 1)  # the last token is fed: its logits draw
+        if cached > kept:
+            trim_prompt_cache(self.cache, cached - kept)
+        todo = self.tokens[kept:]
+        for start in range(0, len(todo) - 1, PREFILL_CHUNK):
+            chunk = todo[start:min(start + PREFILL_CHUNK, len(todo) - 1)]
+            self.model(mx.array([chunk]), cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+        y, drafted = mx.array([todo[-1:]]), []
+        for _ in range(k):
+            logits = self.model(y, cache=self.cache)[:, -1, :]
+            if self.vocab is not None and logits.shape[-1] > self.vocab:
+                logits = logits[:, :self.vocab]
+            y = mx.argmax(logits, axis=-1, keepdims=True)
+            drafted.append(y)
+        proposal = mx.concatenate(drafted, axis=1)[0].tolist()  # one wait for all k
+        # The cache now holds every known token and the proposal but its last.
+        self._known, self._drafted = len(self.tokens), proposal[:-1]
+        return proposal
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of a's and b's common start."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
