@@ -253,3 +253,40 @@ def test_a_chat_can_ask_for_json_and_shows_it_formatted(qtbot, window):
     assert json.dumps(json.loads(done.text), indent=2) in shown
     stored = window.store.chat(tab.chat_id).params
     assert stored["answer_format"] == {"type": "json_schema", "schema": json.dumps(schema)}
+
+
+def test_drafts_are_a_chat_setting_kept_with_the_chat(qtbot, tiny_model_dir, db):
+    """Chat settings > Drafts: off asks the engine for no drafts (its
+    answer says why none were made), is stored with the chat, and comes
+    back with it; auto leaves the engine to draft where it pays."""
+    from engine import Engine, LaneConfig, LaneSpec
+    from engine.models.loader import load_model
+
+    def drafting(source):
+        return Engine(load_model(source), lanes=[LaneSpec(
+            "cpu", "cpu", "float32", LaneConfig(drafts="lookup"))])
+
+    window = _open_window(qtbot, tiny_model_dir, db, drafting)
+    tab = window.chat_tabs()[0]
+    settings = tab.settings_row
+    assert settings.drafts.currentData() == "auto"
+    with qtbot.waitSignal(window.bridge.finished, timeout=60_000) as finished:
+        tab.composer.setPlainText("one two one two one two")
+        tab.send()
+    assert finished.args[0].draft_note is None
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
+    settings.drafts.setCurrentIndex(settings.drafts.findData("off"))
+    with qtbot.waitSignal(window.bridge.finished, timeout=60_000) as finished:
+        tab.composer.setPlainText("one two one two one two")
+        tab.send()
+    done = finished.args[0]
+    assert done.draft_note == "draft_tokens is 0" and done.drafted == 0
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=10_000)
+    qtbot.waitUntil(lambda: window.store.chat(tab.chat_id).params.get("drafts") == "off",
+                    timeout=10_000)
+    window.close()
+    again = _open_window(qtbot, tiny_model_dir, db, drafting)
+    (restored,) = [t for t in again.chat_tabs() if t.chat_id == tab.chat_id]
+    assert restored.settings_row.drafts.currentData() == "off"
+    assert restored.settings_row.request_extras() == {"draft_tokens": 0}
+    again.close()

@@ -47,6 +47,7 @@ class ChatRequests(QObject):
         self._loader.loaded.connect(self._attached)
         bridge = window.bridge
         bridge.tokens.connect(self._on_tokens)
+        bridge.drafted.connect(self._on_drafted)
         bridge.thinking.connect(self._on_thinking)
         bridge.finished.connect(self._on_finished)
 
@@ -147,6 +148,11 @@ class ChatRequests(QObject):
         tab = self._tab_of.get(request_id)
         if tab is not None:
             tab.append_reasoning(text)
+
+    def _on_drafted(self, request_id: str, text: str) -> None:
+        tab = self._tab_of.get(request_id)
+        if tab is not None and tab.conversation.answer is not None:
+            tab.conversation.answer.drafted.append(text)
 
     def _on_tokens(self, request_id: str, text: str) -> None:
         tab = self._tab_of.get(request_id)

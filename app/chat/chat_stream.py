@@ -24,7 +24,7 @@ class ChatStream:
 
     def _show_stream(self) -> None:
         if self.isVisible():  # background tabs catch up when shown
-            self.transcript.show_streaming(self.stream_markdown())
+            self.transcript.show_streaming(self.stream_markdown(), self.stream_drafted())
         else:
             self._stale = True
 
@@ -32,6 +32,11 @@ class ChatStream:
         """What the streaming answer shows: its thinking first, if any."""
         answer = self.conversation.answer
         return answer.markdown() if answer is not None else ""
+
+    def stream_drafted(self) -> list[str]:
+        """The streaming answer's accepted drafts' text (View > Tint)."""
+        answer = self.conversation.answer
+        return answer.drafted if answer is not None else []
 
     def finish(self, finished) -> None:
         """The answer is complete (or stopped): kept, its stats line under it."""

@@ -277,7 +277,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
 
     def showEvent(self, event):  # noqa: N802
         if self._stale and self.is_streaming:
-            self.transcript.show_streaming(self.stream_markdown())
+            self.transcript.show_streaming(self.stream_markdown(), self.stream_drafted())
         self._stale = False
         super().showEvent(event)
 
@@ -293,7 +293,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
                                       conversation.shown_footers(self.INTERRUPTED),
                                       self.message_actions, self.version)
         if self.is_streaming:
-            self.transcript.show_streaming(self.stream_markdown())
+            self.transcript.show_streaming(self.stream_markdown(), self.stream_drafted())
 
     def _on_action(self, kind: str, index: int) -> None:
         messages = self.conversation.messages

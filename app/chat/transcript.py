@@ -27,9 +27,11 @@ from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
                            QTextDocumentFragment, QTextFormat)
 from PySide6.QtWidgets import QTextBrowser
 
+from app.chat import draft_tint
 from app.conversation import thinking
 from app.conversation.attach_files import describe_record, split_message
 from app.ui.highlight import CodeHighlighter
+from app.ui.theme import is_dark
 from app.chat.transcript_slices import Slices, Starts
 
 MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
@@ -118,6 +120,7 @@ class Transcript(Slices, QTextBrowser):
     action = Signal(str, int)
     open_requested = Signal(object)
     refused = Signal(object)
+    tint_drafts = False  # View > Tint accepted drafts (draft_tint.py), for every view
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -210,6 +213,7 @@ class Transcript(Slices, QTextBrowser):
         else:
             cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n"
                                             + (body if content or not files else "")))
+        self._tint(cursor.document(), start, cursor.position(), message.get("drafted"))
         for f in files:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(f"File: {describe_record(f)}", QTextCharFormat())
@@ -267,10 +271,15 @@ class Transcript(Slices, QTextBrowser):
             link.setFontPointSize(self.font().pointSizeF() * 1.4)
         cursor.insertText(label, link)
 
-    def show_streaming(self, text: str) -> None:
+    def _tint(self, document, start: int, end: int, drafted: list[str] | None) -> None:
+        if self.tint_drafts and drafted:
+            draft_tint.tint(document, start, end, drafted, draft_tint.colour(is_dark()))
+
+    def show_streaming(self, text: str, drafted: list[str] | None = None) -> None:
         """Show (or update) the answer being generated. Finished paragraphs are
         rendered once; each flush re-renders only the paragraph being written,
-        so a flush costs the same in a long answer as in a short one."""
+        so a flush costs the same in a long answer as in a short one.
+        `drafted`: its accepted drafts' text, tinted when asked."""
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
@@ -294,6 +303,7 @@ class Transcript(Slices, QTextBrowser):
         if tail.strip():
             cursor.insertBlock(_paragraph(), QTextCharFormat())
             cursor.insertFragment(_fragment(tail))
+        self._tint(self.document(), self._stream_start, cursor.position(), drafted)
         if at_bottom:
             bar.setValue(bar.maximum())
 

@@ -28,6 +28,7 @@ class Answer:
         self.reasoning = reasoning
         self.thinking_since: float | None = None  # monotonic: when thinking began
         self.thinking_s = thinking_s  # how long it thought (once the answer began)
+        self.drafted: list[str] = []  # text of accepted drafts, in order (View > Tint)
 
     def markdown(self) -> str:
         """What the streaming answer shows: its thinking first, if any."""
@@ -220,7 +221,7 @@ class Conversation:
             self.messages.append({"role": "assistant", "content": answer.text,
                                   "id": self.answer_message_id, "reasoning": answer.reasoning,
                                   "thinking_s": answer.thinking_s,
-                                  "format": self.answer_format})
+                                  "format": self.answer_format, "drafted": answer.drafted})
             index = len(self.messages) - 1
             self.footers[index] = format_footer(finished)
         self._end_request()

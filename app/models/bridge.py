@@ -24,6 +24,7 @@ class EngineBridge(QObject):
     routed = Signal(object)  # Routed
     migrated = Signal(object)  # Migrated
     tokens = Signal(str, str)  # request_id, text delta (coalesced)
+    drafted = Signal(str, str)  # request_id, text of an accepted draft run (before `tokens`)
     thinking = Signal(str, str)  # request_id, a reasoning model's thinking delta (coalesced)
     finished = Signal(object)  # Finished
     lane_sample = Signal(object)  # LaneSample
@@ -67,7 +68,16 @@ class EngineBridge(QObject):
         thought: dict[str, list[str]] = {}
         latest_sample: dict[str, LaneSample] = {}
 
+        runs: dict[str, list[str]] = {}  # accepted drafts' text, run by run
+
+        def end_run(request_id: str) -> None:
+            parts = runs.pop(request_id, None)
+            if parts:
+                self.drafted.emit(request_id, "".join(parts))
+
         def flush_text(request_id: str | None = None) -> None:
+            for rid in [request_id] if request_id else list(runs):
+                end_run(rid)  # before the text it tints
             # A request's thinking comes before its answer (so within a flush too).
             for rid in [request_id] if request_id else list(thought):
                 parts = thought.pop(rid, None)
@@ -84,6 +94,10 @@ class EngineBridge(QObject):
                     thought.setdefault(event.request_id, []).append(event.reasoning)
                 if event.text:
                     text.setdefault(event.request_id, []).append(event.text)
+                    if event.drafted:  # a run of accepted drafts grows
+                        runs.setdefault(event.request_id, []).append(event.text)
+                    else:
+                        end_run(event.request_id)
             elif isinstance(event, LaneSample):
                 latest_sample[event.lane] = event
             elif isinstance(event, Finished):

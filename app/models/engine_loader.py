@@ -23,12 +23,15 @@ def load_engine(source: str) -> "Engine":
     """The app's engine for `source`. Runs on the loader thread: the first use
     of `engine.Engine` imports MLX, mlx-lm and transformers there, after the
     window is already on screen."""
-    from engine import Engine
+    from engine import Engine, default_lanes
 
     from app.store.journal import cache_dir
 
-    # What the lanes learn of each other (contention) is kept for the next start.
-    return Engine.load(source, worker_nice=ENGINE_NICE,
+    # What the lanes learn of each other (contention) is kept for the next
+    # start. Lookup drafts on every lane (a chat's settings can turn them
+    # off): the lanes verify them only where that pays, and the text is the
+    # same either way.
+    return Engine.load(source, lanes=default_lanes("lookup"), worker_nice=ENGINE_NICE,
                        cost_store=str(cache_dir() / "lane-costs.json"))
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 
+from app.chat import draft_tint
 from app.chat.chat_files import export_current, import_chosen
+from app.chat.transcript import Transcript
 from app.connections.server_settings import open_server_settings
 from app.ui.theme import ThemeMenu
 
@@ -25,6 +27,14 @@ class Menus(QObject):
         for dock in (window.chats_dock, window.scheduler_dock):
             view.addAction(dock.toggleViewAction())
         self.theme = ThemeMenu(window.store, view, window)
+        self.tint_drafts_action = self._action(view, "Tint accepted drafts", "",
+                                               lambda on: tint_drafts(window, on))
+        self.tint_drafts_action.setCheckable(True)
+        self.tint_drafts_action.setToolTip(
+            "Give the text of tokens that were proposed ahead and verified (drafts) a "
+            "faint background")
+        Transcript.tint_drafts = window.store.setting(draft_tint.SETTING, "off") == "on"
+        self.tint_drafts_action.setChecked(Transcript.tint_drafts)
 
     def _action(self, menu, text, shortcut, slot) -> QAction:
         act = QAction(text, self._window)
@@ -111,3 +121,11 @@ def search_chats(window) -> None:
     window.chats_dock.raise_()
     window.sidebar.search.setFocus()
     window.sidebar.search.selectAll()
+
+
+def tint_drafts(window, on: bool) -> None:
+    """View > Tint accepted drafts: every chat's view, now and after a restart."""
+    Transcript.tint_drafts = bool(on)
+    window.store.set_setting(draft_tint.SETTING, "on" if on else "off")
+    for tab in window.chat_tabs():
+        tab.render()

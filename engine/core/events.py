@@ -69,6 +69,7 @@ class Token(Event):
     # Tool calls this token completed (raw text between the model's markers;
     # the request offered tools: Engine.submit(tools=...)).
     tool_calls: tuple[str, ...] = ()
+    drafted: bool = False  # an accepted draft: proposed, then verified (issue 32)
 
 
 @dataclass(slots=True, frozen=True)

@@ -294,10 +294,10 @@ class LaneScheduler:
                     request.first_token_at = t
                 extra = result.extra.get(row, ())
                 extra_lps = result.extra_logprobs.get(row) or [None] * len(extra)
-                for token, lp in zip([token, *extra], [lp, *extra_lps]):
+                for i, (token, lp) in enumerate(zip([token, *extra], [lp, *extra_lps])):
                     request.output_ids.append(token)
                     reason = self._finish_reason(request, token, stop_ids)
-                    outcome.tokens.append((request, token, reason, lp))
+                    outcome.tokens.append((request, token, reason, lp, i > 0))
                     if reason is not None:
                         self.running.remove(request)
                         outcome.finished.append((request, reason))

@@ -38,14 +38,15 @@ def settle(scheduler: "LaneScheduler", plan: StepPlan, outcome: StepOutcome,
     stopped, tokens = [], []
     stop_ids = director.stop_token_ids
     t = director.clock()
-    for request, token, reason, lp in outcome.tokens:
+    for request, token, reason, lp, drafted in outcome.tokens:
         stream = request.text
         if stream is None or token in stop_ids or request in stopped:
             continue  # a stop token is never shown
         text, reasoning = stream.add(token)
         tokens.append(Token(request.request_id, request.tab_id, token, text, lane, t,
                             reasoning=reasoning, logprob=lp[0] if lp else None,
-                            top_logprobs=lp[1] if lp else (), tool_calls=stream.take_calls()))
+                            top_logprobs=lp[1] if lp else (), tool_calls=stream.take_calls(),
+                            drafted=drafted))
         if stream.stopped:  # a stop string: the answer ends here
             if reason is None:
                 stopped.append(request)

@@ -91,6 +91,8 @@ class StepOutcome:
     """A committed step: tokens per request (with the reason each finished,
     if it did) and the requests that finished."""
 
-    # (request, token, the reason it finished or None, its logprobs or None)
-    tokens: list[tuple[Request, int, str | None, tuple | None]] = field(default_factory=list)
+    # (request, token, the reason it finished or None, its logprobs or None,
+    # whether it was an accepted draft)
+    tokens: list[tuple[Request, int, str | None, tuple | None, bool]] = field(
+        default_factory=list)
     finished: list[tuple[Request, str]] = field(default_factory=list)

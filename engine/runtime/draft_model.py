@@ -97,11 +97,13 @@ class ModelDrafter:
         if cached > kept:
             trim_prompt_cache(self.cache, cached - kept)
         todo = self.tokens[kept:]
-        for start in range(0, len(todo) - 1, PREFILL_CHUNK):
-            chunk = todo[start:min(start + PREFILL_CHUNK, len(todo) - 1)]
-            self.model(mx.array([chunk]), cache=self.cache)
+        while len(todo) > PREFILL_CHUNK:  # a long catch-up (the prompt) in chunks
+            self.model(mx.array([todo[:PREFILL_CHUNK]]), cache=self.cache)
             mx.eval([c.state for c in self.cache])
-        y, drafted = mx.array([todo[-1:]]), []
+            todo = todo[PREFILL_CHUNK:]
+        # The rest (after an accepted run: its last token and the target's
+        # own) in the first draft forward; nothing waits until all k are drawn.
+        y, drafted = mx.array([todo]), []
         for _ in range(k):
             logits = self.model(y, cache=self.cache)[:, -1, :]
             if self.vocab is not None and logits.shape[-1] > self.vocab:

@@ -41,3 +41,12 @@ def load_remote(name: str, lane_name: str = "remote"):
     truth = RemoteCost(overhead_s=spec["overhead_s"], prefill_tps=spec["prefill_tps"],
                        decode_tps=spec["decode_tps"], batch_alpha=spec["batch_alpha"])
     return SimRemoteSpec(lane_name, truth, capacity=spec["capacity"])
+
+
+def load_draft_costs(name: str) -> dict:
+    """SIMULATION: each lane's DraftCost (engine/sim/drafts.py) in profile
+    `name`, from profiles.json's "drafts" section (its note says which
+    figures are measured and which assumed)."""
+    from .drafts import DraftCost
+
+    return {lane: DraftCost(**spec) for lane, spec in _DATA["drafts"][name].items()}
