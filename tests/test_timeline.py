@@ -111,3 +111,30 @@ def test_hover_shows_a_tooltip(qtbot, view, monkeypatch):
     monkeypatch.setattr(QToolTip, "showText", lambda pos, text, *a: shown.append(text))
     qtbot.mouseMove(view, QPoint(int(view.x_of(990.0)), _row_y(view, 1)))
     assert shown and "CPU finishes the rest sooner" in shown[-1]
+
+
+def test_a_request_whose_drafts_paid_says_so_and_is_banded(qtbot):
+    """Draft work (issue 32): the hover says how many drafts were accepted,
+    and its decode bar has a pale band along its top; one without has none."""
+    timeline = Timeline()
+    timeline.routed("d", "Copy", "prefill", "gpu", 950.0, row="1")
+    timeline.routed("d", "Copy", "decode", "gpu", 951.0, row="1")
+    timeline.finished("d", "stop", 990.0, drafted=50, accepted=42)
+    timeline.routed("p", "Chat", "prefill", "gpu", 950.0, row="2")
+    timeline.routed("p", "Chat", "decode", "gpu", 951.0, row="2")
+    timeline.finished("p", "stop", 990.0)
+    v = TimelineView(timeline, {"gpu": "gpu"})
+    v.now = Clock()
+    panel = TimelinePanel(v)
+    qtbot.addWidget(panel)
+    panel.resize(600, 200)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert "drafts: 42 of 50 accepted" in v.describe(*v.hit(v.x_of(970.0), _row_y(v, 0)))
+    assert "drafts" not in v.describe(*v.hit(v.x_of(970.0), _row_y(v, 1)))
+    image = v.grab().toImage()
+    band = v.color("gpu", "decode").lighter(160).name()
+    x = int(v.x_of(970.0))
+    tops = [v.AXIS + row * v.ROW + 4 for row in (0, 1)]
+    assert image.pixelColor(x, tops[0]).name() == band
+    assert image.pixelColor(x, tops[1]).name() != band

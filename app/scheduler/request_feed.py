@@ -51,7 +51,8 @@ class RequestFeed(QObject):
                                        finished.time, finished.lanes, dock.gpu_lanes)
         note = note_for(outcome, dock.ledger.summary(finished.time).median_error,
                         dock.ledger.baseline) if outcome else ""
-        dock.timeline.finished(finished.request_id, finished.reason, finished.time, note)
+        dock.timeline.finished(finished.request_id, finished.reason, finished.time, note,
+                               finished.drafted, finished.accepted_drafts)
         dock.timeline_view.refresh()
         if outcome is not None:
             dock.add_decision(finished.time, self._label(finished), "done",

@@ -48,6 +48,8 @@ class Track:
     segments: list[Segment] = field(default_factory=list)
     finished: str | None = None  # finish reason
     note: str = ""  # what the dock adds when it finishes (completion time, estimate)
+    drafted: int = 0  # draft tokens verified for it, and of those accepted (issue 32)
+    accepted: int = 0
 
     def close(self, at: float) -> None:
         if self.segments and self.segments[-1].end is None:
@@ -92,12 +94,14 @@ class Timeline:
             track.close(at)
             track.segments.append(Segment("decode", to_lane, at, reason=reason))
 
-    def finished(self, request_id: str, reason: str, at: float, note: str = "") -> None:
+    def finished(self, request_id: str, reason: str, at: float, note: str = "",
+                 drafted: int = 0, accepted: int = 0) -> None:
         track = self.tracks.get(request_id)
         if track is not None:
             track.close(at)
             track.finished = reason
             track.note = note
+            track.drafted, track.accepted = drafted, accepted
 
     def start_time(self) -> float | None:
         starts = [t.start for t in self.tracks.values() if t.segments]
@@ -232,6 +236,9 @@ class TimelineView(QWidget):
             if seg.phase == "prefill":  # a pale bar with a solid foot: a prefill at any zoom
                 painter.fillRect(QRectF(rect.left(), rect.bottom() - 2, rect.width(), 2),
                                  self.color(seg.lane, "decode"))
+            elif track.accepted:  # drafts paid here: a pale band along its top
+                painter.fillRect(QRectF(rect.left(), rect.top(), rect.width(), 3),
+                                 self.color(seg.lane, "decode").lighter(160))
             outline = rect if outline is None else outline.united(rect)
         if outline is not None:  # each request outlined: a chat's requests stay apart
             painter.setPen(QPen(self.palette().text().color(), 1))
@@ -288,6 +295,9 @@ class TimelineView(QWidget):
         if track.finished:
             lines.append(track.note or f"finished ({track.finished}) in "
                          f"{track.end(now) - track.start:.1f} s")
+        if track.drafted:
+            lines.append(f"drafts: {track.accepted:,} of {track.drafted:,} accepted "
+                         f"(several tokens a step)")
         return "\n".join(lines)
 
     def mouseMoveEvent(self, event):  # noqa: N802
