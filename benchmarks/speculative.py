@@ -42,6 +42,7 @@ from engine import Engine, SamplingParams  # noqa: E402
 from engine.runtime.sampling import TokenSampler, sample_rows  # noqa: E402
 from engine_throughput import QUESTIONS  # noqa: E402  (this folder: the same prompts)
 
+ANSWER = 128  # tokens per answer in the drafts cases (--answer-tokens)
 DEFAULTS = dict(temperature=0.7, top_p=0.95, top_k=40, min_p=0.05, repetition_penalty=1.1)
 
 
@@ -282,12 +283,12 @@ def lanes_case(model_name: str, rounds: int, streams: int, only_streams: bool = 
     try:
         for e in engines.values():
             e.wait_ready(120, every_lane=True)
-        defaults = engines["off"].default_params(max_tokens=128, seed=7)
+        defaults = engines["off"].default_params(max_tokens=ANSWER, seed=7)
         cases = [(f"{name}, {how}", text, params) for name, text in
                  (("copy", COPY), ("open chat", OPEN)) for how, params in (
-                     ("greedy", SamplingParams(max_tokens=128)),
+                     ("greedy", SamplingParams(max_tokens=ANSWER)),
                      ("greedy + penalty 1.1",
-                      SamplingParams(max_tokens=128, repetition_penalty=1.1)),
+                      SamplingParams(max_tokens=ANSWER, repetition_penalty=1.1)),
                      ("model defaults, seed 7", defaults))]
         for name, text, params in ([] if only_streams else cases):
             rates = {"off": [], "lookup": []}
@@ -327,7 +328,7 @@ def streams_case(engines: dict, texts: list[str], rounds: int) -> dict:
     for r in range(rounds + 1):
         for d in (("off", "lookup") if r % 2 else ("lookup", "off")):
             start = time.perf_counter()
-            handles = [engines[d].submit(p, SamplingParams(max_tokens=128)) for p in prompts]
+            handles = [engines[d].submit(p, SamplingParams(max_tokens=ANSWER)) for p in prompts]
             done = [h.result(900) for h in handles]
             seconds = time.perf_counter() - start
             answers[d] = [x.text for x in done]
@@ -368,8 +369,8 @@ def draft_model_case(model_name: str, rounds: int, k: int = 4) -> dict:
         def mlx_lm(prompt, spec):
             ids = mx.array(prompt)
             steps = (speculative_generate_step(ids, model, model, num_draft_tokens=k,
-                                               max_tokens=128) if spec else
-                     generate_step(ids, model, max_tokens=128))
+                                               max_tokens=ANSWER) if spec else
+                     generate_step(ids, model, max_tokens=ANSWER))
             out, first = [], None
             for token, *_ in steps:
                 out.append(int(token))
@@ -386,7 +387,7 @@ def draft_model_case(model_name: str, rounds: int, k: int = 4) -> dict:
             texts, drafted = {}, (0, 0)
             for r in range(rounds + 1):
                 for d in ("off", "model"):
-                    done = engines[d].generate(messages, SamplingParams(max_tokens=128))
+                    done = engines[d].generate(messages, SamplingParams(max_tokens=ANSWER))
                     texts[d], drafted = done.text, (done.drafted, done.accepted_drafts)
                     if r:
                         rates[d].append((done.output_tokens - 1)
@@ -411,6 +412,7 @@ def draft_model_case(model_name: str, rounds: int, k: int = 4) -> dict:
 
 
 def main() -> None:
+    global ANSWER
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
     ap.add_argument("--streams", type=int, default=16)
@@ -428,17 +430,32 @@ def main() -> None:
                     help="the model drafting for itself, engine and mlx-lm, single stream")
     ap.add_argument("--replay", action="store_true",
                     help="also replay lookup drafts over greedy answers (steps, not speed)")
+    ap.add_argument("--answer-tokens", type=int, default=128,
+                    help="tokens per answer in the drafts cases")
+    ap.add_argument("--out", default=None,
+                    help="also write the report here after each part (a run cut short keeps "
+                         "what it measured)")
     args = ap.parse_args()
+    ANSWER = args.answer_tokens
     report = {"machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores",
               "date": time.strftime("%Y-%m-%d"), "mlx": mx.__version__,
               "kernel": [kernel(rows, args.vocab, 10) for rows in (1, args.streams)]}
+
+    def keep() -> None:
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=2, default=str))
+
+    keep()
     if not args.skip_engine:
         report["engine"] = engine_case(args.model, args.streams, args.tokens, args.rounds)
+        keep()
+    if args.draft_model:
+        report["draft_model_self"] = draft_model_case(args.model, args.rounds)
+        keep()
     if args.lanes:
         report["lanes_drafts"] = lanes_case(args.model, args.rounds, args.streams,
                                              args.only_streams)
-    if args.draft_model:
-        report["draft_model_self"] = draft_model_case(args.model, args.rounds)
+        keep()
     if args.verify:
         report["verify_lone_greedy"] = verify_case(args.model, 128, args.rounds)
     if args.replay:

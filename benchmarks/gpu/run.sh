@@ -20,7 +20,12 @@
 #                    chat workload with think time, then with none
 #   constrained.txt  what constrained rows (llguidance masks) cost a GPU step:
 #                    16 rows, 0 / 8 / 16 under a JSON schema (issue 23)
-# At most 8 files come back: gpu.txt, run.log and the five above.
+#   drafts.json      drafts on the GPU lane (issue 32, benchmarks/speculative.py):
+#                    sampling kernel old vs new, the model drafting for itself
+#                    beside mlx-lm's speculative_generate_step (every greedy
+#                    draft accepted: the machinery's cost), lookup drafts alone
+#                    and 16 streams (random weights copy nothing: what misses cost)
+# At most 8 files come back: gpu.txt, run.log and the six above.
 # STEPS="startup throughput" runs only those steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,7 +61,7 @@ from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
 
-steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained} "
+steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained drafts} "
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
     local name=$1 limit=$2 file=$3
     shift 3
@@ -81,4 +86,9 @@ step hybrid-saturated "${SATURATED_S:-90}" hybrid_saturated.json \
 step constrained "${CONSTRAINED_S:-90}" constrained.txt \
     $py -X faulthandler benchmarks/constrained_step_cost.py --model "$model" --device $lane \
     --rounds "${ROUNDS:-2}" --steps "${CSTEPS:-100}"
+step drafts "${DRAFTS_S:-150}" drafts.log \
+    $py -X faulthandler benchmarks/speculative.py --model "$model" --skip-engine \
+    --draft-model --lanes --rounds "${DRAFT_ROUNDS:-2}" --streams 16 \
+    --answer-tokens "${DRAFT_TOKENS:-128}" --out "$out/drafts.json"
+rm -f "$out/drafts.log"  # the same report as drafts.json, which is written part by part
 tail -40 "$log"
