@@ -72,3 +72,22 @@ def aux_models(draft: LoadedModel | None, target: LoadedModel) -> tuple[AuxModel
     shape = model_shape(draft.model, draft.context_length)
     weights = 0 if draft.model is target.model else shape.weight_bytes
     return (AuxModel("draft", draft.name or draft.label, weights, shape.kv_bytes_per_token),)
+
+
+def attach(engine, draft: LoadedModel | None) -> None:
+    """`engine`'s draft model from now on (None: none): checked against its
+    model, given to every lane (a request takes it at its first drafting
+    step; one drafting already keeps what it has), and shown in the memory
+    plan. Its KV is not in the lanes' KV budgets, which were made at load:
+    the budgets are limits memory grows to, and a draft's KV is ~1/10 of
+    the target's for a model of the same family ~10x smaller."""
+    from .core.events import MemoryPlanned
+
+    if draft is not None:
+        check_draft(engine.model_info, draft)
+    engine.draft_model = draft
+    for lane in engine.lanes.values():
+        lane.draft_model = draft.model if draft is not None else None
+    aux = aux_models(draft, engine.model_info)
+    engine.memory_plan = dataclasses.replace(engine.memory_plan, aux=aux)
+    engine._emit(MemoryPlanned("", None, plan=engine.memory_plan))

@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from .core import priority
 from .core.director import Director
-from .drafts import aux_models, check_lanes, load_draft
+from .drafts import attach, aux_models, check_lanes, load_draft
 from .core.errors import EngineError
 from .core.events import Finished, MemoryPlanned, Queued
 from .core.laneconfig import LaneConfig, LaneInfo, LaneSpec
@@ -241,6 +241,12 @@ class Engine:
         return engine
 
     # ---- API ---------------------------------------------------------------
+    def set_draft_model(self, draft: LoadedModel | None) -> None:
+        """Draft with `draft` from now on where a lane or a request asks for a
+        draft model (None: none); EngineError if it cannot draft for this
+        model (engine/drafts.py)."""
+        attach(self, draft)
+
     @property
     def mode(self) -> str:
         return self.director.mode
@@ -295,7 +301,9 @@ class Engine:
         lanes allow, remote lanes, logprobs, grammars, and tools if the
         model's template has a tool-call format."""
         return Capabilities(modes=self._modes(), remote_lanes=True, renders_locally=True,
-                            logprobs=True, grammars=True, tools=self.tool_format is not None)
+                            logprobs=True, grammars=True, tools=self.tool_format is not None,
+                            drafts=any(lane.runner.batch.drafts is not None
+                                       for lane in self.lanes.values()))
 
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` adds to a message: the model's tokenizer,

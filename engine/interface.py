@@ -39,7 +39,7 @@ class Capabilities:
     logprobs: bool  # SamplingParams.logprobs is answered
     grammars: bool  # SamplingParams.grammar / prepare(grammar=) is enforced
     tools: bool  # prepare(tools=) offers tools and calls come back
-    drafts: bool = False  # speculative decoding with a draft model
+    drafts: bool = False  # its lanes draft (lookup; a draft model: set_draft_model)
     images: bool = False  # image parts in messages
     embeddings: bool = False  # an embeddings endpoint
     saved_kv: bool = False  # KV kept on disk between runs

@@ -208,3 +208,37 @@ def test_tandem_generate_drafts_with_a_model_and_says_so(copier):
     rc, out, err = _run(args[:3] + ["--draft-model", str(copier)] + args[3:])
     assert rc == 0, err
     assert out == plain_out and SCRIPT in out
+
+
+def test_a_draft_model_set_later_serves_the_requests_that_ask(tiny_model_dir, tmp_path):
+    from engine.core.drafts import LookupDrafter
+
+    target = load_model(str(tiny_model_dir))
+    engine = _engine(target, "lookup")
+    try:
+        assert engine.capabilities.drafts and engine.draft_model is None
+        with pytest.raises(EngineError, match="tokenizer"):
+            engine.set_draft_model(load_model(str(_foreign_copy(tiny_model_dir,
+                                                                tmp_path / "foreign"))))
+        engine.set_draft_model(load_model(str(tiny_model_dir)))
+        assert "Draft model" in " ".join(engine.memory_plan.describe())
+        ids = prompt_of(target, "the quick brown fox")
+        asked = engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=20,
+                                                                    drafter="model"))
+        lookup = engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=20))
+        for handle in (asked, lookup):
+            handle.result(60)
+            assert handle.request.output_ids == reference_greedy(target, ids, 20)
+        assert isinstance(asked.request.drafts.drafter, ModelDrafter)
+        assert isinstance(lookup.request.drafts.drafter, LookupDrafter)
+        assert asked.request.drafts.policy.accepted > 0  # the same weights: all accepted
+        engine.set_draft_model(None)
+        late = engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=5,
+                                                                   drafter="model"))
+        late.result(60)
+        assert isinstance(late.request.drafts.drafter, LookupDrafter)
+        assert engine.memory_plan.aux == ()
+        with pytest.raises(EngineError):
+            SamplingParams(drafter="oracle")
+    finally:
+        engine.close()

@@ -126,6 +126,9 @@ class ChatRequests(QObject):
                 raise EngineError(str(e), "bad-argument") from None
             params = SamplingParams(**tab.settings(), **tab.settings_row.request_extras(),
                                     grammar=grammar)
+            draft = tab.settings_row.draft_model()  # only a model the library lists loads
+            if draft and any(draft == source for source, _ in window.draft_choices):
+                window.draft_models.ensure(window.engine, draft)
             handle = window.engine.submit(prepared, params, tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))

@@ -9,7 +9,9 @@ schema pasted here; the engine enforces it token by token (constrained
 decoding) and the chat shows the answer formatted. That choice is stored
 with the chat whatever the sampling settings follow, and so is "Drafts":
 auto lets the engine verify tokens the chat's own text predicts several at a
-time where that pays (the answer is the same either way), off never does.
+time where that pays (the answer is the same either way), "with <model>"
+has a smaller model of the same family propose them (the library's models
+that can: app/models/draft_models.py), off never drafts.
 """
 
 from __future__ import annotations
@@ -98,9 +100,9 @@ class ChatSettings(QWidget):
             self.drafts.addItem(label, key)
         self.drafts.setToolTip(
             "Drafts: the engine proposes tokens the chat's own text predicts (a passage "
-            "being quoted or edited, code being copied) and the model checks several in "
-            "one step. The answer is the same either way; auto drafts where it pays, "
-            "off never does.")
+            "being quoted or edited, code being copied), or a smaller model of the same "
+            "family guesses them, and the model checks several in one step. The answer "
+            "is the same either way; auto drafts where it pays, off never does.")
         self.drafts.currentIndexChanged.connect(lambda _=None: self.changed.emit())
         grid.addWidget(self.drafts, 2, 2)
         rows.addWidget(self.schema)
@@ -176,9 +178,35 @@ class ChatSettings(QWidget):
         return {key: (spin.value() if isinstance(spin, QSpinBox) else round(spin.value(), 3))
                 for key, spin in self.spins.items()}
 
+    def set_draft_models(self, models: list[tuple[str, str]]) -> None:
+        """The models that can draft for the loaded one, as (source, name):
+        one "Drafts: with <name>" item each; the chat's choice stays chosen
+        (listed as it was stored when the library no longer has it)."""
+        chosen = self.drafts.currentData()
+        self.drafts.blockSignals(True)
+        while self.drafts.count() > len(DRAFTS):
+            self.drafts.removeItem(len(DRAFTS))
+        for source, name in models:
+            self.drafts.addItem(f"Drafts: with {name}", f"model:{source}")
+        self._choose_drafts(chosen)
+        self.drafts.blockSignals(False)
+
+    def _choose_drafts(self, key: str | None) -> None:
+        if isinstance(key, str) and key.startswith("model:") and self.drafts.findData(key) < 0:
+            self.drafts.addItem(f"Drafts: with {key[6:]}", key)
+        at = self.drafts.findData(key)
+        self.drafts.setCurrentIndex(at if at >= 0 else 0)
+
+    def draft_model(self) -> str | None:
+        """The source of the draft model this chat drafts with, if any."""
+        key = self.drafts.currentData()
+        return key[6:] if isinstance(key, str) and key.startswith("model:") else None
+
     def request_extras(self) -> dict:
         """SamplingParams fields this row sets beside the sampling ones."""
-        return {"draft_tokens": 0} if self.drafts.currentData() == "off" else {}
+        if self.drafts.currentData() == "off":
+            return {"draft_tokens": 0}
+        return {"drafter": "model"} if self.draft_model() else {}
 
     def stored(self) -> dict:
         """What is stored with the chat: its answer format and drafts choice
@@ -188,8 +216,8 @@ class ChatSettings(QWidget):
         fmt = self.answer_format()
         if fmt:
             stored["answer_format"] = fmt
-        if self.drafts.currentData() == "off":
-            stored["drafts"] = "off"
+        if self.drafts.currentData() != "auto":
+            stored["drafts"] = self.drafts.currentData()
         return stored
 
     def apply(self, system_prompt: str, params: dict) -> None:
@@ -197,9 +225,10 @@ class ChatSettings(QWidget):
         self.system_prompt.setText(system_prompt)
         params = dict(params)
         fmt = params.pop("answer_format", None)
+        drafts = params.pop("drafts", None)
         self.drafts.blockSignals(True)
-        self.drafts.setCurrentIndex(self.drafts.findData(
-            "off" if params.pop("drafts", None) == "off" else "auto"))
+        self._choose_drafts(drafts if drafts == "off" or (
+            isinstance(drafts, str) and drafts.startswith("model:")) else "auto")
         self.drafts.blockSignals(False)
         self.follows_model = not params
         self.show_sampling(params)

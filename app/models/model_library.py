@@ -28,6 +28,20 @@ def describe_path(path: Path, origin: str = "added", name: str | None = None) ->
     return describe_folder(path, origin, name)
 
 
+def library_entries(store, default_path: Path | None,
+                    hub_cache: str | None = None) -> list[ModelEntry]:
+    """The models on disk the library lists: the bundled one, the Hugging
+    Face cache's, and what the user added."""
+    entries = []
+    if default_path is not None and default_path.exists():
+        entries.append(describe_gguf(default_path, "bundled", "SmolLM2-135M-Instruct (bundled)"))
+        entries[-1].source = "default"
+    entries += hub_cache_models(hub_cache)
+    for path in store.setting(ADDED_KEY, []) or []:
+        entries.append(describe_path(Path(path)))
+    return entries
+
+
 def _count(n: int) -> str:
     for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if n >= size:
@@ -136,14 +150,7 @@ class ModelLibrary(QDialog):
 
     # ---- listing ----------------------------------------------------------
     def refresh(self) -> None:
-        entries = []
-        if self.default_path is not None and self.default_path.exists():
-            entries.append(describe_gguf(self.default_path, "bundled",
-                                         "SmolLM2-135M-Instruct (bundled)"))
-            entries[-1].source = "default"
-        entries += hub_cache_models(self.hub_cache)
-        for path in self.store.setting(ADDED_KEY, []) or []:
-            entries.append(describe_path(Path(path)))
+        entries = library_entries(self.store, self.default_path, self.hub_cache)
         for entry in entries:
             judge(entry, self.budget_bytes, self.has_gpu,
                   dense_faster_on_cpu=self.dense_faster_on_cpu)

@@ -171,7 +171,9 @@ def _params(raw: Any) -> dict:
     if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
             isinstance(fmt.get("schema", ""), str) and len(fmt.get("schema", "")) <= 256 * 1024:
         params["answer_format"] = {k: fmt[k] for k in ("type", "schema") if k in fmt}
-    if raw.get("drafts") == "off":  # drafts turned off in the chat's settings
+    # The chat's Drafts setting: "off" travels; a draft model does not (a file
+    # must never name a path this app then loads: the library's models only).
+    if raw.get("drafts") == "off":
         params["drafts"] = "off"
     return params
 

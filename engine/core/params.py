@@ -87,9 +87,12 @@ class SamplingParams:
     # verifies for this request (None: the lane's own choice, up to
     # DRAFT_LIMIT; 0: no drafts for it); text the answer will probably
     # contain, proposed where the answer agrees with it (OpenAI's predicted
-    # output). Neither changes what the request writes, only how fast.
+    # output); what proposes (None: the lane's mode; "lookup"; "model": the
+    # engine's draft model, lookup while it has none). None changes what
+    # the request writes, only how fast.
     draft_tokens: int | None = None
     prediction: str | None = None
+    drafter: str | None = None
 
     def __post_init__(self):
         _integer("max_tokens", self.max_tokens, 1)
@@ -105,6 +108,8 @@ class SamplingParams:
             _integer("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS + 1)
         if self.draft_tokens is not None:
             _integer("draft_tokens", self.draft_tokens, 0, DRAFT_LIMIT + 1)
+        if self.drafter not in (None, "lookup", "model"):
+            raise _bad(f"drafter must be 'lookup' or 'model', not {self.drafter!r}.")
         if self.prediction is not None and (not isinstance(self.prediction, str)
                                             or len(self.prediction) > MAX_PREDICTION_CHARS):
             raise _bad(f"prediction must be text of at most {MAX_PREDICTION_CHARS:,} "

@@ -28,6 +28,7 @@ from .handoff import Handoff
 from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .batch import Drafting
+from ..core.drafts import LookupDrafter
 from .draft_model import ModelDrafter
 from .runner import ModelRunner
 
@@ -56,13 +57,10 @@ class Lane(SchedulerState):
         config = self.scheduler.config
         self.runner = ModelRunner(model, prefix_cache, config.clear_cache_every,
                                   config.solo_decode, config.batch_prefill)
-        if config.drafts == "lookup":
+        self.draft_model, self.vocab = draft_model, vocab  # the engine may set it later
+        if config.drafts != "off":
             self.runner.batch.drafts = Drafting(director.stop_token_ids,
-                                                director.context_length)
-        elif config.drafts == "model":  # the engine's draft model (draft_model.py; it checks)
-            self.runner.batch.drafts = Drafting(
-                director.stop_token_ids, director.context_length,
-                lambda r: ModelDrafter(draft_model, r.prompt_ids, vocab))
+                                                director.context_length, self._drafter)
         self._lanes = lanes  # every lane of the engine, for hand-overs
         self.nice = nice
         self.calibrate_at_start = calibrate
@@ -107,6 +105,16 @@ class Lane(SchedulerState):
         self.scheduler.reconsider_every = steps
 
     # ---- any thread -------------------------------------------------------------------
+    def _drafter(self, request: Request):
+        """What proposes for `request` (its first drafting step): the
+        engine's draft model where the request or the lane's mode asks for
+        it and one is loaded, else lookup over its own text."""
+        mode = request.params.drafter or self.scheduler.config.drafts
+        model = self.draft_model
+        if mode == "model" and model is not None:
+            return ModelDrafter(model, request.prompt_ids, self.vocab)
+        return LookupDrafter(request.prompt_ids, request.prediction_ids)
+
     def start(self) -> None:
         self.started_at = time.monotonic()
         self._thread = lanethreads.start(self._run, self.device, self.nice, f"lane-{self.name}")
