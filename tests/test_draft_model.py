@@ -14,12 +14,11 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from engine import Engine, EngineError, LaneConfig, LaneSpec, SamplingParams
-from engine.core.drafts import WidthCost
 from engine.core.memory import AuxModel, ModelShape, LaneRequest, plan_memory
 from engine.drafts import lane_mode
 from engine.models.loader import load_model
 from engine.runtime.draft_model import ModelDrafter, check_draft
-from tests.helpers import prompt_of, reference_greedy
+from tests.helpers import cheap_widths, prompt_of, reference_greedy
 from tests.scripted_model import build_scripted_model
 
 SCRIPT = "Tandem batches chats on the CPU and GPU"
@@ -62,20 +61,12 @@ def test_a_drafter_proposes_the_model_s_greedy_tokens_and_keeps_what_was_accepte
     assert drafter.propose(0) == [] and ModelDrafter(model, []).propose(3) == []
 
 
-class Cheap(WidthCost):
-    """A lane whose wider steps cost almost nothing more: every step drafts
-    (the machinery under test, not the policy's judgement of speed)."""
-
-    def of(self, rows):
-        return lambda k: 1.0 + 0.001 * k
-
-
 def _engine(loaded, drafts: str, draft=None) -> Engine:
     lane = LaneSpec("cpu", "cpu", weight_format="float32", config=LaneConfig(drafts=drafts))
     engine = Engine(loaded, lanes=[lane], draft=draft)
     assert engine.wait_ready(120, every_lane=True)
     if drafts != "off":
-        engine.lanes["cpu"].runner.batch.drafts.planner.costs = Cheap()
+        cheap_widths(engine)
     return engine
 
 

@@ -77,7 +77,7 @@ def test_a_chat_drafts_with_a_smaller_model_of_its_family(qtbot, tiny_model_dir,
     assert f"model:{tiny_model_dir}" not in listed  # not itself, nor a larger one
     plain = _send(qtbot, window, _chat(window, "auto"), "hello world")
     tab = _chat(window, f"model:{small}")
-    with qtbot.waitSignal(window.draft_models.loaded, timeout=60_000):
+    with qtbot.waitSignal(window.session.drafts.loaded, timeout=60_000):
         _send(qtbot, window, tab, "hello world")
     assert window.engine.draft_model.name == small.name
     assert "Draft model" in window.scheduler.memory.text()
@@ -86,10 +86,10 @@ def test_a_chat_drafts_with_a_smaller_model_of_its_family(qtbot, tiny_model_dir,
     qtbot.waitUntil(lambda: window.store.chat(tab.chat_id).params.get("drafts")
                     == f"model:{small}", timeout=10_000)
     # One that cannot draft (another tokenizer): said, and the chat still answers.
-    with qtbot.waitSignal(window.draft_models.failed, timeout=60_000) as failed:
+    with qtbot.waitSignal(window.session.drafts.failed, timeout=60_000) as failed:
         done = _send(qtbot, window, _chat(window, f"model:{foreign}"), "hello world")
     assert "tokenizer" in failed.args[1] and done.text == plain.text
-    window.draft_models.wait()
+    window.session.drafts.wait()
     qtbot.waitUntil(lambda: "draft model did not load" in window.statusBar().currentMessage(),
                     timeout=5_000)
     window.close()

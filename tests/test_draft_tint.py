@@ -10,23 +10,18 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
 from engine import Engine, LaneConfig, LaneSpec
-from engine.core.drafts import WidthCost
 from engine.models.loader import load_model
+from tests.helpers import cheap_widths
 from tests.scripted_model import build_scripted_model
 from tests.windows import open_window
 
 SCRIPT = "Tandem batches chats on the CPU and GPU"
 
 
-class Cheap(WidthCost):
-    def of(self, rows):
-        return lambda k: 1.0 + 0.001 * k
-
-
 def drafting(source):
     engine = Engine(load_model(source), lanes=[LaneSpec(
         "cpu", "cpu", "float32", LaneConfig(drafts="lookup"))])
-    engine.lanes["cpu"].runner.batch.drafts.planner.costs = Cheap()
+    cheap_widths(engine)
     return engine
 
 

@@ -13,18 +13,13 @@ import json
 import pytest
 
 from engine import Engine, LaneConfig, LaneSpec, SamplingParams
-from engine.core.drafts import WidthCost
 from engine.models.loader import load_model
+from tests.helpers import cheap_widths
 from tests.scripted_model import build_scripted_model
 from tests.test_server import WEATHER, Served
 from tests.tool_models import QWEN25_TOOLS, build_tool_model
 
 THOUGHT, ANSWER = "the quick brown", "hello world"
-
-
-class Cheap(WidthCost):
-    def of(self, rows):
-        return lambda k: 1.0 + 0.001 * k
 
 
 def _engine(path, drafts: str) -> Engine:
@@ -34,7 +29,7 @@ def _engine(path, drafts: str) -> Engine:
                                             config=LaneConfig(drafts=drafts))], draft=draft)
     assert engine.wait_ready(120, every_lane=True)
     if drafts != "off":
-        engine.lanes["cpu"].runner.batch.drafts.planner.costs = Cheap()
+        cheap_widths(engine)
     return engine
 
 

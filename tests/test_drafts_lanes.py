@@ -7,21 +7,12 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine, LaneConfig, LaneSpec, Migrated, SamplingParams
-from engine.core.drafts import WidthCost
 from engine.core.router import Placement
 from engine.models.loader import load_model
-from tests.helpers import TokenCounter, prompt_of, reference_greedy
+from tests.helpers import TokenCounter, cheap_widths, prompt_of, reference_greedy
 from tests.scripted_model import build_scripted_model
 
 SCRIPT = "Tandem batches chats on the CPU and GPU"
-
-
-class Cheap(WidthCost):
-    """Wider steps cost almost nothing more: every step that can draft does
-    (the machinery under test, not the policy's judgement of speed)."""
-
-    def of(self, rows):
-        return lambda k: 1.0 + 0.001 * k
 
 
 class ThereAndBack:
@@ -47,8 +38,8 @@ def _two_lanes(source, policy=None) -> Engine:
              LaneSpec("cpu", "cpu", "float32", config=config)]
     engine = Engine(load_model(str(source)), lanes=lanes, policy=policy)
     assert engine.wait_ready(120, every_lane=True)
+    cheap_widths(engine)
     for lane in engine.lanes.values():
-        lane.runner.batch.drafts.planner.costs = Cheap()
         lane.reconsider_every = 1
     return engine
 

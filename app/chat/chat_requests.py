@@ -55,6 +55,9 @@ class ChatRequests(QObject):
         """A new tab of the window: its sends, stops and files come here, its
         settings go to the store, ‹ › shows another branch."""
         window = self._window
+        # A chat's "Drafts: with <model>": the library's models that can
+        # draft for the engine's (app/models/draft_models.py, the session's).
+        tab.settings_row.set_draft_models(window.session.drafts.choices)
         tab.send_requested.connect(lambda messages, t=tab: self.submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self.stop(t))
         tab.attach_requested.connect(lambda paths, t=tab: self.attach(t, paths))
@@ -127,8 +130,9 @@ class ChatRequests(QObject):
             params = SamplingParams(**tab.settings(), **tab.settings_row.request_extras(),
                                     grammar=grammar)
             draft = tab.settings_row.draft_model()  # only a model the library lists loads
-            if draft and any(draft == source for source, _ in window.draft_choices):
-                window.draft_models.ensure(window.engine, draft)
+            drafts = window.session.drafts
+            if draft and any(draft == source for source, _ in drafts.choices):
+                drafts.ensure(window.engine, draft)
             handle = window.engine.submit(prepared, params, tab_id=str(tab.chat_id))
         except EngineError as e:
             tab.fail(str(e))

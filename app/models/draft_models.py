@@ -43,18 +43,58 @@ def draft_candidates(entries: list, engine) -> list[tuple[str, str]]:
             and (limit is None or 0 < e.parameters < limit)]
 
 
+def library_candidates(store, engine) -> list[tuple[str, str]]:
+    """`draft_candidates` among the model library's models (model_library.py)."""
+    from engine.models.loader import default_model_path
+
+    from app.models.model_library import library_entries
+
+    try:
+        default = default_model_path()
+    except EngineError:  # this copy has no bundled model
+        default = None
+    return draft_candidates(library_entries(store, default), engine)
+
+
 class DraftModels(QObject):
-    """The engine's draft model as chats ask for it: `ensure(engine, source)`
-    loads `source` on a worker thread and gives it to the engine; `loaded`
-    or `failed(source, why)` says how it went (on the GUI thread)."""
+    """A window's draft models: `choices` (the library's models that can
+    draft for its engine's, refreshed by `show_for(engine)` in every chat's
+    settings); `ensure(engine, source)` loads `source` on a worker thread and
+    gives it to the engine; `loaded` or `failed(source, why)` says how it
+    went (on the GUI thread: the dock's memory plan, the status bar)."""
 
     loaded = Signal(str)
     failed = Signal(str, str)
 
-    def __init__(self, parent: QObject | None = None):
-        super().__init__(parent)
+    def __init__(self, window=None):
+        super().__init__(window)
         self.source: str | None = None  # loaded or loading
+        self.choices: list[tuple[str, str]] = []
         self._threads: list[threading.Thread] = []
+        self._window = window
+        if hasattr(window, "statusBar"):
+            self.failed.connect(lambda source, why: window.statusBar().showMessage(
+                f"The draft model did not load (chats draft by lookup): {why}", 15_000))
+            self.loaded.connect(self._show_plan)
+
+    def _show_plan(self, _source: str) -> None:
+        engine = self._window.engine
+        if engine is not None:
+            self._window.scheduler.show_memory_plan(engine.memory_plan)
+
+    def show_for(self, engine) -> None:
+        """A new engine: it has no draft model yet; its choices in every chat."""
+        self.forget()
+        window = self._window
+        if window is None or not hasattr(window, "chat_tabs"):
+            return
+        try:
+            self.choices = library_candidates(window.store, engine)
+        except Exception as e:  # a library that cannot be read lists none: chats still draft
+            self.choices = []
+            window.statusBar().showMessage(f"Draft models not listed: {e}", 10_000)
+        for tab in window.chat_tabs():
+            tab.settings_row.set_draft_models(self.choices)
 
     def ensure(self, engine, source: str) -> None:
         if engine is None or (self.source is not None and _same(self.source, source)):
@@ -71,7 +111,7 @@ class DraftModels(QObject):
             except Exception as e:  # keep the app alive whatever a file holds
                 self._failed(source, f"{type(e).__name__}: {e}")
             else:
-                self.loaded.emit(source)
+                self._emit(self.loaded, source)
 
         thread = threading.Thread(target=work, name="draft-model-loader", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
@@ -80,7 +120,14 @@ class DraftModels(QObject):
     def _failed(self, source: str, why: str) -> None:
         if self.source == source:
             self.source = None  # a later send tries again
-        self.failed.emit(source, why)
+        self._emit(self.failed, source, why)
+
+    @staticmethod
+    def _emit(signal, *args) -> None:
+        try:
+            signal.emit(*args)
+        except RuntimeError:  # the window closed while the model loaded
+            pass
 
     def forget(self) -> None:
         """A new engine: it has no draft model yet."""

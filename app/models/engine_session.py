@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine import EngineError
 
+from app.models.draft_models import DraftModels
 from app.models.engine_loader import EngineCloser, EngineLoader, load_engine
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ class EngineSession(QObject):
 
     `remote_spec(name)`: the (spec, key) of a saved remote lane, or why not;
     `apply_remotes(engine)`: give a new engine the saved remote lanes, returns
-    the problems (both from app/connections, handed in by the window)."""
+    the problems (both from app/connections, handed in by the window).
+    `drafts`: the draft models chats pick for the engine in use."""
 
     loading = Signal(str)
     loaded = Signal(object)
@@ -52,6 +54,9 @@ class EngineSession(QObject):
         self._closer.closed.connect(self.closed)
         self._factory = factory or load_engine
         self._remote_models: dict[str, tuple] = {}  # "remote:<name>" -> (spec, key)
+        # Draft models a chat picks (draft_models.py): each engine's choices.
+        self.drafts = DraftModels(parent)
+        self.loaded.connect(self.drafts.show_for)
         self.download_job = None  # the last model download (app/models/download.py)
         self._loader = EngineLoader(self._make, self)
         self._loader.loaded.connect(self._on_loaded)

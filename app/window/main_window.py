@@ -23,7 +23,6 @@ from app.conversation.conversation import Conversation
 from app.conversation.history import History, load_history
 from app.conversation.saving import save_progress
 from app.models.bridge import EngineBridge
-from app.models.draft_models import DraftModels, draft_candidates
 from app.models.engine_session import EngineSession
 from app.scheduler.request_feed import RequestFeed
 from app.scheduler.scheduler_dock import SchedulerDock
@@ -89,12 +88,6 @@ class MainWindow(QMainWindow):
         self.sidebar.deleted.connect(self._on_chat_deleted)
         self.chats_dock = add_dock(self, "Chats", "chats", self.sidebar, Qt.LeftDockWidgetArea,
                                    QDockWidget.DockWidgetMovable)
-        self.draft_models = DraftModels(self)  # a chat's "Drafts: with <model>"
-        self.draft_models.failed.connect(lambda source, why: self.statusBar().showMessage(
-            f"The draft model did not load (chats draft by lookup): {why}", 15_000))
-        self.draft_models.loaded.connect(lambda _: self.engine is not None and
-                                         self.scheduler.show_memory_plan(self.engine.memory_plan))
-        self.draft_choices: list[tuple[str, str]] = []
         self.requests = ChatRequests(self)
         self.importer = ChatImporter(self)
         tab_badges.install(self)
@@ -139,30 +132,11 @@ class MainWindow(QMainWindow):
         self.status.show_model(engine.model_info.label)
         self.status.show_lanes_starting(engine)
         self.show_lanes(engine)
-        self._show_draft_models(engine)
         for tab in self.chat_tabs():
             tab.set_ready(True)
             tab.show_context(tab.conversation.context_used, engine.context_length)
             tab.apply_model_defaults(engine.generation_defaults.as_dict())
         self.engine_ready.emit()
-
-    def _show_draft_models(self, engine: EngineAPI) -> None:
-        """The library's models that can draft for `engine`'s, in every chat's settings."""
-        from app.models.model_library import library_entries
-        from engine.models.loader import default_model_path
-
-        self.draft_models.forget()
-        try:
-            try:
-                default = default_model_path()
-            except Exception:  # this copy has no bundled model
-                default = None
-            self.draft_choices = draft_candidates(library_entries(self.store, default), engine)
-        except Exception as e:  # a library that cannot be read lists none: chats still draft
-            self.draft_choices = []
-            self.statusBar().showMessage(f"Draft models not listed: {e}", 10_000)
-        for tab in self.chat_tabs():
-            tab.settings_row.set_draft_models(self.draft_choices)
 
     def show_lanes(self, engine: EngineAPI) -> None:
         """The engine's lanes changed (remote lanes added or removed)."""
@@ -204,7 +178,6 @@ class MainWindow(QMainWindow):
         tab = ChatTab(chat.title, chat_id=chat_id, conversation=Conversation(
             history.messages, history.footers, history.versions, history.context_used))
         tab.apply_settings(chat.system_prompt, chat.params)
-        tab.settings_row.set_draft_models(self.draft_choices)
         if self.engine is not None:
             tab.apply_model_defaults(self.engine.generation_defaults.as_dict())
         self.requests.adopt(tab)  # its sends, stops, files, settings and ‹ ›

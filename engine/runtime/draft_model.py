@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import (KVCache, can_trim_prompt_cache, make_prompt_cache,
+                                 trim_prompt_cache)
 
 from ..core.errors import EngineError
 
@@ -45,7 +46,11 @@ def check_draft(target, draft) -> str | None:
         if set(draft.stop_token_ids) != set(target.stop_token_ids):
             raise EngineError(f"Cannot draft: {names} end answers with different tokens.",
                               "bad-argument")
-    if not can_trim_prompt_cache(make_prompt_cache(draft.model)):
+    caches = make_prompt_cache(draft.model)
+    # Only plain KV caches: a sliding window that has wrapped cannot take its
+    # rejected drafts back (mlx-lm's trim then does nothing), nor can a
+    # recurrent layer's state.
+    if not can_trim_prompt_cache(caches) or any(type(c) is not KVCache for c in caches):
         raise EngineError(f"Cannot draft with {draft.name or draft.label!r}: its caches "
                           f"cannot rewind (a sliding window or a recurrent layer).",
                           "bad-argument")
