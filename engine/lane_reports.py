@@ -74,7 +74,9 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
                 queue_depth=lane.queue_depth, kv_bytes=lane.kv_bytes,
                 prefix_cache_bytes=prefix_bytes(), phase=lane.phase,
                 prefill_left=lane.scheduler.prefill_left, drafted=lane.stats.drafted,
-                accepted_drafts=lane.stats.accepted_drafts))
+                accepted_drafts=lane.stats.accepted_drafts,
+                drafts_on=(lane.draft_site.placement.reason
+                           if lane.draft_model is not None else "")))
         try:
             for sample in remote_samples(prefix_bytes()):
                 emit(sample)

@@ -94,3 +94,42 @@ def test_cancel_mid_stream_with_drafts_on(tiny_model_dir, tiny_loaded):
         assert after.reason in ("stop", "length")
     finally:
         engine.close()
+
+
+class StayOnGpu:
+    name = "stay"
+
+    def place(self, request, lanes):
+        return Placement("gpu", "test")
+
+    def place_decode(self, request, current, lanes):
+        return Placement("gpu", "test")
+
+    def reconsider(self, request, current, lanes):
+        return None
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "gpu-only"])
+def test_the_draft_model_runs_where_the_placement_says(tiny_model_dir, tiny_loaded, mode):
+    """In hybrid mode the verifying lane measures drafting on each lane's
+    device and drafts where that is least (two CPU lanes here: both are
+    measured, the answer is the same); in gpu-only mode only on its own."""
+    config = LaneConfig(drafts="model")
+    lanes = [LaneSpec("gpu", "cpu", "float32", acts_as="gpu", config=config),
+             LaneSpec("cpu", "cpu", "float32", config=config)]
+    engine = Engine(load_model(str(tiny_model_dir)), lanes=lanes, policy=StayOnGpu(),
+                    mode=mode, draft=load_model(str(tiny_model_dir)))
+    try:
+        assert engine.wait_ready(120, every_lane=True)
+        cheap_widths(engine)
+        ids = prompt_of(tiny_loaded, "the quick brown fox jumps")
+        handle = engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=40,
+                                                                     draft_tokens=2))
+        done = handle.result(60)
+        assert handle.request.output_ids == reference_greedy(tiny_loaded, ids, 40)
+        assert done.accepted_drafts > 0
+        measured = set(engine.lanes["gpu"].draft_site.placement.seconds)
+        assert measured == ({"gpu", "cpu"} if mode == "hybrid" else {"gpu"})
+        assert engine.lanes["gpu"].draft_site.placement.reason
+    finally:
+        engine.close()

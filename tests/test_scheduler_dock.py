@@ -258,6 +258,15 @@ def test_a_lane_card_says_when_its_lane_is_still_warming_up(qtbot, window):
     assert card.numbers.text() == "warming up: not routed to until ready · 2 queued"
     window.scheduler.on_lane_sample(sample("serving"))
     assert "busy" in card.numbers.text() and "warming" not in card.numbers.text()
+    assert "drafts" not in card.numbers.text()
+    # Draft work (issue 32): how many were accepted, and where the draft model ran.
+    drafting = LaneSample(lane="gpu", device="gpu", busy_fraction=0.5, tokens_per_s=9.0,
+                          batch_size=1, queue_depth=0, kv_bytes=0, prefix_cache_bytes=0,
+                          drafted=50, accepted_drafts=42,
+                          drafts_on="CPU: 4.0 ms a drafted token (against GPU 9.0)")
+    window.scheduler.on_lane_sample(drafting)
+    assert "drafts: 42 of 50 accepted · drafting on CPU" in card.numbers.text()
+    assert "against GPU 9.0" in card.numbers.toolTip()
 
 
 def test_idle_plots_are_not_redrawn(qtbot, window):

@@ -130,6 +130,8 @@ class LaneSample:
     prefill_left: int = 0  # prompt tokens still to prefill on this lane
     drafted: int = 0  # draft tokens this lane verified so far (issue 32)
     accepted_drafts: int = 0  # of those, accepted
+    # Where its draft model ran last and why (core/draft_place.py; "": none).
+    drafts_on: str = ""
     time: float = field(default_factory=now)
 
 

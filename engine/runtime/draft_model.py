@@ -18,7 +18,9 @@ rows (left: docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 import mlx.core as mx
 from mlx_lm.models.cache import (KVCache, can_trim_prompt_cache, make_prompt_cache,
@@ -71,9 +73,11 @@ class ModelDrafter:
     vocabulary size (a draft with a larger, padded vocabulary never
     proposes an id the target does not have)."""
 
-    def __init__(self, model, prompt: Sequence[int], vocab: int | None = None):
+    def __init__(self, model, prompt: Sequence[int], vocab: int | None = None,
+                 site: "DraftSite | None" = None):
         self.model = model
         self.vocab = vocab
+        self.site = site  # where its forwards run (None: the calling lane's stream)
         self.tokens: list[int] = []
         self.answer_start = len(prompt)
         self.cache = make_prompt_cache(model)
@@ -101,11 +105,20 @@ class ModelDrafter:
         kept = min(kept, len(self.tokens) - 1)  # the last token is fed: its logits draw
         if cached > kept:
             trim_prompt_cache(self.cache, cached - kept)
-        todo = self.tokens[kept:]
+        lane, device = self.site.choose() if self.site is not None else (None, None)
+        with mx.stream(device) if device is not None else nullcontext():
+            proposal = self._draft(self.tokens[kept:], k, lane)
+        # The cache now holds every known token and the proposal but its last.
+        self._known, self._drafted = len(self.tokens), proposal[:-1]
+        return proposal
+
+
+    def _draft(self, todo: list[int], k: int, lane: str | None) -> list[int]:
         while len(todo) > PREFILL_CHUNK:  # a long catch-up (the prompt) in chunks
             self.model(mx.array([todo[:PREFILL_CHUNK]]), cache=self.cache)
             mx.eval([c.state for c in self.cache])
             todo = todo[PREFILL_CHUNK:]
+        start = time.perf_counter()
         # The rest (after an accepted run: its last token and the target's
         # own) in the first draft forward; nothing waits until all k are drawn.
         y, drafted = mx.array([todo]), []
@@ -116,9 +129,28 @@ class ModelDrafter:
             y = mx.argmax(logits, axis=-1, keepdims=True)
             drafted.append(y)
         proposal = mx.concatenate(drafted, axis=1)[0].tolist()  # one wait for all k
-        # The cache now holds every known token and the proposal but its last.
-        self._known, self._drafted = len(self.tokens), proposal[:-1]
+        if self.site is not None:
+            self.site.observe(lane, (time.perf_counter() - start) / k)
         return proposal
+
+
+class DraftSite:
+    """A verifying lane's draft placement in MLX terms: core/draft_place.py
+    decides among `candidates()` (lane name -> its device, "gpu" or "cpu");
+    the draft's forwards run on that device's stream in this lane's thread
+    (MLX arrays are shared: unified memory on Apple silicon, managed memory
+    under CUDA), so its KV stays where it is whichever device reads it next."""
+
+    def __init__(self, placement, candidates: Callable[[], dict[str, str]]):
+        self.placement, self.candidates = placement, candidates
+
+    def choose(self) -> tuple[str, mx.Device]:
+        lanes = self.candidates()
+        lane = self.placement.choose(list(lanes))
+        return lane, mx.gpu if lanes.get(lane) == "gpu" else mx.cpu
+
+    def observe(self, lane: str, seconds_per_token: float) -> None:
+        self.placement.observe(lane, seconds_per_token)
 
 
 def _common(a: list[int], b: list[int]) -> int:

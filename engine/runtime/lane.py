@@ -29,7 +29,8 @@ from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .batch import Drafting
 from ..core.drafts import LookupDrafter
-from .draft_model import ModelDrafter
+from ..core.draft_place import DraftPlacement
+from .draft_model import DraftSite, ModelDrafter
 from .runner import ModelRunner
 
 
@@ -58,6 +59,7 @@ class Lane(SchedulerState):
         self.runner = ModelRunner(model, prefix_cache, config.clear_cache_every,
                                   config.solo_decode, config.batch_prefill)
         self.draft_model, self.vocab = draft_model, vocab  # the engine may set it later
+        self.draft_site = DraftSite(DraftPlacement(name), self._draft_lanes)
         if config.drafts != "off":
             self.runner.batch.drafts = Drafting(director.stop_token_ids,
                                                 director.context_length, self._drafter)
@@ -112,8 +114,16 @@ class Lane(SchedulerState):
         mode = request.params.drafter or self.scheduler.config.drafts
         model = self.draft_model
         if mode == "model" and model is not None:
-            return ModelDrafter(model, request.prompt_ids, self.vocab)
+            return ModelDrafter(model, request.prompt_ids, self.vocab, self.draft_site)
         return LookupDrafter(request.prompt_ids, request.prediction_ids)
+
+    def _draft_lanes(self) -> dict[str, str]:
+        """Where this lane's draft model may run: in hybrid mode any serving
+        local lane's device (draft_place.py decides), else its own."""
+        if self.director.mode != "hybrid":
+            return {self.name: self.device}
+        return {name: lane.device for name, lane in self._lanes.items()
+                if name == self.name or (lane.failed is None and lane.phase == "serving")}
 
     def start(self) -> None:
         self.started_at = time.monotonic()
