@@ -41,7 +41,10 @@ def load_draft(source: str, target: LoadedModel) -> LoadedModel:
     The target's own source drafts with the target's arrays: no second copy."""
     if str(source) in (target.source, target.name):
         return dataclasses.replace(target)
-    return load_model(source)
+    try:
+        return load_model(source)
+    except EngineError as e:
+        raise EngineError(f"The draft model did not load: {e}", e.kind) from e
 
 
 def check_lanes(specs: list[LaneSpec], draft: LoadedModel | None,

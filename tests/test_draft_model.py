@@ -233,3 +233,11 @@ def test_a_draft_model_set_later_serves_the_requests_that_ask(tiny_model_dir, tm
             SamplingParams(drafter="oracle")
     finally:
         engine.close()
+
+
+def test_a_draft_model_that_is_not_there_is_named_as_the_draft(capsys, tmp_path):
+    from app import cli
+
+    assert cli.main(["generate", "--draft-model", str(tmp_path / "nope"), "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "The draft model did not load" in err and "nope" in err
