@@ -117,10 +117,15 @@ def test_settings_in_range_are_kept_and_bounded_like_the_settings_row(store):
     assert store.chat(new).params == {"temperature": 2.0, "top_k": 1000, "max_tokens": 1,
                                       "min_p": 0.05}
     assert [key for key, *_ in SPINS] == list(PARAMS)  # one row, one set of bounds
-    # Drafts turned off travel with the chat; any other value is the default.
-    for drafts, kept in (("off", {"drafts": "off"}), ("on", {}), (["off"], {})):
+    # Drafts turned off travel with the chat; any other value is the default,
+    # and a draft model (a path on the machine that wrote it) never travels.
+    for drafts, kept in (("off", {"drafts": "off"}), ("on", {}), (["off"], {}),
+                         ("model:/etc/passwd", {})):
         doc = {"params": {"drafts": drafts}, "messages": [{"role": "user", "content": "x"}]}
         assert store.chat(import_chat(store, json.dumps(doc).encode())).params == kept
+    chat = store.create_chat("mine", params={"drafts": "model:/home/me/models/small"})
+    store.add_message(chat.id, "user", "x")
+    assert "/home/me" not in export_chat(store, chat.id)
 
 
 def test_attachment_records_from_a_file_are_counts_inside_the_message():

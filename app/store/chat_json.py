@@ -34,9 +34,11 @@ class ImportError_(ValueError):
 def export_chat(store, chat_id: int) -> str:
     chat = store.chat(chat_id)
     messages = store.all_messages(chat_id)
+    # A draft model's path on this machine stays here (an import drops it too).
+    params = {k: v for k, v in chat.params.items() if k != "drafts" or v == "off"}
     return json.dumps({
         "format": FORMAT, "version": VERSION, "title": chat.title,
-        "system_prompt": chat.system_prompt, "params": chat.params,
+        "system_prompt": chat.system_prompt, "params": params,
         "created_at": chat.created_at, "leaf": store.leaf(chat_id),
         "messages": [{"id": m.id, "parent": m.parent_id, "role": m.role, "content": m.content,
                       "reasoning": m.reasoning, "complete": m.complete, "stats": m.stats,

@@ -14,7 +14,8 @@ Proposals are the draft's greedy choices. A sampled row accepts a proposed
 token only where the target's own draw (keyed by its position, sampling.py)
 equals it, so the answer is the one the target writes without drafts,
 greedy or sampled; rejection sampling would accept more often for sampled
-rows (left: docs/ARCHITECTURE.md)."""
+rows, but a seeded answer would then depend on the draft (engine/README.md,
+"Drafts")."""
 
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ from ..core.errors import EngineError
 PREFILL_CHUNK = 512  # tokens the draft model reads at once when it catches up
 
 
-def check_draft(target, draft) -> str | None:
+def check_draft(target, draft) -> None:
     """Raise EngineError unless `draft` (a LoadedModel) can draft for `target`:
-    the same tokens for the same ids, and caches that can rewind. Returns a
-    note for people when they differ harmlessly (vocabulary padding), else None."""
+    the same tokens for the same ids, the same stop tokens, and caches that
+    can rewind (a larger, padded vocabulary is fine: ModelDrafter cuts it)."""
     names = f"the draft model {draft.name or draft.label!r} and {target.name or target.label!r}"
     if draft.model is not target.model:
         mine, theirs = _vocab(target.tokenizer), _vocab(draft.tokenizer)
@@ -56,7 +57,6 @@ def check_draft(target, draft) -> str | None:
         raise EngineError(f"Cannot draft with {draft.name or draft.label!r}: its caches "
                           f"cannot rewind (a sliding window or a recurrent layer).",
                           "bad-argument")
-    return None
 
 
 def _vocab(tokenizer) -> dict[str, int]:
@@ -111,7 +111,6 @@ class ModelDrafter:
         # The cache now holds every known token and the proposal but its last.
         self._known, self._drafted = len(self.tokens), proposal[:-1]
         return proposal
-
 
     def _draft(self, todo: list[int], k: int, lane: str | None) -> list[int]:
         while len(todo) > PREFILL_CHUNK:  # a long catch-up (the prompt) in chunks

@@ -1,0 +1,164 @@
+"""One segment of a conversation's KV on disk (issue 33, the disk tier's
+file format): positions [start, start + count) of a token prefix, every
+layer's keys and values, for one model.
+
+A file is `MAGIC`, a little-endian uint32 header length, a JSON header, then
+the arrays' raw bytes. The header names the format version, the model's
+identity, the SHA-256 of the token ids up to the segment's end (its KV
+depends on every token before it), the positions it holds, each array's
+dtype, shape and place, and the BLAKE2b checksum of the bytes. Everything is
+checked in plain Python before any MLX call sees the bytes (`check`):
+mlx's own loaders crash the process on damaged files, as the GGUF checks
+found. Arrays are built from the checked bytes with numpy (bfloat16 as its
+uint16 bits). Writes are atomic: a temporary file, fsync, rename."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"TANDEMKV"
+VERSION = 1
+MAX_HEADER = 1 << 20  # bytes: a header is a few KiB even for 128 layers
+DTYPES = {"float16": (np.float16, 2), "bfloat16": (np.uint16, 2), "float32": (np.float32, 4)}
+
+
+class KVFileError(ValueError):
+    """A file that is not a usable segment for this request; says why."""
+
+
+@dataclass(slots=True, frozen=True)
+class Segment:
+    """A checked segment's header: what it holds and where."""
+    model: str
+    start: int
+    count: int
+    dtype: str
+    arrays: tuple[tuple[tuple[int, ...], int], ...]  # (shape, offset in the payload)
+    payload_offset: int
+
+
+def tokens_hash(tokens) -> str:
+    """SHA-256 of token ids (int32, little-endian)."""
+    return hashlib.sha256(np.asarray(list(tokens), dtype="<i4").tobytes()).hexdigest()
+
+
+def encode(model: str, tokens, start: int, layers: list) -> bytes:
+    """A segment's bytes: `layers` is [(keys, values)] of MLX arrays, each
+    (1, heads, count, head_dim) holding positions start .. start + count of
+    `tokens` (the prefix up to the segment's end)."""
+    import mlx.core as mx
+
+    arrays = [a for pair in layers for a in pair]
+    if not arrays:
+        raise ValueError("a segment holds at least one layer")
+    dtype = str(arrays[0].dtype).rsplit(".", 1)[-1]
+    if dtype not in DTYPES or any(a.dtype != arrays[0].dtype for a in arrays):
+        raise ValueError(f"KV of one dtype (float16, bfloat16, float32), not {dtype}")
+    count = arrays[0].shape[2]
+    if len(tokens) != start + count:
+        raise ValueError("tokens must run to the segment's end")
+    blobs = [np.array(a.view(mx.uint16) if dtype == "bfloat16" else a).tobytes()
+             for a in arrays]
+    offsets, at = [], 0
+    for a, blob in zip(arrays, blobs):
+        offsets.append([list(a.shape), at])
+        at += len(blob)
+    payload = b"".join(blobs)
+    header = json.dumps({
+        "version": VERSION, "model": model, "tokens": tokens_hash(tokens), "start": start,
+        "count": count, "dtype": dtype, "arrays": offsets,
+        "checksum": hashlib.blake2b(payload, digest_size=32).hexdigest()},
+        separators=(",", ":")).encode()  # no whitespace: one spelling per header
+    return MAGIC + struct.pack("<I", len(header)) + header + payload
+
+
+def check(data: bytes, model: str, tokens) -> Segment:
+    """The segment's header if `data` is a whole, undamaged segment of
+    `model` for exactly `tokens` (the prefix up to its end); else
+    KVFileError saying why. Plain Python: no MLX call."""
+    head = len(MAGIC) + 4
+    if len(data) < head or data[:len(MAGIC)] != MAGIC:
+        raise KVFileError("not a Tandem KV file")
+    (size,) = struct.unpack("<I", data[len(MAGIC):head])
+    if size > MAX_HEADER or head + size > len(data):
+        raise KVFileError("truncated or damaged header")
+    try:
+        header = json.loads(data[head:head + size])
+    except (ValueError, UnicodeDecodeError):
+        raise KVFileError("damaged header") from None
+    if not isinstance(header, dict) or header.get("version") != VERSION:
+        raise KVFileError("another format version")
+    if header.get("model") != model:
+        raise KVFileError("another model's KV")
+    if header.get("tokens") != tokens_hash(tokens):
+        raise KVFileError("KV of other tokens")
+    segment = _layout(header, len(tokens), head + size, len(data))
+    payload = data[head + size:]
+    if hashlib.blake2b(payload, digest_size=32).hexdigest() != header.get("checksum"):
+        raise KVFileError("the bytes do not match their checksum")
+    return segment
+
+
+def _layout(header: dict, n_tokens: int, payload_offset: int, total: int) -> Segment:
+    """The arrays' places, each checked against the payload's size."""
+    start, count, dtype = header.get("start"), header.get("count"), header.get("dtype")
+    arrays = header.get("arrays")
+    if not (type(start) is int and type(count) is int and 0 <= start and 0 < count
+            and start + count == n_tokens):
+        raise KVFileError("positions that do not match the tokens")
+    if dtype not in DTYPES or not isinstance(arrays, list) or not arrays or len(arrays) % 2:
+        raise KVFileError("damaged array list")
+    width, at, out = DTYPES[dtype][1], 0, []
+    for entry in arrays:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                and len(entry[0]) == 4 and all(type(d) is int and 0 < d < 1 << 24
+                                               for d in entry[0])
+                and entry[0][0] == 1 and entry[0][2] == count and entry[1] == at):
+            raise KVFileError("damaged array list")
+        shape = tuple(entry[0])
+        at += int(np.prod(shape, dtype=np.int64)) * width
+        out.append((shape, entry[1]))
+    if payload_offset + at != total:
+        raise KVFileError("truncated or padded payload")
+    return Segment(header["model"], start, count, dtype, tuple(out), payload_offset)
+
+
+def decode(data: bytes, model: str, tokens) -> list:
+    """[(keys, values)] as MLX arrays from a segment's bytes, after `check`."""
+    import mlx.core as mx
+
+    segment = check(data, model, tokens)
+    np_dtype, width = DTYPES[segment.dtype]
+    arrays = []
+    for shape, offset in segment.arrays:
+        n = int(np.prod(shape, dtype=np.int64))
+        raw = np.frombuffer(data, np_dtype, n, segment.payload_offset + offset).reshape(shape)
+        array = mx.array(raw)
+        arrays.append(array.view(mx.bfloat16) if segment.dtype == "bfloat16" else array)
+    return list(zip(arrays[0::2], arrays[1::2]))
+
+
+def write(path: str | Path, data: bytes) -> None:
+    """`data` at `path`, atomically (a reader sees the whole file or none);
+    readable by this user only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kv-", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
