@@ -1,0 +1,134 @@
+"""The disk tier (issue 33, engine/runtime/disk_tier.py) on its own: real KV
+of the tiny model saved in segments by the background writer, found again
+by a new tier on the same folder (a restart) and read back bit for bit; a
+damaged file removed and the match cut before it; the byte budget; a full
+disk a note. Engine integration comes in a later step of the issue."""
+
+from __future__ import annotations
+
+import errno
+
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
+
+from engine.runtime import kv_file
+from engine.runtime.disk_tier import DiskTier, chain_hashes
+from tests.helpers import prompt_of
+
+MODEL = "tiny-llama:float32:test"
+BLOCK = 16
+
+
+def kv_of(loaded, text: str):
+    tokens = prompt_of(loaded, text)
+    cache = make_prompt_cache(loaded.model)
+    loaded.model(mx.array([tokens]), cache=cache)
+    layers = [(c.keys[:, :, :c.offset], c.values[:, :, :c.offset]) for c in cache]
+    mx.eval(layers)
+    return tokens, layers
+
+
+LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+
+
+def test_chain_hashes_cover_whole_blocks_and_their_past():
+    a = chain_hashes(list(range(40)), 16)
+    assert len(a) == 2
+    assert chain_hashes(list(range(32)), 16) == a
+    b = chain_hashes([99] + list(range(1, 40)), 16)
+    assert b[0] != a[0] and b[1] != a[1]  # a change early changes every later hash
+
+
+def test_saved_kv_is_found_after_a_restart_and_reads_back_exactly(tiny_loaded, tmp_path):
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    assert len(tokens) > 100
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    assert tier.save(tokens, layers)
+    assert tier.close(30)
+    end = len(tokens) - len(tokens) % BLOCK
+    files = sorted(tier.folder.iterdir())
+    assert len(files) == -(-end // 48)  # segments of at most 48 positions
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)  # a new process
+    # A follow-up turn: the conversation so far, then more.
+    follow = tokens + prompt_of(tiny_loaded, "and then?")
+    match = again.match(follow)
+    assert match.num_tokens == end and len(match.segments) == len(files)
+    read, back = again.read(match, follow)
+    assert read == end
+    for (k0, v0), (k1, v1) in zip(layers, back):
+        assert mx.array_equal(k0[:, :, :end], k1).item()
+        assert mx.array_equal(v0[:, :, :end], v1).item()
+    # Saving the longer conversation writes only what the disk lacks.
+    tokens2, layers2 = kv_of(tiny_loaded, LONG + " and the dog sleeps on")
+    before = again.written_bytes
+    again.save(tokens2, layers2)
+    again.close(30)
+    assert 0 < again.written_bytes - before < sum(f.stat().st_size for f in files)
+    # Another model's tier in the same root sees none of it.
+    assert DiskTier(tmp_path, "another-model", BLOCK, 1 << 30).match(follow).num_tokens == 0
+
+
+def test_a_damaged_file_is_removed_and_the_match_ends_before_it(tiny_loaded, tmp_path):
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=32)
+    tier.save(tokens, layers)
+    tier.close(30)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=32)
+    match = again.match(tokens)
+    second = match.segments[1]
+    data = bytearray(second.path.read_bytes())
+    data[-5] ^= 0xFF
+    second.path.write_bytes(bytes(data))
+    read, back = again.read(match, tokens)
+    assert read == match.segments[0].end and back[0][0].shape[2] == read
+    assert not second.path.exists() and "could not be used" in again.notes[-1]
+    assert again.match(tokens).num_tokens == read  # it is gone from the index too
+    # A file of another format under a segment's name is refused the same way.
+    first = match.segments[0]
+    first.path.write_bytes(b"GGUF" + bytes(100))
+    assert again.read(again.match(tokens), tokens) == (0, [])
+    assert not first.path.exists() and again.match(tokens).num_tokens == 0
+
+
+def test_the_budget_evicts_the_least_recently_used_chat(tiny_loaded, tmp_path):
+    first, kv1 = kv_of(tiny_loaded, LONG)
+    second, kv2 = kv_of(tiny_loaded, "numbers 0123456789 " * 10)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    tier.save(first, kv1)
+    tier.close(30)
+    one_chat = tier.nbytes
+    tier.budget_bytes = one_chat  # room for the first chat, not both
+    tier.match(first)  # used just now: the newest
+    tier.save(second, kv2)
+    tier.close(30)
+    assert tier.nbytes <= tier.budget_bytes
+    assert tier.match(second).num_tokens > 0 and tier.match(first).num_tokens == 0
+
+
+def test_a_full_disk_stops_saving_with_one_note(tiny_loaded, tmp_path, monkeypatch):
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(kv_file, "write", full)
+    tier.save(tokens, layers)
+    tier.close(30)
+    assert not tier.saving and tier.notes == ["Saving KV to disk stopped: No space left on device."]
+    assert tier.save(tokens, layers) is False and tier.match(tokens).num_tokens == 0
+
+
+def test_a_slow_writer_drops_saves_instead_of_blocking(tiny_loaded, tmp_path, monkeypatch):
+    import threading
+
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    gate = threading.Event()
+    real = kv_file.write
+    monkeypatch.setattr(kv_file, "write", lambda p, d: gate.wait(30) and real(p, d))
+    results = [tier.save(tokens, layers) for _ in range(20)]  # returns at once each time
+    assert results.count(False) == tier.dropped > 0
+    gate.set()
+    assert tier.close(30)
+    assert tier.match(tokens).num_tokens > 0
