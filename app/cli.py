@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
                           "not (1: off; default: the model's own, else 1.1)")
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
-    _add_draft(gen)
+    _add_engine_options(gen)
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
                            description="Serve the OpenAI API (/v1/chat/completions, "
                                        "/v1/completions, /v1/models) on this machine.",
@@ -84,17 +84,23 @@ def _parser() -> argparse.ArgumentParser:
                        help="also answer requests whose Host header names NAME (repeatable)")
     serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN call the API, with CORS (repeatable)")
-    _add_draft(serve)
+    _add_engine_options(serve)
     return parser
 
 
-def _add_draft(command) -> None:
+def _add_engine_options(command) -> None:
+    """Drafts and the disk tier: how the engine of `generate` and `serve` runs."""
     command.add_argument("--draft", choices=("auto", "off", "lookup", "model"), default="auto",
                          help="drafts: tokens proposed ahead and verified several in one "
                               "forward where that pays (the same text either way). lookup: "
                               "from the prompt and what the answer wrote (copying, quoting, "
                               "editing); model: from --draft-model; auto: the draft model "
                               "if given, else lookup")
+    command.add_argument("--kv-cache-dir", default=None, metavar="DIR",
+                         help="keep finished answers' KV here, so the next run resumes a "
+                              "conversation warm (default: Tandem's cache folder)")
+    command.add_argument("--no-kv-cache", action="store_true",
+                         help="neither save KV to disk nor read it back")
     command.add_argument("--draft-model", default=None, metavar="MODEL",
                          help="a small model with the same tokenizer that drafts (" +
                               "a GGUF file, a model folder or a repo id)")
@@ -114,14 +120,27 @@ def _remotes(texts: list[str]) -> list:
             for i, text in enumerate(texts)]
 
 
+def _kv_cache_dir(args) -> str | None:
+    """The disk tier's folder for this command (None: --no-kv-cache)."""
+    if args.no_kv_cache:
+        return None
+    if args.kv_cache_dir:
+        return args.kv_cache_dir
+    from app.store.journal import cache_dir
+
+    return str(cache_dir() / "kv")
+
+
 def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
-                 draft_model: str | None = None):
+                 draft_model: str | None = None, kv_cache_dir: str | None = None):
     """The engine for `model`, or None after saying why on stderr."""
     from engine import Engine, EngineError, default_lanes
     from engine.drafts import lane_mode
 
     try:
         extra = {"remotes": _remotes(list(remotes))} if remotes else {}
+        if kv_cache_dir:
+            extra["kv_cache_dir"] = kv_cache_dir
         mode = lane_mode(draft, draft_model)
         if mode != "off":
             extra["lanes"] = default_lanes(mode)
@@ -144,7 +163,8 @@ def serve(args) -> int:
 
     from server.api import ServerConfig, make_app
 
-    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model)
+    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
+                          _kv_cache_dir(args))
     if engine is None:
         return 2
     app = make_app(engine, ServerConfig(
@@ -244,7 +264,8 @@ def generate(args) -> int:
         return 2
     from engine import EngineError, Finished, Token
 
-    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model)
+    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
+                          _kv_cache_dir(args))
     if engine is None:
         return 2
     messages = []
@@ -280,6 +301,8 @@ def generate(args) -> int:
     print(f"{ended}; prompt {done.prompt_tokens} tokens ({done.cached_tokens} cached), "
           f"output {done.output_tokens} tokens, TTFT {ttft}, {tps} tokens/s, "
           f"total {done.e2e_s:.2f} s; {lanes}"
+          + (f"; restored {done.restored_tokens} tokens from disk in {done.restore_s:.2f} s"
+             if done.restored_tokens else "")
           + (f"; drafts {done.accepted_drafts}/{done.drafted} accepted" if done.drafted else "")
           + (f"; no drafts: {done.draft_note}" if done.draft_note else ""), file=sys.stderr)
     return 1 if done.reason == "error" else 0

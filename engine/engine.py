@@ -9,6 +9,7 @@ engine does. `prepare`, `submit`, `cancel`, `set_mode`, `subscribe` and
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Callable
@@ -30,6 +31,7 @@ from .handle import RequestHandle
 from .interface import Capabilities, Prepared
 from .lane_reports import describe_lanes, sample_lanes
 from .remotes import Remotes
+from .restore import Restorer, open_disk_tier
 from .models.tools import plan_tools, tool_format
 from .prompt import check_ids, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
@@ -45,6 +47,7 @@ from .runtime.textstream import thinking_format
 from .watchdog import WARM_UP_S, WATCHDOG_S
 
 FIRST_LANE_WAIT_S = 600.0  # how long an app waits for the first lane to serve
+DISK_DRAIN_S = 10.0  # how long close() waits for the disk tier's writes
 
 
 def gpu_available() -> bool:
@@ -73,7 +76,8 @@ class Engine:
                  sample_interval_s: float = 0.1, worker_nice: int = 0,
                  memory_budget_bytes: int | None = None, warm_up_s: float = WARM_UP_S,
                  watchdog_s: float = WATCHDOG_S, cost_store: str | None = None,
-                 remotes: list | None = None, draft: LoadedModel | None = None):
+                 remotes: list | None = None, draft: LoadedModel | None = None,
+                 kv_cache_dir: str | None = None, kv_cache_bytes: int | None = None):
         """Returns at once: the lanes warm up on their own threads (a GPU
         compiles its kernels there) and requests submitted meanwhile queue
         until a lane is ready; `wait_ready` waits for that.
@@ -90,7 +94,9 @@ class Engine:
         kept between runs (engine/runtime/coststore.py). `remotes`: remote
         lanes to add, each a `RemoteSpec` or (spec, API key) (`add_remote`).
         `draft`: a draft model (drafts.py; every lane drafts with it unless
-        `lanes` say otherwise)."""
+        `lanes` say otherwise). `kv_cache_dir`: the disk tier's folder (KV of
+        finished answers kept there and read back after a restart:
+        engine/restore.py; None: no disk tier), `kv_cache_bytes` its budget."""
         specs = check_lanes(lanes or default_lanes(), draft, loaded)
         self.draft_model = draft
         if len({s.name for s in specs}) != len(specs):
@@ -102,6 +108,10 @@ class Engine:
         self._ready = threading.Condition()
         models = self._plan_memory(loaded, specs, memory_budget_bytes, prefix_cache_bytes,
                                    prefix_block_size)
+        disk = (open_disk_tier(self.prefix_cache, loaded, kv_cache_dir, kv_cache_bytes)
+                if kv_cache_dir else None)
+        self.restorer = (Restorer(self.prefix_cache, self._route, self._cancelled)
+                         if disk is not None else None)
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
         self._make_director(loaded, enabled, policy, mode, bool(remotes))
@@ -364,16 +374,39 @@ class Engine:
         prepared = self._prepared(prepared, params, prompt_ids, tools, tool_choice)
         params = with_grammar(params, prepared.grammar)
         request = self._request(prepared, params, tab_id, thinking)
+        if self.restorer is not None and self.restorer.wants(request):
+            # Its prefix is on disk: read back first (engine/restore.py), then routed.
+            handle = self._register(request, tab_id)
+            self.restorer.submit(request)
+            return handle
         lane, routed = self.director.place(request)  # raises when it can never fit
+        handle = self._register(request, tab_id)
+        self._enqueue(request, lane, routed)
+        return handle
+
+    def _register(self, request: Request, tab_id: str | None) -> RequestHandle:
         handle = RequestHandle(request, self.cancel)
         self._hub.register(handle)
         self._emit(Queued(request.request_id, tab_id, prompt_tokens=request.num_prompt))
+        return handle
+
+    def _enqueue(self, request: Request, lane, routed) -> None:
         self._emit(routed)
         if lane.enqueue(request):
             self.lane(lane.name).wake()
         else:  # the lane failed or closed since it was chosen
             self.director.finish(request, "error", error=lane.failed or "The engine is closed.")
-        return handle
+
+    def _route(self, request: Request) -> None:
+        """A restored request (the restorer's thread) is routed as any other."""
+        try:
+            lane, routed = self.director.place(request)
+            self._enqueue(request, lane, routed)
+        except Exception as e:  # never a request left without its Finished
+            self.director.finish(request, "error", error=str(e))
+
+    def _cancelled(self, request: Request) -> None:
+        self.director.finish(request, "cancelled")
 
     def _prepared(self, prepared, params: SamplingParams, prompt_ids, tools,
                   tool_choice) -> Prepared:
@@ -529,6 +562,11 @@ class Engine:
         self.constraints.close()
         for lane in self.lanes.values():
             lane.close()
+        if self.restorer is not None:
+            self.restorer.close()
+        if self.prefix_cache.disk is not None:  # what the lanes queued is written
+            if not self.prefix_cache.disk.close(DISK_DRAIN_S):
+                print("tandem: KV still being saved was left unsaved at close", file=sys.stderr)
         self._hub.stop()  # what is queued is delivered first
         # Free cached KV now, while MLX is fully alive, not at interpreter exit.
         self.prefix_cache.clear()

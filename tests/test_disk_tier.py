@@ -75,19 +75,39 @@ def test_a_damaged_file_is_removed_and_the_match_ends_before_it(tiny_loaded, tmp
     tier.close(30)
     again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=32)
     match = again.match(tokens)
-    second = match.segments[1]
+    second = match.segments[1][0]
     data = bytearray(second.path.read_bytes())
     data[-5] ^= 0xFF
     second.path.write_bytes(bytes(data))
     read, back = again.read(match, tokens)
-    assert read == match.segments[0].end and back[0][0].shape[2] == read
+    assert read == match.segments[0][1] and back[0][0].shape[2] == read
     assert not second.path.exists() and "could not be used" in again.notes[-1]
     assert again.match(tokens).num_tokens == read  # it is gone from the index too
     # A file of another format under a segment's name is refused the same way.
-    first = match.segments[0]
+    first = match.segments[0][0]
     first.path.write_bytes(b"GGUF" + bytes(100))
     assert again.read(again.match(tokens), tokens) == (0, [])
     assert not first.path.exists() and again.match(tokens).num_tokens == 0
+
+
+def test_a_prefix_shorter_than_a_saved_segment_uses_its_first_blocks(tiny_loaded, tmp_path):
+    """A conversation resent without its last answer: the saved segment runs
+    past the prompt, and its first blocks are that prompt's KV."""
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)  # one segment for all of it
+    tier.save(tokens, layers)
+    tier.close(30)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    shorter = tokens[:50] + [7, 7, 7]
+    match = again.match(shorter)
+    assert match.num_tokens == 48 and len(match.segments) == 1
+    read, back = again.read(match, shorter)
+    assert read == 48 and mx.array_equal(back[0][0], layers[0][0][:, :, :48]).item()
+    # A file whose header cannot be read is removed when the tier opens.
+    (again.folder / "junk_0_16.kv").write_bytes(b"TANDEMKV" + bytes(8))
+    third = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    assert not (third.folder / "junk_0_16.kv").exists() and third.notes
+    assert third.match(shorter).num_tokens == 48
 
 
 def test_the_budget_evicts_the_least_recently_used_chat(tiny_loaded, tmp_path):

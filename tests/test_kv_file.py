@@ -22,46 +22,54 @@ from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache
 
 from engine.runtime import kv_file
+from engine.runtime.disk_tier import chain_hashes
 from engine.runtime.kv_file import KVFileError, check, decode, encode, write
 from tests.helpers import prompt_of
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "tiny-llama:float32:test"
+B = 4  # positions per block
 
 
 def real_kv(tiny_loaded, dtype=mx.float32):
-    """The tiny model's KV for a prompt: [(keys, values)] per layer, and the tokens."""
+    """The tiny model's KV for a prompt, whole blocks of it: [(keys, values)]
+    per layer, and the blocks' chain hashes."""
     tokens = prompt_of(tiny_loaded, "the quick brown fox jumps over the lazy dog")
+    tokens = tokens[:len(tokens) - len(tokens) % B]
     cache = make_prompt_cache(tiny_loaded.model)
     tiny_loaded.model(mx.array([tokens]), cache=cache)
     # (mlx-lm's KVCache.state is its whole buffer, steps of 256: cut at the offset.)
     layers = [(c.keys[:, :, :c.offset].astype(dtype), c.values[:, :, :c.offset].astype(dtype))
               for c in cache]
     mx.eval(layers)
-    return layers, tokens
+    return layers, chain_hashes(tokens, B)
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 def test_a_segment_reads_back_bit_for_bit(tiny_loaded, tmp_path, dtype):
-    layers, tokens = real_kv(tiny_loaded, dtype)
+    layers, hashes = real_kv(tiny_loaded, dtype)
     path = tmp_path / "seg.kv"
-    write(path, encode(MODEL, tokens, 0, layers))
+    write(path, encode(MODEL, 0, B, hashes, layers))
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".kv-")]
-    back = decode(path.read_bytes(), MODEL, tokens)
+    back = decode(path.read_bytes(), MODEL, 0, hashes)
     assert len(back) == len(layers)
     for (k0, v0), (k1, v1) in zip(layers, back):
         assert k1.dtype == dtype and k1.shape == k0.shape
         assert mx.array_equal(k0, k1).item() and mx.array_equal(v0, v1).item()
+    # Its first two blocks alone (a prefix of what it holds).
+    first = decode(path.read_bytes(), MODEL, 0, hashes[:2])
+    assert first[0][0].shape[2] == 2 * B
+    assert mx.array_equal(first[0][0], layers[0][0][:, :, :2 * B]).item()
     # A later segment of the same prefix: positions start .. end.
-    tail = [(k[:, :, 4:, :], v[:, :, 4:, :]) for k, v in layers]
-    segment = check(encode(MODEL, tokens, 4, tail), MODEL, tokens)
-    assert (segment.start, segment.count) == (4, len(tokens) - 4)
+    tail = [(k[:, :, B:, :], v[:, :, B:, :]) for k, v in layers]
+    segment = check(encode(MODEL, B, B, hashes[1:], tail, hashes[0]), MODEL, B, hashes[1:])
+    assert (segment.start, segment.count) == (B, len(hashes) * B - B)
 
 
 def test_foreign_and_damaged_files_are_refused_with_a_reason(tiny_loaded):
-    layers, tokens = real_kv(tiny_loaded)
-    data = encode(MODEL, tokens, 0, layers)
+    layers, hashes = real_kv(tiny_loaded)
+    data = encode(MODEL, 0, B, hashes, layers)
     cases = {
         "not a Tandem KV file": b"GGUF" + data[4:],
         "another model's KV": data,  # read as another model
@@ -72,9 +80,11 @@ def test_foreign_and_damaged_files_are_refused_with_a_reason(tiny_loaded):
     }
     for why, blob in cases.items():
         model = "another-model" if why == "another model's KV" else MODEL
-        toks = tokens[:-1] + [tokens[-1] + 1] if why == "KV of other tokens" else tokens
+        expect = hashes[:1] + ["0" * 64] if why == "KV of other tokens" else hashes
         with pytest.raises(KVFileError, match=why):
-            check(blob, model, toks)
+            check(blob, model, 0, expect)
+    with pytest.raises(KVFileError, match="positions"):  # read as if it started later
+        check(data, MODEL, B, hashes)
     # Another version: the header says so (a valid file of version 2).
     (size,) = struct.unpack("<I", data[8:12])
     header = json.loads(data[12:12 + size])
@@ -82,7 +92,7 @@ def test_foreign_and_damaged_files_are_refused_with_a_reason(tiny_loaded):
     raw = json.dumps(header).encode()
     other = kv_file.MAGIC + struct.pack("<I", len(raw)) + raw + data[12 + size:]
     with pytest.raises(KVFileError, match="another format version"):
-        check(other, MODEL, tokens)
+        check(other, MODEL, 0, hashes)
 
 
 # Decodes each file given (its bytes, the model, the tokens in a JSON file
@@ -94,7 +104,7 @@ from engine.runtime.kv_file import KVFileError, decode
 meta = json.loads(Path(sys.argv[1]).read_text())
 for path in sys.argv[2:]:
     try:
-        decode(Path(path).read_bytes(), meta["model"], meta["tokens"])
+        decode(Path(path).read_bytes(), meta["model"], 0, meta["hashes"])
         outcome = "ok"
     except KVFileError as e:
         outcome = str(e)
@@ -142,10 +152,10 @@ def mutate(data: bytes, steps) -> bytes:
 
 
 def test_fuzzed_files_never_crash_and_are_never_used(tiny_loaded, tmp_path):
-    layers, tokens = real_kv(tiny_loaded, mx.bfloat16)
-    data = encode(MODEL, tokens, 0, layers)
+    layers, hashes = real_kv(tiny_loaded, mx.bfloat16)
+    data = encode(MODEL, 0, B, hashes, layers)
     meta = tmp_path / "meta.json"
-    meta.write_text(json.dumps({"model": MODEL, "tokens": tokens}))
+    meta.write_text(json.dumps({"model": MODEL, "hashes": hashes}))
     paths: list[str] = []
 
     @settings(max_examples=120, deadline=None, derandomize=True,
@@ -163,7 +173,8 @@ def test_fuzzed_files_never_crash_and_are_never_used(tiny_loaded, tmp_path):
     (size,) = struct.unpack("<I", data[8:12])
     header = json.loads(data[12:12 + size])
     for field, value in (("arrays", [[[1, 2, 10 ** 9, 16], 0]] * 2), ("count", -1),
-                         ("dtype", "int8"), ("start", 10 ** 12), ("arrays", "x")):
+                         ("dtype", "int8"), ("start", 10 ** 12), ("arrays", "x"),
+                         ("block", 0), ("block", 10 ** 9), ("blocks", hashes * 2)):
         bad = dict(header, **{field: value})
         raw = json.dumps(bad).encode()
         path = tmp_path / f"h{len(paths)}.kv"
@@ -180,11 +191,11 @@ def test_fuzzed_files_never_crash_and_are_never_used(tiny_loaded, tmp_path):
 
 
 def test_encode_refuses_what_it_cannot_write(tiny_loaded):
-    layers, tokens = real_kv(tiny_loaded)
+    layers, hashes = real_kv(tiny_loaded)
     with pytest.raises(ValueError):
-        encode(MODEL, tokens[:-1], 0, layers)  # tokens must end where the KV ends
+        encode(MODEL, 0, B, hashes[:-1], layers)  # one hash per block
     with pytest.raises(ValueError):
-        encode(MODEL, tokens, 0, [])
+        encode(MODEL, 0, B, hashes, [])
     with pytest.raises(ValueError):
-        encode(MODEL, tokens, 0, [(layers[0][0].astype(mx.int32), layers[0][1])])
+        encode(MODEL, 0, B, hashes, [(layers[0][0].astype(mx.int32), layers[0][1])])
     assert np.isfinite(np.array(layers[0][0])).all()

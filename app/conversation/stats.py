@@ -17,6 +17,9 @@ def format_footer(done) -> str:
         bits.append(f"{done.prompt_tokens} prompt tokens (no prefix cache for this model)")
     else:
         bits.append(f"{done.cached_tokens}/{done.prompt_tokens} prompt tokens cached")
+    if getattr(done, "restored_tokens", 0):  # read back from disk (a chat resumed warm)
+        bits.append(f"restored {done.restored_tokens:,} tokens from disk in "
+                    f"{done.restore_s or 0:.2f} s")
     if getattr(done, "drafted", 0):
         bits.append(f"drafted {done.drafted}, accepted {done.accepted_drafts}")
     if done.reason == "cancelled":

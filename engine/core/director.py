@@ -242,6 +242,7 @@ class Director:
             time_per_output_token_s=tpot, e2e_s=end - request.submitted_at,
             lanes=tuple(request.lane_history), error=error, time=end,
             prefix_note=request.prefix_note,
+            restored_tokens=request.restored_tokens, restore_s=request.restore_s,
             reasoning=stream.reasoning if stream is not None else "",
             tool_calls=tuple(stream.tool_calls) if stream is not None else (),
             drafted=drafts.policy.drafted if drafts is not None else 0,

@@ -99,6 +99,8 @@ class Finished(Event):
     error: str | None = None
     time: float = field(default_factory=now)
     prefix_note: str | None = None  # set when the prefix cache cannot serve this model
+    restored_tokens: int = 0  # of its prompt's KV, read back from disk (issue 33)
+    restore_s: float | None = None
     reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
     tool_calls: tuple[str, ...] = ()  # raw text of each tool call, in order; not in `text`
     # Drafts (LaneConfig(drafts=...)): tokens proposed and accepted; why it

@@ -3,12 +3,15 @@ kept in files (kv_file.py) in one folder per model identity, so a chat
 resumes warm after a restart.
 
 - Segments tile a prefix from position 0: each holds positions
-  [start, end) (block-aligned), and is known by the chain hash of the
-  tokens up to its end (`chain_hashes`: one hash per block, each over the
-  previous hash and the block's ids, so hashing a prefix costs its length
-  once). The in-memory `index` (chain hash at a segment's end -> its file)
-  answers `match` in plain Python, without touching the disk: the core can
-  ask under the director's lock, and reading is a separate phase (`read`).
+  [start, end) (block-aligned) after a parent segment (the one holding
+  the block that ends at `start`). Every block is known by its chain hash
+  (`chain_hashes`: one hash per block, each over the previous hash and the
+  block's ids, so it names the whole prefix up to there, and hashing a
+  prefix costs its length once). The in-memory `index` (a block's chain
+  hash -> its segment) answers `match` in plain Python, without touching
+  the disk: the core can ask under the director's lock, and reading is a
+  separate phase (`read`). A match may end inside a segment: its first
+  blocks are used (a conversation resent without its last answer).
 - Writes happen on one background thread through a bounded queue (`save`
   never blocks a lane: when the queue is full the request is dropped and
   counted); a prefix is cut into segments of at most `segment_tokens`
@@ -49,13 +52,14 @@ def chain_hashes(tokens: list[int], block: int) -> list[str]:
     return out
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class SegmentRef:
-    """One file of the tier: positions [start, end), after `parent` (the
-    chain hash at `start`; "" from position 0)."""
+    """One file of the tier: positions [start, end), its blocks' chain
+    hashes, after `parent` (the chain hash at `start`; "" from position 0)."""
     path: Path
     start: int
     end: int
+    blocks: tuple[str, ...]
     parent: str
     nbytes: int
     used: float = field(default_factory=time.time)  # wall clock: files' times are
@@ -63,9 +67,10 @@ class SegmentRef:
 
 @dataclass(slots=True, frozen=True)
 class DiskMatch:
-    """The longest prefix on disk: its length and the files that hold it, in order."""
+    """The longest prefix on disk: its length and, in order, each file with
+    the position up to which it is used."""
     num_tokens: int
-    segments: tuple[SegmentRef, ...]
+    segments: tuple[tuple[SegmentRef, int], ...]
 
 
 class DiskTier:
@@ -76,7 +81,8 @@ class DiskTier:
         self.identity, self.block_size = identity, block_size
         self.folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:24]
         self.budget_bytes, self.segment_tokens = budget_bytes, segment_tokens
-        self.index: dict[str, SegmentRef] = {}  # chain hash at a segment's end -> it
+        self.index: dict[str, SegmentRef] = {}  # a block's chain hash -> a segment holding it
+        self.segments: dict[Path, SegmentRef] = {}  # every file of the tier
         self.notes: list[str] = []  # for people: what was skipped, removed or stopped
         self.dropped = 0  # saves dropped because the writer was behind
         self.written_bytes = 0
@@ -89,37 +95,59 @@ class DiskTier:
 
     # ---- what is on disk ------------------------------------------------------------
     def _scan(self) -> None:
-        """The index from the files' names (end hash, start, end, parent) and
-        sizes; contents are checked when read. Stray temporary files go."""
+        """The index from the files' headers (their bytes are checked when
+        read). Stray temporary files go; a file whose header cannot be read
+        is removed with a note."""
         for path in self.folder.iterdir():
             if path.name.startswith(".kv-"):
                 path.unlink(missing_ok=True)
                 continue
-            ref = _parse_name(path)
-            if ref is None:
+            if not path.name.endswith(".kv"):
                 continue
-            self.index[path.name.split("_")[0]] = ref
+            ref = _read_ref(path, self.block_size)
+            if ref is None:
+                path.unlink(missing_ok=True)
+                self.notes.append(f"Removed a saved KV file that could not be read ({path.name}).")
+                continue
+            self._add(ref)
+
+    def _add(self, ref: SegmentRef) -> None:
+        with self._lock:
+            self.segments[ref.path] = ref
+            for h in ref.blocks:
+                self.index[h] = ref
 
     def match(self, tokens: list[int], limit: int | None = None) -> DiskMatch:
-        """The longest prefix of `tokens[:limit]` the disk holds, as whole
+        """The longest prefix of `tokens[:limit]` the disk holds, as the
         segments chained from position 0 (plain Python, no disk access)."""
         tokens = tokens[:limit] if limit is not None else tokens
         hashes = chain_hashes(tokens, self.block_size)
-        b, found, at, parent = self.block_size, [], 0, ""
+        b = self.block_size
         with self._lock:
-            while True:
-                best = None
-                for i in range(len(hashes) - 1, at // b - 1, -1):  # the furthest first
-                    ref = self.index.get(hashes[i])
-                    if ref is not None and ref.start == at and ref.parent == parent:
-                        best = ref
-                        break
-                if best is None:
-                    break
-                best.used = time.time()
-                found.append(best)
-                at, parent = best.end, hashes[best.end // b - 1]
-        return DiskMatch(at, tuple(found))
+            for last in range(len(hashes) - 1, -1, -1):  # the furthest block first
+                if hashes[last] in self.index:
+                    chain = self._chain(hashes, last)
+                    if chain is not None:
+                        for ref, _ in chain:
+                            ref.used = time.time()
+                        return DiskMatch((last + 1) * b, chain)
+        return DiskMatch(0, ())
+
+    def _chain(self, hashes: list[str], last: int):
+        """The segments holding blocks 0..last, in order with the position each
+        is used to; None when an ancestor is missing."""
+        b, chain = self.block_size, []
+        ref, until = self.index[hashes[last]], (last + 1) * b
+        while True:
+            chain.append((ref, until))
+            if ref.start == 0:
+                return tuple(reversed(chain))
+            if ref.start // b - 1 >= len(hashes) or hashes[ref.start // b - 1] != ref.parent:
+                return None
+            parent = self.index.get(ref.parent)
+            if parent is None:
+                return None
+            ref, until = parent, ref.start
 
     def read(self, match: DiskMatch, tokens: list[int]) -> tuple[int, list]:
         """The matched segments' KV, checked: (positions read, [(keys, values)]
@@ -127,15 +155,19 @@ class DiskTier:
         check is removed and noted; the KV read ends before it."""
         import mlx.core as mx
 
-        parts, at = [], 0
-        for ref in match.segments:
+        hashes = chain_hashes(tokens[:match.num_tokens], self.block_size)
+        b, parts, at = self.block_size, [], 0
+        for ref, until in match.segments:
             try:
-                layers = kv_file.decode(ref.path.read_bytes(), self.identity, tokens[:ref.end])
+                layers = kv_file.decode(ref.path.read_bytes(), self.identity, ref.start,
+                                        hashes[ref.start // b:until // b])
             except (OSError, kv_file.KVFileError) as e:
-                self._forget(ref, f"Removed a saved KV file that could not be used ({e}).")
+                for gone in self._subtree(ref):  # what chains from it cannot be used either
+                    self._forget(gone)
+                self.notes.append(f"Removed a saved KV file that could not be used ({e}).")
                 break
             parts.append(layers)
-            at = ref.end
+            at = until
         if not parts:
             return 0, []
         layers = [(mx.concatenate([p[i][0] for p in parts], axis=2),
@@ -144,10 +176,17 @@ class DiskTier:
         return at, layers
 
     def _forget(self, ref: SegmentRef, note: str | None = None) -> None:
+        """`ref` leaves the index and the disk; a block another segment also
+        holds (two saves of one prefix) stays findable through that one."""
         with self._lock:
-            for key, other in list(self.index.items()):
-                if other is ref:
-                    del self.index[key]
+            self.segments.pop(ref.path, None)
+            others = list(self.segments.values())
+            for h in ref.blocks:
+                if self.index.get(h) is ref:
+                    del self.index[h]
+                    holder = next((r for r in others if h in r.blocks), None)
+                    if holder is not None:
+                        self.index[h] = holder
         ref.path.unlink(missing_ok=True)
         if note:
             self.notes.append(note)
@@ -192,18 +231,17 @@ class DiskTier:
         while at < end and self.saving:
             stop = min(end, at + self.segment_tokens)
             part = [(k[:, :, at:stop], v[:, :, at:stop]) for k, v in layers]
-            data = kv_file.encode(self.identity, tokens[:stop], at, part)
-            parent = hashes[at // b - 1] if at else ""
-            name = f"{hashes[stop // b - 1]}_{at}_{stop}_{parent or 'root'}.kv"
+            blocks, parent = hashes[at // b:stop // b], hashes[at // b - 1] if at else ""
+            data = kv_file.encode(self.identity, at, b, blocks, part, parent)
+            name = f"{blocks[-1][:40]}_{at}_{stop}.kv"
             try:
                 kv_file.write(self.folder / name, data)
             except OSError as e:
                 self.saving = False
                 self.notes.append(f"Saving KV to disk stopped: {e.strerror or e}.")
                 return
-            ref = SegmentRef(self.folder / name, at, stop, parent, len(data))
-            with self._lock:
-                self.index[hashes[stop // b - 1]] = ref
+            self._add(SegmentRef(self.folder / name, at, stop, tuple(blocks), parent,
+                                 len(data)))
             self.written_bytes += len(data)
             at = stop
         self._evict()
@@ -212,29 +250,35 @@ class DiskTier:
         """Least recently used segments go until the tier fits its budget;
         a segment's descendants go with it (they cannot be reached)."""
         with self._lock:
-            total = sum(r.nbytes for r in self.index.values())
+            refs = self._refs()
+            total = sum(r.nbytes for r in refs)
             if total <= self.budget_bytes:
                 return
-            victims = sorted(self.index.values(), key=lambda r: r.used)
+            victims = sorted(refs, key=lambda r: r.used)
+        gone_ids: set[int] = set()
         for ref in victims:
             if total <= self.budget_bytes:
                 break
+            if id(ref) in gone_ids:
+                continue
             for gone in self._subtree(ref):
+                gone_ids.add(id(gone))
                 total -= gone.nbytes
                 self._forget(gone)
 
+    def _refs(self) -> list[SegmentRef]:
+        return list(self.segments.values())
+
     def _subtree(self, ref: SegmentRef) -> list[SegmentRef]:
+        """`ref` and the segments that chain from it."""
         with self._lock:
-            if ref not in self.index.values():
-                return []
-            key = next(k for k, r in self.index.items() if r is ref)
-            out, todo = [ref], [key]
+            refs, out, todo = self._refs(), [ref], [ref]
             while todo:
-                parent = todo.pop()
-                for k, r in self.index.items():
-                    if r.parent == parent and r not in out:
-                        out.append(r)
-                        todo.append(k)
+                mine = set(todo.pop().blocks)
+                for other in refs:
+                    if other.parent in mine and other not in out:
+                        out.append(other)
+                        todo.append(other)
             return out
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -254,20 +298,38 @@ class DiskTier:
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(r.nbytes for r in self.index.values())
+            return sum(r.nbytes for r in self._refs())
 
 
-def _parse_name(path: Path) -> SegmentRef | None:
-    """A segment's file name: <end hash>_<start>_<end>_<parent hash | root>.kv."""
-    parts = path.name[:-3].split("_") if path.name.endswith(".kv") else []
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
-        return None
-    start, end = int(parts[1]), int(parts[2])
-    if not 0 <= start < end:
-        return None
+def _read_ref(path: Path, block: int) -> SegmentRef | None:
+    """A segment's header, read without its payload (None: not readable as
+    one of this block size). Its bytes are checked when it is used."""
+    import json
+    import re
+    import struct
+
     try:
-        size = path.stat().st_size
-    except OSError:
+        with open(path, "rb") as f:
+            head = f.read(len(kv_file.MAGIC) + 4)
+            if len(head) < len(kv_file.MAGIC) + 4 or head[:len(kv_file.MAGIC)] != kv_file.MAGIC:
+                return None
+            (size,) = struct.unpack("<I", head[len(kv_file.MAGIC):])
+            if size > kv_file.MAX_HEADER:
+                return None
+            header = json.loads(f.read(size))
+        stat = path.stat()
+    except (OSError, ValueError):
         return None
-    return SegmentRef(path, start, end, "" if parts[3] == "root" else parts[3], size,
+    if not isinstance(header, dict):
+        return None
+    blocks, start, count = header.get("blocks"), header.get("start"), header.get("count")
+    parent = header.get("parent")
+    hex64 = re.compile(r"[0-9a-f]{64}")
+    if not (header.get("block") == block and isinstance(blocks, list) and blocks
+            and all(isinstance(h, str) and hex64.fullmatch(h) for h in blocks)
+            and type(start) is int and start >= 0 and start % block == 0
+            and count == len(blocks) * block and isinstance(parent, str)
+            and (parent == "" if start == 0 else hex64.fullmatch(parent) is not None)):
+        return None
+    return SegmentRef(path, start, start + count, tuple(blocks), parent, stat.st_size,
                       os.path.getmtime(path))

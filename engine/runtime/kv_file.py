@@ -4,9 +4,11 @@ layer's keys and values, for one model.
 
 A file is `MAGIC`, a little-endian uint32 header length, a JSON header, then
 the arrays' raw bytes. The header names the format version, the model's
-identity, the SHA-256 of the token ids up to the segment's end (its KV
-depends on every token before it), the positions it holds, each array's
-dtype, shape and place, and the BLAKE2b checksum of the bytes. Everything is
+identity, the block size and the chain hash at the end of each block it
+holds (disk_tier.chain_hashes: each covers every token before it, so a
+reader that knows a prefix's hashes knows which positions of the file are
+that prefix's KV, and may use the first blocks alone), the positions, each
+array's dtype, shape and place, and the BLAKE2b checksum of the bytes. Everything is
 checked in plain Python before any MLX call sees the bytes (`check`):
 mlx's own loaders crash the process on damaged files, as the GGUF checks
 found. Arrays are built from the checked bytes with numpy (bfloat16 as its
@@ -40,20 +42,19 @@ class Segment:
     model: str
     start: int
     count: int
+    block: int
+    blocks: tuple[str, ...]  # the chain hash at each block's end
     dtype: str
     arrays: tuple[tuple[tuple[int, ...], int], ...]  # (shape, offset in the payload)
     payload_offset: int
 
 
-def tokens_hash(tokens) -> str:
-    """SHA-256 of token ids (int32, little-endian)."""
-    return hashlib.sha256(np.asarray(list(tokens), dtype="<i4").tobytes()).hexdigest()
-
-
-def encode(model: str, tokens, start: int, layers: list) -> bytes:
+def encode(model: str, start: int, block: int, blocks: list[str], layers: list,
+           parent: str = "") -> bytes:
     """A segment's bytes: `layers` is [(keys, values)] of MLX arrays, each
-    (1, heads, count, head_dim) holding positions start .. start + count of
-    `tokens` (the prefix up to the segment's end)."""
+    (1, heads, count, head_dim) holding positions start .. start + count,
+    count = len(blocks) x block; `blocks`: the chain hash at each block's
+    end; `parent`: the chain hash at `start` ("" from position 0)."""
     import mlx.core as mx
 
     arrays = [a for pair in layers for a in pair]
@@ -63,8 +64,8 @@ def encode(model: str, tokens, start: int, layers: list) -> bytes:
     if dtype not in DTYPES or any(a.dtype != arrays[0].dtype for a in arrays):
         raise ValueError(f"KV of one dtype (float16, bfloat16, float32), not {dtype}")
     count = arrays[0].shape[2]
-    if len(tokens) != start + count:
-        raise ValueError("tokens must run to the segment's end")
+    if count != len(blocks) * block or start % block or not blocks:
+        raise ValueError("a segment holds whole blocks, one hash each")
     blobs = [np.array(a.view(mx.uint16) if dtype == "bfloat16" else a).tobytes()
              for a in arrays]
     offsets, at = [], 0
@@ -73,17 +74,19 @@ def encode(model: str, tokens, start: int, layers: list) -> bytes:
         at += len(blob)
     payload = b"".join(blobs)
     header = json.dumps({
-        "version": VERSION, "model": model, "tokens": tokens_hash(tokens), "start": start,
-        "count": count, "dtype": dtype, "arrays": offsets,
+        "version": VERSION, "model": model, "block": block, "blocks": list(blocks),
+        "parent": parent,
+        "start": start, "count": count, "dtype": dtype, "arrays": offsets,
         "checksum": hashlib.blake2b(payload, digest_size=32).hexdigest()},
         separators=(",", ":")).encode()  # no whitespace: one spelling per header
     return MAGIC + struct.pack("<I", len(header)) + header + payload
 
 
-def check(data: bytes, model: str, tokens) -> Segment:
+def check(data: bytes, model: str, start: int, expect: list[str]) -> Segment:
     """The segment's header if `data` is a whole, undamaged segment of
-    `model` for exactly `tokens` (the prefix up to its end); else
-    KVFileError saying why. Plain Python: no MLX call."""
+    `model` starting at `start` whose first blocks end with the chain
+    hashes `expect` (the prefix the reader has); else KVFileError saying
+    why. Plain Python: no MLX call."""
     head = len(MAGIC) + 4
     if len(data) < head or data[:len(MAGIC)] != MAGIC:
         raise KVFileError("not a Tandem KV file")
@@ -98,21 +101,24 @@ def check(data: bytes, model: str, tokens) -> Segment:
         raise KVFileError("another format version")
     if header.get("model") != model:
         raise KVFileError("another model's KV")
-    if header.get("tokens") != tokens_hash(tokens):
+    blocks = header.get("blocks")
+    if not (isinstance(blocks, list) and expect and len(expect) <= len(blocks)
+            and blocks[:len(expect)] == list(expect)):
         raise KVFileError("KV of other tokens")
-    segment = _layout(header, len(tokens), head + size, len(data))
+    segment = _layout(header, start, head + size, len(data))
     payload = data[head + size:]
     if hashlib.blake2b(payload, digest_size=32).hexdigest() != header.get("checksum"):
         raise KVFileError("the bytes do not match their checksum")
     return segment
 
 
-def _layout(header: dict, n_tokens: int, payload_offset: int, total: int) -> Segment:
+def _layout(header: dict, expect_start: int, payload_offset: int, total: int) -> Segment:
     """The arrays' places, each checked against the payload's size."""
     start, count, dtype = header.get("start"), header.get("count"), header.get("dtype")
-    arrays = header.get("arrays")
-    if not (type(start) is int and type(count) is int and 0 <= start and 0 < count
-            and start + count == n_tokens):
+    block, blocks, arrays = header.get("block"), header["blocks"], header.get("arrays")
+    if not (type(start) is int and type(count) is int and type(block) is int
+            and start == expect_start and 0 < block <= 1 << 16
+            and count == block * len(blocks)):
         raise KVFileError("positions that do not match the tokens")
     if dtype not in DTYPES or not isinstance(arrays, list) or not arrays or len(arrays) % 2:
         raise KVFileError("damaged array list")
@@ -128,20 +134,23 @@ def _layout(header: dict, n_tokens: int, payload_offset: int, total: int) -> Seg
         out.append((shape, entry[1]))
     if payload_offset + at != total:
         raise KVFileError("truncated or padded payload")
-    return Segment(header["model"], start, count, dtype, tuple(out), payload_offset)
+    return Segment(header["model"], start, count, block, tuple(blocks), dtype, tuple(out),
+                   payload_offset)
 
 
-def decode(data: bytes, model: str, tokens) -> list:
-    """[(keys, values)] as MLX arrays from a segment's bytes, after `check`."""
+def decode(data: bytes, model: str, start: int, expect: list[str]) -> list:
+    """[(keys, values)] as MLX arrays from a segment's bytes, after `check`:
+    the positions of its first len(expect) blocks."""
     import mlx.core as mx
 
-    segment = check(data, model, tokens)
+    segment = check(data, model, start, expect)
+    used = len(expect) * segment.block
     np_dtype, width = DTYPES[segment.dtype]
     arrays = []
     for shape, offset in segment.arrays:
         n = int(np.prod(shape, dtype=np.int64))
         raw = np.frombuffer(data, np_dtype, n, segment.payload_offset + offset).reshape(shape)
-        array = mx.array(raw)
+        array = mx.array(np.ascontiguousarray(raw[:, :, :used]))
         arrays.append(array.view(mx.bfloat16) if segment.dtype == "bfloat16" else array)
     return list(zip(arrays[0::2], arrays[1::2]))
 

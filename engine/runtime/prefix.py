@@ -41,6 +41,9 @@ class PrefixCache:
         # Set for a model whose caches cannot be cut into blocks (cachekinds.py):
         # then nothing is cached or matched, and this says why.
         self.off_reason: str | None = None
+        # The disk tier below it (disk_tier.py; None: none): finished
+        # requests' KV is saved there too, and engine/restore.py reads it back.
+        self.disk = None
 
     @property
     def block_size(self) -> int:

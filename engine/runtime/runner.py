@@ -203,6 +203,13 @@ class ModelRunner:
     def _cache(self, request: Request, state: Handoff) -> None:
         try:
             self.prefix_cache.insert(request.all_ids, state.caches)
+            disk = self.prefix_cache.disk
+            if disk is not None and state.caches and state.caches[0].keys is not None:
+                # The writer thread slices and writes; it gets evaluated
+                # arrays (a batch row's extract is lazy until now).
+                layers = [(c.keys, c.values) for c in state.caches]
+                mx.eval(layers)
+                disk.save(request.all_ids[:state.caches[0].offset], layers)
         except Exception:  # caching is an optimisation; never fail a request on it
             import traceback
             traceback.print_exc()

@@ -1,0 +1,100 @@
+"""The restore phase (issue 33): a request whose prompt starts with KV the
+disk tier holds beyond the RAM prefix cache has it read back into the RAM
+cache on this thread (checked files, off the lanes and off the caller's
+thread), then is routed as any request: warm, so the router sees its
+cached tokens. `Request.restored_tokens` / `restore_s` say what it read."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from typing import Callable
+
+from mlx_lm.models.cache import KVCache
+
+from .core.request import Request
+
+
+class Restorer:
+    """`wants(request)` (plain Python: the disk tier's in-memory index);
+    `submit(request)` queues it; `place(request)` routes it once read (or
+    at once when nothing could be read); `cancelled(request)` ends one
+    cancelled meanwhile."""
+
+    def __init__(self, prefix_cache, place: Callable[[Request], None],
+                 cancelled: Callable[[Request], None]):
+        self.prefix_cache, self.disk = prefix_cache, prefix_cache.disk
+        self._place, self._cancelled = place, cancelled
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def wants(self, request: Request) -> bool:
+        limit = request.num_prompt - 1
+        disk = self.disk.match(request.prompt_ids, limit).num_tokens
+        return disk > self.prefix_cache.cached_length(request.prompt_ids, limit)
+
+    def submit(self, request: Request) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="kv-restorer", daemon=True)
+            self._thread.start()
+        self._queue.put(request)
+
+    def _loop(self) -> None:
+        while True:
+            request = self._queue.get()
+            if request is None:
+                return
+            if request.cancel_event.is_set():
+                self._cancelled(request)
+                continue
+            try:
+                self._restore(request)
+            except Exception:  # restoring is an optimisation: the request goes on cold
+                traceback.print_exc()
+            self._place(request)
+
+    def _restore(self, request: Request) -> None:
+        started = time.perf_counter()
+        ids = request.prompt_ids
+        match = self.disk.match(ids, request.num_prompt - 1)
+        read, layers = self.disk.read(match, ids)
+        if not read:
+            return
+        caches = []
+        for keys, values in layers:
+            cache = KVCache()
+            cache.keys, cache.values, cache.offset = keys, values, read
+            caches.append(cache)
+        self.prefix_cache.insert(ids[:read], caches)
+        request.restored_tokens = read
+        request.restore_s = time.perf_counter() - started
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(5)
+
+
+DEFAULT_BUDGET = 10 << 30  # at most 10 GiB, and at most a tenth of the disk's free space
+
+
+def open_disk_tier(prefix_cache, loaded, folder: str, budget_bytes: int | None = None):
+    """The disk tier for `loaded` under `folder` (its own subfolder per model
+    identity), below `prefix_cache`; None, with nothing created, when the
+    model's prefix cache is off (its caches cannot be cut into blocks)."""
+    import shutil
+    from pathlib import Path
+
+    from .models.identity import model_identity
+    from .runtime.disk_tier import DiskTier
+
+    if prefix_cache.off_reason is not None:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+    if budget_bytes is None:
+        budget_bytes = min(DEFAULT_BUDGET, shutil.disk_usage(folder).free // 10)
+    prefix_cache.disk = DiskTier(folder, model_identity(loaded), prefix_cache.block_size,
+                                 budget_bytes)
+    return prefix_cache.disk

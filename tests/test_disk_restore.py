@@ -1,0 +1,121 @@
+"""Chats resume warm after a restart (issue 33): an engine with a disk tier
+saves finished answers' KV; a new engine on the same folder (a restart)
+reads a follow-up's prefix back before routing it, says how many tokens it
+restored, and answers exactly as the first engine did from its RAM prefix
+cache. Real engines on the tiny model, real files; a damaged file is
+removed and the answer recomputed, the same."""
+
+from __future__ import annotations
+
+from engine import Engine, LaneSpec, SamplingParams
+from engine.models.loader import load_model
+
+LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+
+
+def _engine(model_dir, folder) -> Engine:
+    engine = Engine(load_model(str(model_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                    kv_cache_dir=str(folder))
+    assert engine.wait_ready(120)
+    return engine
+
+
+def _conversation(engine):
+    """A first turn, then the follow-up's messages (its prompt starts with the first's)."""
+    first = [{"role": "user", "content": LONG}]
+    done = engine.generate(first, SamplingParams(max_tokens=16), timeout=60)
+    return first + [{"role": "assistant", "content": done.text},
+                    {"role": "user", "content": "and then?"}]
+
+
+def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_path):
+    folder = tmp_path / "kv"
+    first = _engine(tiny_model_dir, folder)
+    try:
+        follow = _conversation(first)
+        warm = first.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+        assert warm.cached_tokens > 100 and warm.restored_tokens == 0  # RAM
+    finally:
+        first.close()  # drains the writer
+    files = [p for p in folder.rglob("*.kv")]
+    assert files and all(p.stat().st_mode & 0o077 == 0 for p in files)
+    again = _engine(tiny_model_dir, folder)  # a restart
+    try:
+        done = again.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+        assert done.restored_tokens > 100 and done.restore_s is not None
+        assert done.cached_tokens >= done.restored_tokens
+        assert done.text == warm.text  # the answer the RAM cache gave
+    finally:
+        again.close()
+
+
+def test_a_damaged_file_is_never_used_and_the_answer_is_the_same(tiny_model_dir, tmp_path):
+    folder = tmp_path / "kv"
+    first = _engine(tiny_model_dir, folder)
+    try:
+        follow = _conversation(first)
+        warm = first.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+    finally:
+        first.close()
+    for path in folder.rglob("*.kv"):  # every file damaged
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x55
+        path.write_bytes(bytes(data))
+    again = _engine(tiny_model_dir, folder)
+    try:
+        done = again.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+        assert done.restored_tokens == 0 and done.text == warm.text
+        disk = again.prefix_cache.disk
+        assert any("could not be used" in note for note in disk.notes)
+    finally:
+        again.close()
+
+
+def test_without_a_folder_nothing_is_written(tiny_model_dir, tmp_path):
+    engine = Engine(load_model(str(tiny_model_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    try:
+        assert engine.wait_ready(120) and engine.prefix_cache.disk is None
+        _conversation(engine)
+    finally:
+        engine.close()
+    assert not list(tmp_path.rglob("*.kv"))
+
+
+def test_tandem_generate_resumes_warm_in_a_new_process(tiny_model_dir, tmp_path):
+    """Two runs of `tandem generate` (each its own process, closing right
+    after its answer): the second reads the prompt's KV back from disk and
+    answers the same; --no-kv-cache reads nothing."""
+    from tests.test_cli import _run
+
+    folder = tmp_path / "kv"
+    args = ["-m", "app", "generate", "--model", str(tiny_model_dir), "--temperature", "0",
+            "--max-tokens", "8", "--kv-cache-dir", str(folder), LONG]
+    rc, first, err = _run(args)
+    assert rc == 0, err
+    assert "restored" not in err and list(folder.rglob("*.kv"))
+    rc, second, err = _run(args)
+    assert rc == 0, err
+    assert second == first and "tokens from disk in" in err
+    rc, _, err = _run(args[:-3] + ["--no-kv-cache", LONG])
+    assert rc == 0 and "restored" not in err
+
+
+def test_tandem_serve_resumes_warm_after_a_restart(tiny_model_dir, tmp_path):
+    """Through the API with the openai client: the same conversation after a
+    restart has its prefix restored (usage's cached tokens) and the same answer."""
+    from tests.test_server import Served
+
+    answers, cached = [], []
+    for _ in range(2):
+        engine = _engine(tiny_model_dir, tmp_path / "kv")
+        served = Served(engine)
+        try:
+            done = served.client().chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": LONG}], max_tokens=8,
+                temperature=0)
+            answers.append(done.choices[0].message.content)
+            cached.append(done.usage.prompt_tokens_details.cached_tokens)
+        finally:
+            served.stop()
+            engine.close()
+    assert answers[0] == answers[1] and cached[0] == 0 and cached[1] > 100
