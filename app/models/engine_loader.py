@@ -30,9 +30,11 @@ def load_engine(source: str) -> "Engine":
     # What the lanes learn of each other (contention) is kept for the next
     # start. Lookup drafts on every lane (a chat's settings can turn them
     # off): the lanes verify them only where that pays, and the text is the
-    # same either way.
+    # same either way. Finished answers' KV is kept on disk, so a chat
+    # resumes warm after a restart (engine/restore.py).
     return Engine.load(source, lanes=default_lanes("lookup"), worker_nice=ENGINE_NICE,
-                       cost_store=str(cache_dir() / "lane-costs.json"))
+                       cost_store=str(cache_dir() / "lane-costs.json"),
+                       kv_cache_dir=str(cache_dir() / "kv"))
 
 
 class EngineLoader(QObject):
