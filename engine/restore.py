@@ -7,6 +7,7 @@ cached tokens. `Request.restored_tokens` / `restore_s` say what it read."""
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -92,9 +93,14 @@ def open_disk_tier(prefix_cache, loaded, folder: str, budget_bytes: int | None =
 
     if prefix_cache.off_reason is not None:
         return None
-    Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
-    if budget_bytes is None:
-        budget_bytes = min(DEFAULT_BUDGET, shutil.disk_usage(folder).free // 10)
-    prefix_cache.disk = DiskTier(folder, model_identity(loaded), prefix_cache.block_size,
-                                 budget_bytes)
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        if budget_bytes is None:
+            budget_bytes = min(DEFAULT_BUDGET, shutil.disk_usage(folder).free // 10)
+        prefix_cache.disk = DiskTier(folder, model_identity(loaded), prefix_cache.block_size,
+                                     budget_bytes)
+    except OSError as e:  # an unusable folder costs the warm restarts, not the model
+        print(f"tandem: KV is not kept on disk ({folder}: {e.strerror or e}).",
+              file=sys.stderr)
+        return None
     return prefix_cache.disk

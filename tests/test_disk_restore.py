@@ -119,3 +119,55 @@ def test_tandem_serve_resumes_warm_after_a_restart(tiny_model_dir, tmp_path):
             served.stop()
             engine.close()
     assert answers[0] == answers[1] and cached[0] == 0 and cached[1] > 100
+
+
+def test_an_unusable_folder_costs_the_warm_restarts_not_the_model(tiny_model_dir, tmp_path,
+                                                                  capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    engine = Engine(load_model(str(tiny_model_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                    kv_cache_dir=str(blocker / "kv"))
+    try:
+        assert engine.wait_ready(120) and engine.prefix_cache.disk is None
+        assert engine.generate([{"role": "user", "content": "hi"}],
+                               SamplingParams(max_tokens=4), timeout=60).reason in ("stop",
+                                                                                  "length")
+    finally:
+        engine.close()
+    assert "KV is not kept on disk" in capsys.readouterr().err
+
+
+def test_a_request_cancelled_while_its_kv_is_read_ends_cancelled(tiny_model_dir, tmp_path,
+                                                                 monkeypatch):
+    """The restore phase is paced by an event here: the request is cancelled
+    while its files are read, ends cancelled, and the next one is served."""
+    import threading
+
+    from engine.runtime.disk_tier import DiskTier
+
+    folder = tmp_path / "kv"
+    first = _engine(tiny_model_dir, folder)
+    try:
+        follow = _conversation(first)
+    finally:
+        first.close()
+    reading, release = threading.Event(), threading.Event()
+    real = DiskTier.read
+
+    def paced(self, match, tokens):
+        reading.set()
+        release.wait(30)
+        return real(self, match, tokens)
+
+    monkeypatch.setattr(DiskTier, "read", paced)
+    again = _engine(tiny_model_dir, folder)
+    try:
+        handle = again.submit(follow, SamplingParams(max_tokens=16))
+        assert reading.wait(30)
+        handle.cancel()
+        release.set()
+        assert handle.result(30).reason == "cancelled"
+        done = again.generate(follow, SamplingParams(max_tokens=4), timeout=60)
+        assert done.reason in ("stop", "length") and done.cached_tokens > 100
+    finally:
+        again.close()
