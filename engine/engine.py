@@ -251,6 +251,11 @@ class Engine:
         return engine
 
     # ---- API ---------------------------------------------------------------
+    def clear_saved_kv(self) -> int:
+        """Remove this model's KV kept on disk (the disk tier); the bytes freed."""
+        disk = self.prefix_cache.disk
+        return disk.clear() if disk is not None else 0
+
     def set_draft_model(self, draft: LoadedModel | None) -> None:
         """Draft with `draft` from now on where a lane or a request asks for a
         draft model (None: none); EngineError if it cannot draft for this

@@ -171,3 +171,28 @@ def test_a_request_cancelled_while_its_kv_is_read_ends_cancelled(tiny_model_dir,
         assert done.reason in ("stop", "length") and done.cached_tokens > 100
     finally:
         again.close()
+
+
+def test_chat_clear_saved_kv_removes_the_files(qtbot, tiny_model_dir, db, tmp_path):
+    """Chat > Clear saved KV: the model's files on disk go, and the status bar says how much."""
+    from tests.windows import open_window
+
+    folder = tmp_path / "kv"
+
+    def with_disk(source):
+        return Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                      kv_cache_dir=str(folder))
+
+    window = open_window(qtbot, tiny_model_dir, db, with_disk)
+    tab = window.chat_tabs()[0]
+    with qtbot.waitSignal(window.bridge.finished, timeout=60_000):
+        tab.composer.setPlainText(LONG)
+        tab.send()
+    disk = window.engine.prefix_cache.disk
+    assert disk.close(30) and list(folder.rglob("*.kv"))  # the writer has written
+    window.menus.clear_kv_action.trigger()
+    assert not list(folder.rglob("*.kv")) and disk.nbytes == 0
+    assert window.statusBar().currentMessage().startswith("Cleared ")
+    window.menus.clear_kv_action.trigger()
+    assert window.statusBar().currentMessage() == "No saved KV to clear."
+    window.close()

@@ -56,6 +56,9 @@ class Menus(QObject):
         self.import_action = action(chat, "Import chat…", "", lambda: import_chosen(window))
         self.search_action = action(chat, "Search chats", "Ctrl+K",
                                     lambda: search_chats(window))
+        self.clear_kv_action = action(chat, "Clear saved KV", "", lambda: clear_saved_kv(window))
+        self.clear_kv_action.setToolTip("Remove the KV kept on disk so chats resume warm "
+                                        "after a restart (it is rebuilt as you chat)")
         chat.addSeparator()
         self.stop_action = action(chat, "Stop (or cancel an edit)", "Esc",
                                   lambda: stop_current(window))
@@ -129,3 +132,13 @@ def tint_drafts(window, on: bool) -> None:
     window.store.set_setting(draft_tint.SETTING, "on" if on else "off")
     for tab in window.chat_tabs():
         tab.render()
+
+
+def clear_saved_kv(window) -> None:
+    """Chat > Clear saved KV: the loaded model's KV kept on disk goes."""
+    from engine import format_bytes
+
+    clear = getattr(window.engine, "clear_saved_kv", None)
+    freed = clear() if clear is not None else 0
+    window.statusBar().showMessage(f"Cleared {format_bytes(freed)} of saved KV." if freed
+                                   else "No saved KV to clear.", 10_000)

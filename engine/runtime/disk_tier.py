@@ -295,6 +295,16 @@ class DiskTier:
         self._writer = None if done else self._writer
         return done
 
+    def clear(self) -> int:
+        """Remove every saved segment; returns the bytes freed."""
+        with self._lock:
+            refs = self._refs()
+            self.index.clear()
+            self.segments.clear()
+        for ref in refs:
+            ref.path.unlink(missing_ok=True)
+        return sum(r.nbytes for r in refs)
+
     @property
     def nbytes(self) -> int:
         with self._lock:
