@@ -47,17 +47,18 @@ def step_times(eng: Engine) -> list[float]:
     return seen
 
 
-def chat(eng: Engine, topic: str, turns: int) -> None:
-    messages = [{"role": "user", "content": f"Tell me about {topic}."}]
+def chat(eng: Engine, topic: str, turns: int, tag: str) -> None:
+    # `tag` makes every round's chats new: each turn's KV is new to the disk.
+    messages = [{"role": "user", "content": f"({tag}) Tell me about {topic}."}]
     for _ in range(turns):
         done = eng.generate(messages, SamplingParams(max_tokens=64), timeout=600)
         messages += [{"role": "assistant", "content": done.text},
                      {"role": "user", "content": "Tell me more."}]
 
 
-def round_p99(eng: Engine, seen: list[float], turns: int) -> float:
+def round_p99(eng: Engine, seen: list[float], turns: int, tag: str) -> float:
     seen.clear()
-    threads = [threading.Thread(target=chat, args=(eng, t, turns)) for t in TOPICS]
+    threads = [threading.Thread(target=chat, args=(eng, t, turns, tag)) for t in TOPICS]
     for t in threads:
         t.start()
     for t in threads:
@@ -79,7 +80,7 @@ def main() -> None:
             p99 = {"on": [], "off": []}
             for r in range(args.rounds + 1):  # round 0 warms both and is not counted
                 for k in (("on", "off") if r % 2 else ("off", "on")):
-                    value = round_p99(engines[k], seen[k], args.turns)
+                    value = round_p99(engines[k], seen[k], args.turns, f"round {r}")
                     if r:
                         p99[k].append(value)
             disk = engines["on"].prefix_cache.disk

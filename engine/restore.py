@@ -30,6 +30,7 @@ class Restorer:
         self._place, self._cancelled = place, cancelled
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._started = threading.Lock()
 
     def wants(self, request: Request) -> bool:
         limit = request.num_prompt - 1
@@ -37,9 +38,11 @@ class Restorer:
         return disk > self.prefix_cache.cached_length(request.prompt_ids, limit)
 
     def submit(self, request: Request) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="kv-restorer", daemon=True)
-            self._thread.start()
+        with self._started:  # submit is called from any thread
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="kv-restorer",
+                                                daemon=True)
+                self._thread.start()
         self._queue.put(request)
 
     def _loop(self) -> None:

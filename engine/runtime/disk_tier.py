@@ -14,7 +14,7 @@ resumes warm after a restart.
   blocks are used (a conversation resent without its last answer).
 - Writes happen on one background thread through a bounded queue (`save`
   never blocks a lane: when the queue is full the request is dropped and
-  counted); a prefix is cut into segments of at most `segment_tokens`
+  counted), at a lower priority than the lanes (`WRITER_NICE`); a prefix is cut into segments of at most `segment_tokens`
   after what the disk has already; each file is written atomically.
   `close(timeout)` drains the queue within a bounded time.
 - Never trust blindly: `read` checks every file (kv_file.check) before MLX
@@ -35,10 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import priority
 from . import kv_file
 
 SEGMENT_TOKENS = 1024  # at most this many positions per file: a 3k answer is ~3 files
 QUEUE = 8  # saves waiting for the writer; more are dropped (and counted)
+WRITER_NICE = 15  # the writer thread's niceness: it yields the cores to the lanes
 
 
 def chain_hashes(tokens: list[int], block: int) -> list[str]:
@@ -210,6 +212,8 @@ class DiskTier:
             return False
 
     def _write_loop(self) -> None:
+        # Background work: the lanes get the cores first (Linux; a no-op elsewhere).
+        priority.lower_thread(WRITER_NICE)
         while True:
             item = self._queue.get()
             try:
