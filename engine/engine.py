@@ -9,6 +9,7 @@ engine does. `prepare`, `submit`, `cancel`, `set_mode`, `subscribe` and
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -406,6 +407,10 @@ class Engine:
         """A restored request (the restorer's thread) is routed as any other."""
         try:
             lane, routed = self.director.place(request)
+            if request.restored_tokens:  # the Decisions tab says where its warmth came from
+                routed = dataclasses.replace(routed, reason=(
+                    f"restored {request.restored_tokens:,} tokens from disk in "
+                    f"{request.restore_s or 0:.2f} s; {routed.reason}"))
             self._enqueue(request, lane, routed)
         except Exception as e:  # never a request left without its Finished
             self.director.finish(request, "error", error=str(e))

@@ -7,7 +7,7 @@ removed and the answer recomputed, the same."""
 
 from __future__ import annotations
 
-from engine import Engine, LaneSpec, SamplingParams
+from engine import Engine, LaneSpec, Routed, SamplingParams
 from engine.models.loader import load_model
 
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
@@ -40,9 +40,14 @@ def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_p
     files = [p for p in folder.rglob("*.kv")]
     assert files and all(p.stat().st_mode & 0o077 == 0 for p in files)
     again = _engine(tiny_model_dir, folder)  # a restart
+    routed = []
+    again.subscribe(lambda e: routed.append(e) if isinstance(e, Routed) else None)
     try:
         done = again.generate(follow, SamplingParams(max_tokens=16), timeout=60)
         assert done.restored_tokens > 100 and done.restore_s is not None
+        # The Decisions tab's reason says where the prompt's warmth came from.
+        assert any(e.reason.startswith(f"restored {done.restored_tokens:,} tokens from disk")
+                   for e in routed if e.request_id == done.request_id)
         assert done.cached_tokens >= done.restored_tokens
         assert done.text == warm.text  # the answer the RAM cache gave
     finally:
