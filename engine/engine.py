@@ -111,7 +111,9 @@ class Engine:
                                    prefix_block_size)
         disk = (open_disk_tier(self.prefix_cache, loaded, kv_cache_dir, kv_cache_bytes)
                 if kv_cache_dir else None)
-        self.restorer = (Restorer(self.prefix_cache, self._route, self._cancelled)
+        self.restorer = (Restorer(self.prefix_cache, self._route, self._cancelled,
+                                  lambda: [lane.scheduler.prefill_rate()
+                                           for lane in self.lanes.values() if not lane.failed])
                          if disk is not None else None)
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
         remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
@@ -386,6 +388,9 @@ class Engine:
             self.restorer.submit(request)
             return handle
         lane, routed = self.director.place(request)  # raises when it can never fit
+        if request.restore_note:  # its prefix is on disk, but prefilling it is sooner
+            routed = dataclasses.replace(routed, reason=f"{request.restore_note}; "
+                                                        f"{routed.reason}")
         handle = self._register(request, tab_id)
         self._enqueue(request, lane, routed)
         return handle

@@ -16,26 +16,36 @@ from typing import Callable
 from mlx_lm.models.cache import KVCache
 
 from .core.request import Request
+from .core.restore_cost import DiskSpeed, restore_pays
 
 
 class Restorer:
-    """`wants(request)` (plain Python: the disk tier's in-memory index);
+    """`wants(request)` (plain Python: the disk tier's in-memory index and
+    core/restore_cost.py: reading beats prefilling on the fastest lane);
     `submit(request)` queues it; `place(request)` routes it once read (or
     at once when nothing could be read); `cancelled(request)` ends one
-    cancelled meanwhile."""
+    cancelled meanwhile. `prefill_rates()`: each lane's prefill tokens/s."""
 
     def __init__(self, prefix_cache, place: Callable[[Request], None],
-                 cancelled: Callable[[Request], None]):
+                 cancelled: Callable[[Request], None],
+                 prefill_rates: Callable[[], list] = list):
         self.prefix_cache, self.disk = prefix_cache, prefix_cache.disk
         self._place, self._cancelled = place, cancelled
+        self.prefill_rates = prefill_rates
+        self.speed = DiskSpeed()
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._started = threading.Lock()
 
     def wants(self, request: Request) -> bool:
         limit = request.num_prompt - 1
-        disk = self.disk.match(request.prompt_ids, limit).num_tokens
-        return disk > self.prefix_cache.cached_length(request.prompt_ids, limit)
+        match = self.disk.match(request.prompt_ids, limit)
+        ram = self.prefix_cache.cached_length(request.prompt_ids, limit)
+        if match.num_tokens <= ram:
+            return False
+        pays, request.restore_note = restore_pays(
+            match.num_tokens - ram, _bytes(match), self.speed, self.prefill_rates())
+        return pays
 
     def submit(self, request: Request) -> None:
         with self._started:  # submit is called from any thread
@@ -66,6 +76,7 @@ class Restorer:
         read, layers = self.disk.read(match, ids)
         if not read:
             return
+        self.speed.observe(_bytes(match), time.perf_counter() - started)
         caches = []
         for keys, values in layers:
             cache = KVCache()
@@ -79,6 +90,12 @@ class Restorer:
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(5)
+
+
+def _bytes(match) -> int:
+    """The bytes a match reads: each file's share for the positions used."""
+    return int(sum(ref.nbytes * (until - ref.start) / max(ref.end - ref.start, 1)
+                   for ref, until in match.segments))
 
 
 DEFAULT_BUDGET = 10 << 30  # at most 10 GiB, and at most a tenth of the disk's free space

@@ -201,3 +201,28 @@ def test_chat_clear_saved_kv_removes_the_files(qtbot, tiny_model_dir, db, tmp_pa
     window.menus.clear_kv_action.trigger()
     assert window.statusBar().currentMessage() == "No saved KV to clear."
     window.close()
+
+
+def test_a_lane_that_prefills_sooner_than_the_disk_reads_is_not_kept_waiting(
+        tiny_model_dir, tmp_path):
+    """Routing knows the tier: where the fastest lane would prefill the
+    prefix sooner than the disk gives it back (a fast GPU), it prefills,
+    and the Decisions tab says why."""
+    folder = tmp_path / "kv"
+    first = _engine(tiny_model_dir, folder)
+    try:
+        follow = _conversation(first)
+    finally:
+        first.close()
+    again = _engine(tiny_model_dir, folder)
+    routed = []
+    again.subscribe(lambda e: routed.append(e) if isinstance(e, Routed) else None)
+    try:
+        for lane in again.lanes.values():  # a lane as fast as a big GPU, and more
+            lane.scheduler.prefill_rate = lambda: 1e9
+        done = again.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+        assert done.restored_tokens == 0
+        assert any(e.reason.startswith("prefilling ") and "beats reading them from disk"
+                   in e.reason for e in routed if e.request_id == done.request_id)
+    finally:
+        again.close()

@@ -41,6 +41,7 @@ class Request:
     prefix_note: str | None = None  # why no prefix could be reused (cachekinds.py)
     restored_tokens: int = 0  # of its prompt's KV, read back from disk (engine/restore.py)
     restore_s: float | None = None  # how long that took
+    restore_note: str | None = None  # why it was (or was not) read back (restore_cost.py)
     num_computed: int = 0  # prompt tokens whose KV is in this request's cache
     lane_history: list[tuple[str, str]] = field(default_factory=list)
     cancel_event: threading.Event = field(default_factory=threading.Event)
