@@ -39,6 +39,7 @@ class Restorer:
 
     def wants(self, request: Request) -> bool:
         limit = request.num_prompt - 1
+        self.disk.refresh()  # another process may have saved it (one stat otherwise)
         match = self.disk.match(request.prompt_ids, limit)
         ram = self.prefix_cache.cached_length(request.prompt_ids, limit)
         if match.num_tokens <= ram:

@@ -152,3 +152,32 @@ def test_a_slow_writer_drops_saves_instead_of_blocking(tiny_loaded, tmp_path, mo
     gate.set()
     assert tier.close(30)
     assert tier.match(tokens).num_tokens > 0
+
+
+def test_two_processes_sharing_a_folder_see_each_others_files(tiny_loaded, tmp_path):
+    """`tandem serve` beside the app: each its own tier on one folder. What
+    one writes the other finds at its next look (one stat when nothing
+    changed); what one removes the other forgets; a temporary file another
+    process is writing is left alone."""
+    import os
+    import time
+
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    app, server = (DiskTier(tmp_path, MODEL, BLOCK, 1 << 30) for _ in range(2))
+    writing = server.folder / ".kv-in-progress.tmp"
+    writing.write_bytes(b"half a file")
+    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)  # a third opening leaves it alone
+    assert writing.exists()
+    os.utime(writing, (time.time() - 7200, time.time() - 7200))  # an hour-old leftover
+    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    assert not writing.exists()
+    app.save(tokens, layers)
+    app.close(30)
+    assert server.match(tokens).num_tokens == 0  # not looked yet
+    server.refresh()
+    match = server.match(tokens)
+    assert match.num_tokens > 0
+    assert server.read(match, tokens)[0] == match.num_tokens
+    assert app.clear() > 0
+    server.refresh()
+    assert server.match(tokens).num_tokens == 0 and server.nbytes == 0

@@ -93,16 +93,42 @@ class DiskTier:
         self._queue: queue.Queue = queue.Queue(QUEUE)
         self._writer: threading.Thread | None = None
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._seen = -1  # the folder's mtime when last scanned
         self._scan()
 
     # ---- what is on disk ------------------------------------------------------------
-    def _scan(self) -> None:
+    def refresh(self) -> None:
+        """Another process sharing the folder (`tandem serve` beside the app)
+        wrote or removed files since the last look: the index follows. One
+        stat when nothing changed."""
+        try:
+            mtime = self.folder.stat().st_mtime_ns
+        except OSError:
+            return
+        if mtime != self._seen:
+            self._scan(keep_temporary=True)
+
+    def _scan(self, keep_temporary: bool = False) -> None:
         """The index from the files' headers (their bytes are checked when
-        read). Stray temporary files go; a file whose header cannot be read
-        is removed with a note."""
-        for path in self.folder.iterdir():
+        read). Stray temporary files an hour old go (a younger one may be
+        another process's write in progress); a file whose header cannot be
+        read is removed with a note."""
+        try:
+            self._seen = self.folder.stat().st_mtime_ns
+            paths = list(self.folder.iterdir())
+        except OSError:
+            return
+        present = set(paths)
+        with self._lock:
+            gone = [ref for path, ref in self.segments.items() if path not in present]
+        for ref in gone:  # removed by another process
+            self._forget(ref)
+        for path in paths:
+            if path in self.segments:
+                continue
             if path.name.startswith(".kv-"):
-                path.unlink(missing_ok=True)
+                if not keep_temporary and _stale(path):
+                    path.unlink(missing_ok=True)
                 continue
             if not path.name.endswith(".kv"):
                 continue
@@ -313,6 +339,13 @@ class DiskTier:
     def nbytes(self) -> int:
         with self._lock:
             return sum(r.nbytes for r in self._refs())
+
+
+def _stale(path: Path, age_s: float = 3600.0) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > age_s
+    except OSError:
+        return False
 
 
 def _read_ref(path: Path, block: int) -> SegmentRef | None:
