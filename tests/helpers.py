@@ -65,3 +65,20 @@ def cheap_widths(engine) -> None:
     for lane in engine.lanes.values():
         if lane.runner.batch.drafts is not None:
             lane.runner.batch.drafts.planner.costs = Cheap()
+
+
+def foreign_tokenizer_copy(src, dst):
+    """The model folder `src` copied to `dst` with two tokens' ids swapped in
+    its tokenizer: another tokenizer of the same size (a draft model that
+    must be refused)."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    path = dst / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocab = data["model"]["vocab"]
+    a, b = [t for t in vocab if t.isalpha() and len(t) > 2][:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(data))
+    return dst

@@ -28,15 +28,23 @@ def _conversation(engine):
                     {"role": "user", "content": "and then?"}]
 
 
-def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_path):
-    folder = tmp_path / "kv"
-    first = _engine(tiny_model_dir, folder)
+def _first_process(model_dir, folder):
+    """A first engine on `folder`: a first turn, then its follow-up answered
+    from the RAM prefix cache; closed (its writer drained). The follow-up's
+    messages and that answer."""
+    first = _engine(model_dir, folder)
     try:
         follow = _conversation(first)
         warm = first.generate(follow, SamplingParams(max_tokens=16), timeout=60)
-        assert warm.cached_tokens > 100 and warm.restored_tokens == 0  # RAM
     finally:
-        first.close()  # drains the writer
+        first.close()
+    return follow, warm
+
+
+def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_path):
+    folder = tmp_path / "kv"
+    follow, warm = _first_process(tiny_model_dir, folder)
+    assert warm.cached_tokens > 100 and warm.restored_tokens == 0  # RAM
     files = [p for p in folder.rglob("*.kv")]
     assert files and all(p.stat().st_mode & 0o077 == 0 for p in files)
     again = _engine(tiny_model_dir, folder)  # a restart
@@ -56,12 +64,7 @@ def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_p
 
 def test_a_damaged_file_is_never_used_and_the_answer_is_the_same(tiny_model_dir, tmp_path):
     folder = tmp_path / "kv"
-    first = _engine(tiny_model_dir, folder)
-    try:
-        follow = _conversation(first)
-        warm = first.generate(follow, SamplingParams(max_tokens=16), timeout=60)
-    finally:
-        first.close()
+    follow, warm = _first_process(tiny_model_dir, folder)
     for path in folder.rglob("*.kv"):  # every file damaged
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x55
@@ -151,11 +154,7 @@ def test_a_request_cancelled_while_its_kv_is_read_ends_cancelled(tiny_model_dir,
     from engine.runtime.disk_tier import DiskTier
 
     folder = tmp_path / "kv"
-    first = _engine(tiny_model_dir, folder)
-    try:
-        follow = _conversation(first)
-    finally:
-        first.close()
+    follow, _ = _first_process(tiny_model_dir, folder)
     reading, release = threading.Event(), threading.Event()
     real = DiskTier.read
 
@@ -209,11 +208,7 @@ def test_a_lane_that_prefills_sooner_than_the_disk_reads_is_not_kept_waiting(
     prefix sooner than the disk gives it back (a fast GPU), it prefills,
     and the Decisions tab says why."""
     folder = tmp_path / "kv"
-    first = _engine(tiny_model_dir, folder)
-    try:
-        follow = _conversation(first)
-    finally:
-        first.close()
+    follow, _ = _first_process(tiny_model_dir, folder)
     again = _engine(tiny_model_dir, folder)
     routed = []
     again.subscribe(lambda e: routed.append(e) if isinstance(e, Routed) else None)

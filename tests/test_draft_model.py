@@ -6,8 +6,6 @@ load-time check; the memory plan's auxiliary models in plain Python."""
 
 from __future__ import annotations
 
-import json
-import shutil
 
 import mlx.core as mx
 import pytest
@@ -18,7 +16,7 @@ from engine.core.memory import AuxModel, ModelShape, LaneRequest, plan_memory
 from engine.drafts import lane_mode
 from engine.models.loader import load_model
 from engine.runtime.draft_model import ModelDrafter, check_draft
-from tests.helpers import cheap_widths, prompt_of, reference_greedy
+from tests.helpers import cheap_widths, foreign_tokenizer_copy, prompt_of, reference_greedy
 from tests.scripted_model import build_scripted_model
 
 SCRIPT = "Tandem batches chats on the CPU and GPU"
@@ -120,23 +118,11 @@ def test_the_copier_drafting_for_itself_writes_several_tokens_a_step(copier):
         engine.close()
 
 
-def _foreign_copy(src, dst):
-    """`src` with two tokens' ids swapped in its tokenizer: another tokenizer
-    of the same size."""
-    shutil.copytree(src, dst)
-    path = dst / "tokenizer.json"
-    data = json.loads(path.read_text())
-    vocab = data["model"]["vocab"]
-    a, b = [t for t in vocab if t.isalpha() and len(t) > 2][:2]
-    vocab[a], vocab[b] = vocab[b], vocab[a]
-    path.write_text(json.dumps(data))
-    return dst
-
-
 def test_a_draft_model_with_another_tokenizer_is_refused_naming_both(
         tiny_model_dir, tmp_path):
     target = load_model(str(tiny_model_dir))
-    foreign = load_model(str(_foreign_copy(tiny_model_dir, tmp_path / "foreign-draft")))
+    foreign = load_model(str(foreign_tokenizer_copy(tiny_model_dir,
+                                                    tmp_path / "foreign-draft")))
     with pytest.raises(EngineError) as err:
         check_draft(target, foreign)
     assert "foreign-draft" in str(err.value) and tiny_model_dir.name in str(err.value)
@@ -209,8 +195,8 @@ def test_a_draft_model_set_later_serves_the_requests_that_ask(tiny_model_dir, tm
     try:
         assert engine.capabilities.drafts and engine.draft_model is None
         with pytest.raises(EngineError, match="tokenizer"):
-            engine.set_draft_model(load_model(str(_foreign_copy(tiny_model_dir,
-                                                                tmp_path / "foreign"))))
+            engine.set_draft_model(load_model(str(foreign_tokenizer_copy(
+                tiny_model_dir, tmp_path / "foreign"))))
         engine.set_draft_model(load_model(str(tiny_model_dir)))
         assert "Draft model" in " ".join(engine.memory_plan.describe())
         ids = prompt_of(target, "the quick brown fox")

@@ -7,14 +7,13 @@ Real windows, real engines on tiny random llamas built with one tokenizer."""
 
 from __future__ import annotations
 
-import json
-import shutil
 
 import pytest
 
 from app.models.model_library import ADDED_KEY
 from engine import Engine, LaneConfig, LaneSpec
 from engine.models.loader import load_model
+from tests.helpers import foreign_tokenizer_copy
 from tests.tiny_model import build_tiny_llama
 from tests.windows import open_window
 
@@ -29,18 +28,6 @@ def small(tmp_path_factory):
     """A smaller llama with the tiny model's tokenizer: it can draft for it."""
     return build_tiny_llama(tmp_path_factory.mktemp("small-draft"), seed=1, num_layers=1,
                             hidden=32)
-
-
-def _foreign(small, dst):
-    """The small model with two tokens' ids swapped: another tokenizer."""
-    shutil.copytree(small, dst)
-    path = dst / "tokenizer.json"
-    data = json.loads(path.read_text())
-    vocab = data["model"]["vocab"]
-    a, b = [t for t in vocab if t.isalpha() and len(t) > 2][:2]
-    vocab[a], vocab[b] = vocab[b], vocab[a]
-    path.write_text(json.dumps(data))
-    return dst
 
 
 def _chat(window, drafts: str):
@@ -66,7 +53,7 @@ def test_a_chat_drafts_with_a_smaller_model_of_its_family(qtbot, tiny_model_dir,
     from app.store import ChatStore
 
     store = ChatStore(db)
-    foreign = _foreign(small, tmp_path / "foreign-small")
+    foreign = foreign_tokenizer_copy(small, tmp_path / "foreign-small")
     store.set_setting(ADDED_KEY, [str(tiny_model_dir), str(small), str(foreign)])
     window = open_window(qtbot, tiny_model_dir, store, drafting)
     tab = window.chat_tabs()[0]

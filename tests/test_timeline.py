@@ -27,7 +27,12 @@ def view(qtbot):
     timeline.routed("r3", "Rust", "prefill", "gpu", 960.0, row="2")
     timeline.routed("r3", "Rust", "decode", "gpu", 962.0, row="2")
     timeline.migrated("r3", "cpu", 980.0, "CPU finishes the rest sooner")
-    v = TimelineView(timeline, {"gpu": "gpu", "cpu": "cpu"})
+    return _shown(qtbot, timeline, {"gpu": "gpu", "cpu": "cpu"})
+
+
+def _shown(qtbot, timeline, lane_kinds):
+    """`timeline` drawn in a panel on screen, its clock at 1000."""
+    v = TimelineView(timeline, lane_kinds)
     v.now = Clock()
     panel = TimelinePanel(v)
     qtbot.addWidget(panel)
@@ -123,13 +128,7 @@ def test_a_request_whose_drafts_paid_says_so_and_is_banded(qtbot):
     timeline.routed("p", "Chat", "prefill", "gpu", 950.0, row="2")
     timeline.routed("p", "Chat", "decode", "gpu", 951.0, row="2")
     timeline.finished("p", "stop", 990.0)
-    v = TimelineView(timeline, {"gpu": "gpu"})
-    v.now = Clock()
-    panel = TimelinePanel(v)
-    qtbot.addWidget(panel)
-    panel.resize(600, 200)
-    panel.show()
-    qtbot.waitExposed(panel)
+    v = _shown(qtbot, timeline, {"gpu": "gpu"})
     assert "drafts: 42 of 50 accepted" in v.describe(*v.hit(v.x_of(970.0), _row_y(v, 0)))
     assert "drafts" not in v.describe(*v.hit(v.x_of(970.0), _row_y(v, 1)))
     image = v.grab().toImage()
