@@ -74,7 +74,7 @@ class Restorer:
         started = time.perf_counter()
         ids = request.prompt_ids
         match = self.disk.match(ids, request.num_prompt - 1)
-        read, layers = self.disk.read(match, ids)
+        read, layers = self.disk.read(match)
         if not read:
             return
         self.speed.observe(_bytes(match), time.perf_counter() - started)

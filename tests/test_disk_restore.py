@@ -158,10 +158,10 @@ def test_a_request_cancelled_while_its_kv_is_read_ends_cancelled(tiny_model_dir,
     reading, release = threading.Event(), threading.Event()
     real = DiskTier.read
 
-    def paced(self, match, tokens):
+    def paced(self, match):
         reading.set()
         release.wait(30)
-        return real(self, match, tokens)
+        return real(self, match)
 
     monkeypatch.setattr(DiskTier, "read", paced)
     again = _engine(tiny_model_dir, folder)

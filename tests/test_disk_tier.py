@@ -53,7 +53,7 @@ def test_saved_kv_is_found_after_a_restart_and_reads_back_exactly(tiny_loaded, t
     follow = tokens + prompt_of(tiny_loaded, "and then?")
     match = again.match(follow)
     assert match.num_tokens == end and len(match.segments) == len(files)
-    read, back = again.read(match, follow)
+    read, back = again.read(match)
     assert read == end
     for (k0, v0), (k1, v1) in zip(layers, back):
         assert mx.array_equal(k0[:, :, :end], k1).item()
@@ -79,14 +79,14 @@ def test_a_damaged_file_is_removed_and_the_match_ends_before_it(tiny_loaded, tmp
     data = bytearray(second.path.read_bytes())
     data[-5] ^= 0xFF
     second.path.write_bytes(bytes(data))
-    read, back = again.read(match, tokens)
+    read, back = again.read(match)
     assert read == match.segments[0][1] and back[0][0].shape[2] == read
     assert not second.path.exists() and "could not be used" in again.notes[-1]
     assert again.match(tokens).num_tokens == read  # it is gone from the index too
     # A file of another format under a segment's name is refused the same way.
     first = match.segments[0][0]
     first.path.write_bytes(b"GGUF" + bytes(100))
-    assert again.read(again.match(tokens), tokens) == (0, [])
+    assert again.read(again.match(tokens)) == (0, [])
     assert not first.path.exists() and again.match(tokens).num_tokens == 0
 
 
@@ -101,7 +101,7 @@ def test_a_prefix_shorter_than_a_saved_segment_uses_its_first_blocks(tiny_loaded
     shorter = tokens[:50] + [7, 7, 7]
     match = again.match(shorter)
     assert match.num_tokens == 48 and len(match.segments) == 1
-    read, back = again.read(match, shorter)
+    read, back = again.read(match)
     assert read == 48 and mx.array_equal(back[0][0], layers[0][0][:, :, :48]).item()
     # A file whose header cannot be read is removed when the tier opens.
     (again.folder / "junk_0_16.kv").write_bytes(b"TANDEMKV" + bytes(8))
@@ -177,7 +177,7 @@ def test_two_processes_sharing_a_folder_see_each_others_files(tiny_loaded, tmp_p
     server.refresh()
     match = server.match(tokens)
     assert match.num_tokens > 0
-    assert server.read(match, tokens)[0] == match.num_tokens
+    assert server.read(match)[0] == match.num_tokens
     assert app.clear() > 0
     server.refresh()
     assert server.match(tokens).num_tokens == 0 and server.nbytes == 0

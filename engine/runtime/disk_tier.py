@@ -14,8 +14,9 @@ resumes warm after a restart.
   blocks are used (a conversation resent without its last answer).
 - Writes happen on one background thread through a bounded queue (`save`
   never blocks a lane: when the queue is full the request is dropped and
-  counted), at a lower priority than the lanes (`WRITER_NICE`); a prefix is cut into segments of at most `segment_tokens`
-  after what the disk has already; each file is written atomically.
+  counted), at a lower priority than the lanes (`WRITER_NICE`); a prefix
+  is cut into segments of at most `segment_tokens` after what the disk has
+  already; each file is written atomically.
   `close(timeout)` drains the queue within a bounded time.
 - Never trust blindly: `read` checks every file (kv_file.check) before MLX
   sees it; a damaged, truncated, foreign or other-version file is removed,
@@ -70,9 +71,12 @@ class SegmentRef:
 @dataclass(slots=True, frozen=True)
 class DiskMatch:
     """The longest prefix on disk: its length and, in order, each file with
-    the position up to which it is used."""
+    the position up to which it is used; `hashes`: the asked tokens' chain
+    hashes (computed once: `read` checks the files against them, a save
+    names its new segments by them)."""
     num_tokens: int
     segments: tuple[tuple[SegmentRef, int], ...]
+    hashes: tuple[str, ...] = ()
 
 
 class DiskTier:
@@ -158,8 +162,8 @@ class DiskTier:
                     if chain is not None:
                         for ref, _ in chain:
                             ref.used = time.time()
-                        return DiskMatch((last + 1) * b, chain)
-        return DiskMatch(0, ())
+                        return DiskMatch((last + 1) * b, chain, tuple(hashes))
+        return DiskMatch(0, (), tuple(hashes))
 
     def _chain(self, hashes: list[str], last: int):
         """The segments holding blocks 0..last, in order with the position each
@@ -177,13 +181,13 @@ class DiskTier:
                 return None
             ref, until = parent, ref.start
 
-    def read(self, match: DiskMatch, tokens: list[int]) -> tuple[int, list]:
+    def read(self, match: DiskMatch) -> tuple[int, list]:
         """The matched segments' KV, checked: (positions read, [(keys, values)]
         per layer, each (1, heads, n, head_dim)). A file that fails its
         check is removed and noted; the KV read ends before it."""
         import mlx.core as mx
 
-        hashes = chain_hashes(tokens[:match.num_tokens], self.block_size)
+        hashes = match.hashes
         b, parts, at = self.block_size, [], 0
         for ref, until in match.segments:
             try:
@@ -256,8 +260,7 @@ class DiskTier:
         b = self.block_size
         end = len(tokens) - len(tokens) % b
         have = self.match(tokens[:end])
-        hashes = chain_hashes(tokens[:end], b)
-        at = have.num_tokens
+        hashes, at = have.hashes, have.num_tokens
         while at < end and self.saving:
             stop = min(end, at + self.segment_tokens)
             part = [(k[:, :, at:stop], v[:, :, at:stop]) for k, v in layers]
