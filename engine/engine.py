@@ -259,6 +259,13 @@ class Engine:
         disk = self.prefix_cache.disk
         return disk.clear() if disk is not None else 0
 
+    def forget_saved_kv(self, owner: str) -> None:
+        """`owner` (a request's `tab_id`: a deleted chat) is gone: the saved
+        KV segments no other chat or client uses are removed, after the saves
+        queued before (engine/runtime/kv_owners.py)."""
+        if self.prefix_cache.disk is not None:
+            self.prefix_cache.disk.forget(owner)
+
     def set_draft_model(self, draft: LoadedModel | None) -> None:
         """Draft with `draft` from now on where a lane or a request asks for a
         draft model (None: none); EngineError if it cannot draft for this
@@ -415,7 +422,8 @@ class Engine:
             if request.restored_tokens:  # the Decisions tab says where its warmth came from
                 routed = dataclasses.replace(routed, reason=(
                     f"restored {request.restored_tokens:,} tokens from disk in "
-                    f"{request.restore_s or 0:.2f} s; {routed.reason}"))
+                    f"{request.restore_s or 0:.2f} s; {routed.reason}"),
+                    restored_tokens=request.restored_tokens, restore_s=request.restore_s)
             self._enqueue(request, lane, routed)
         except Exception as e:  # never a request left without its Finished
             self.director.finish(request, "error", error=str(e))

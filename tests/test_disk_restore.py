@@ -56,6 +56,9 @@ def test_a_follow_up_after_a_restart_is_restored_from_disk(tiny_model_dir, tmp_p
         # The Decisions tab's reason says where the prompt's warmth came from.
         assert any(e.reason.startswith(f"restored {done.restored_tokens:,} tokens from disk")
                    for e in routed if e.request_id == done.request_id)
+        # ... and the event carries the restore, which the timeline draws as its own bar.
+        assert any((e.restored_tokens, e.restore_s) == (done.restored_tokens, done.restore_s)
+                   for e in routed if e.request_id == done.request_id)
         assert done.cached_tokens >= done.restored_tokens
         assert done.text == warm.text  # the answer the RAM cache gave
     finally:
@@ -177,8 +180,11 @@ def test_a_request_cancelled_while_its_kv_is_read_ends_cancelled(tiny_model_dir,
         again.close()
 
 
-def test_chat_clear_saved_kv_removes_the_files(qtbot, tiny_model_dir, db, tmp_path):
-    """Chat > Clear saved KV: the model's files on disk go, and the status bar says how much."""
+def test_deleting_a_chat_and_clear_saved_kv_remove_the_files(qtbot, tiny_model_dir, db,
+                                                             tmp_path):
+    """Deleting a chat removes the KV files only it used (the other chat's
+    stay); Chat > Clear saved KV removes the model's files, and the status
+    bar says how much."""
     from tests.windows import open_window
 
     folder = tmp_path / "kv"
@@ -194,6 +200,15 @@ def test_chat_clear_saved_kv_removes_the_files(qtbot, tiny_model_dir, db, tmp_pa
         tab.send()
     disk = window.engine.prefix_cache.disk
     assert disk.close(30) and list(folder.rglob("*.kv"))  # the writer has written
+    kept = set(folder.rglob("*.kv"))
+    window.new_chat()
+    other = window.chat_tabs()[-1]
+    with qtbot.waitSignal(window.bridge.finished, timeout=60_000):
+        other.composer.setPlainText("A different chat altogether. " * 12)
+        other.send()
+    assert disk.close(30) and set(folder.rglob("*.kv")) > kept
+    window.sidebar.delete(other.chat_id)
+    assert disk.close(30) and set(folder.rglob("*.kv")) == kept
     window.menus.clear_kv_action.trigger()
     assert not list(folder.rglob("*.kv")) and disk.nbytes == 0
     assert window.statusBar().currentMessage().startswith("Cleared ")

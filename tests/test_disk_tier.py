@@ -181,3 +181,80 @@ def test_two_processes_sharing_a_folder_see_each_others_files(tiny_loaded, tmp_p
     assert app.clear() > 0
     server.refresh()
     assert server.match(tokens).num_tokens == 0 and server.nbytes == 0
+
+
+def test_a_prefix_the_ram_cache_evicts_is_saved_if_the_disk_lacks_it(tiny_loaded, tmp_path):
+    """The RAM prefix cache hands what it evicts to the disk tier: a prefix
+    the disk does not hold is written (and reads back bit for bit); one it
+    holds already is not written again."""
+    from mlx_lm.models.cache import KVCache
+
+    from engine.runtime.prefix import PrefixCache
+
+    def caches_of(layers):
+        out = []
+        for k, v in layers:
+            c = KVCache()
+            c.keys, c.values, c.offset = k, v, k.shape[2]
+            out.append(c)
+        return out
+
+    first, first_kv = kv_of(tiny_loaded, LONG)
+    second, second_kv = kv_of(tiny_loaded, "A different chat altogether. " * 20)
+    end = len(first) - len(first) % BLOCK
+    block_bytes = sum(k.nbytes + v.nbytes for k, v in first_kv) * BLOCK // len(first)
+    ram = PrefixCache(BLOCK, budget_bytes=block_bytes * (end // BLOCK))  # one chat fits
+    ram.disk = tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    ram.insert(first, caches_of(first_kv))
+    assert ram.cached_length(first) == end and tier.match(first).num_tokens == 0
+    ram.insert(second, caches_of(second_kv))  # evicts the first chat from RAM
+    assert ram.cached_length(first) < end
+    assert tier.close(30)
+    match = tier.match(first)
+    assert match.num_tokens == end
+    read, back = tier.read(match)
+    for (k0, v0), (k1, v1) in zip(first_kv, back):
+        assert mx.array_equal(k0[:, :, :end], k1).item()
+        assert mx.array_equal(v0[:, :, :end], v1).item()
+    written = tier.written_bytes
+    ram.insert(first, caches_of(first_kv))  # evicts the second, which is not on disk
+    ram.insert(second, caches_of(second_kv))  # evicts the first again: on disk already
+    assert tier.close(30)
+    assert tier.match(second).num_tokens == len(second) - len(second) % BLOCK
+    assert tier.written_bytes - written < written  # the second chat only, not the first again
+
+
+def test_forgetting_a_chat_removes_only_what_no_other_chat_uses(tiny_loaded, tmp_path):
+    """Deleting a chat (kv_owners.py): segments only it used go; a prefix it
+    shares with another chat stays until that one goes too; an API
+    client's segments are never a chat's to remove."""
+    from engine.runtime.kv_owners import FILE, release_files
+
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    more, more_kv = kv_of(tiny_loaded, LONG + " and the fox ran home to its den at last")
+    other, other_kv = kv_of(tiny_loaded, "A different chat altogether. " * 12)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    tier.save(tokens, layers, "1")
+    tier.save(more, more_kv, "2")  # chat 2 continues chat 1's prefix
+    tier.save(other, other_kv, "api:client")
+    assert tier.close(30)
+    every = set(tier.folder.iterdir())
+    tier.forget("1")
+    assert tier.close(30)
+    assert set(tier.folder.iterdir()) == every  # chat 2 uses all of chat 1's segments
+    tier.forget("2")
+    assert tier.close(30)
+    left = set(tier.folder.iterdir())
+    assert left and tier.match(tokens).num_tokens == 0 and tier.match(more).num_tokens == 0
+    assert tier.match(other).num_tokens == len(other) - len(other) % BLOCK  # the API's stays
+    # With no engine (the app, no model loaded): straight from the folder.
+    assert release_files(tmp_path, "api:client") > 0
+    assert not list(tier.folder.glob("*.kv"))
+    # A damaged owners list is replaced; saving and forgetting go on.
+    (tmp_path / FILE).write_bytes(b"not a database" * 100)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    tier.save(tokens, layers, "7")
+    tier.forget("7")
+    assert tier.close(30)
+    assert not list(tier.folder.glob("*.kv"))
+    assert any("could not be read" in note for note in tier.owners.notes)

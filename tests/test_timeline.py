@@ -137,3 +137,24 @@ def test_a_request_whose_drafts_paid_says_so_and_is_banded(qtbot):
     tops = [v.AXIS + row * v.ROW + 4 for row in (0, 1)]
     assert image.pixelColor(x, tops[0]).name() == band
     assert image.pixelColor(x, tops[1]).name() != band
+
+
+def test_kv_read_back_from_disk_is_its_own_bar_before_the_prefill(qtbot):
+    """Issue 33: a request whose prefix was restored from disk starts with a
+    restore bar, drawn in the disk's colour for the seconds reading took,
+    and its hover says how many tokens came back; one without has none."""
+    timeline = Timeline()
+    timeline.routed("w", "Resumed", "prefill", "cpu", 960.0, "warm: CPU", row="1",
+                    restored=(3072, 20.0))
+    timeline.routed("w", "Resumed", "decode", "cpu", 961.0, row="1")
+    timeline.routed("c", "Cold", "prefill", "cpu", 960.0, row="2")
+    v = _shown(qtbot, timeline, {"cpu": "cpu"})
+    track, seg = v.hit(v.x_of(950.0), _row_y(v, 0))
+    assert seg.phase == "restore" and (seg.start, seg.end) == (940.0, 960.0)
+    assert "restored 3,072 tokens from disk in 20.00 s" in v.describe(track, seg)
+    assert "read from disk, 20.0 s" in v.describe(track, seg)
+    assert [s.phase for s in track.segments] == ["restore", "prefill", "decode"]
+    assert v.hit(v.x_of(950.0), _row_y(v, 1)) is None  # the cold one starts at 960
+    image = v.grab().toImage()
+    assert image.pixelColor(int(v.x_of(950.0)), _row_y(v, 0)).name() == \
+        v.color("disk", "restore").name()

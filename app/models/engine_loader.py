@@ -34,7 +34,27 @@ def load_engine(source: str) -> "Engine":
     # resumes warm after a restart (engine/restore.py).
     return Engine.load(source, lanes=default_lanes("lookup"), worker_nice=ENGINE_NICE,
                        cost_store=str(cache_dir() / "lane-costs.json"),
-                       kv_cache_dir=str(cache_dir() / "kv"))
+                       kv_cache_dir=str(kv_dir()))
+
+
+def kv_dir():
+    """Where the app keeps models' KV on disk (the platform's cache folder)."""
+    from app.store.journal import cache_dir
+
+    return cache_dir() / "kv"
+
+
+def forget_chat_kv(engine, chat_id: int) -> None:
+    """A deleted chat's saved KV that no other chat uses goes: through the
+    engine's disk tier (after its queued saves), or straight from the
+    folder when no model with one is loaded."""
+    from engine.runtime.kv_owners import release_files
+
+    disk = getattr(getattr(engine, "prefix_cache", None), "disk", None)
+    if disk is not None:
+        engine.forget_saved_kv(str(chat_id))
+    else:
+        release_files(kv_dir(), str(chat_id))
 
 
 class EngineLoader(QObject):

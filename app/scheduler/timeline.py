@@ -24,14 +24,14 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QScrollArea, QToolButton, QT
 from app.ui.plain_text import tip
 
 MAX_TRACKS = 300
-LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60"}
+LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60", "disk": "#8e44ad"}
 SPANS_S = (10, 30, 60, 120, 300, 600, 1800, 3600)  # the zoom steps, seconds shown
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
 
 @dataclass(slots=True)
 class Segment:
-    phase: str  # "prefill" or "decode"
+    phase: str  # "prefill", "decode", or "restore" (KV read back from disk, lane "disk")
     lane: str
     start: float
     end: float | None = None
@@ -72,7 +72,10 @@ class Timeline:
         self.rows: dict[str, str] = {}  # row key -> label, in order of first request
 
     def routed(self, request_id: str, label: str, phase: str, lane: str, at: float,
-               reason: str = "", row: str | None = None) -> None:
+               reason: str = "", row: str | None = None,
+               restored: tuple[int, float] = (0, 0.0)) -> None:
+        """`restored`: tokens read back from disk before this decision, and
+        the seconds that took (drawn as a restore bar ending at `at`)."""
         track = self.tracks.get(request_id)
         if track is None:
             row = row or request_id
@@ -82,6 +85,9 @@ class Timeline:
             self.rows[row] = label  # the chat's latest title; rows keep their order
             live = {t.row for t in self.tracks.values()}
             self.rows = {k: v for k, v in self.rows.items() if k in live}
+        if restored[0] and not track.segments:
+            track.segments.append(Segment("restore", "disk", at - restored[1], at, reason=(
+                f"restored {restored[0]:,} tokens from disk in {restored[1]:.2f} s")))
         if track.segments and track.segments[-1].phase == phase and \
                 track.segments[-1].lane == lane and track.segments[-1].end is None:
             return
@@ -290,7 +296,9 @@ class TimelineView(QWidget):
         now = self.now()
         lines = [track.label]
         for s in track.segments:
-            lines.append(f"{s.phase} on {s.lane.upper()}, {(s.end or now) - s.start:.1f} s"
+            what = ("read from disk" if s.phase == "restore"
+                    else f"{s.phase} on {s.lane.upper()}")
+            lines.append(f"{what}, {(s.end or now) - s.start:.1f} s"
                          + (f": {s.reason}" if s.reason and s is seg else ""))
         if track.finished:
             lines.append(track.note or f"finished ({track.finished}) in "

@@ -23,6 +23,7 @@ from app.conversation.conversation import Conversation
 from app.conversation.history import History, load_history
 from app.conversation.saving import save_progress
 from app.models.bridge import EngineBridge
+from app.models.engine_loader import forget_chat_kv
 from app.models.engine_session import EngineSession
 from app.scheduler.request_feed import RequestFeed
 from app.scheduler.scheduler_dock import SchedulerDock
@@ -246,6 +247,7 @@ class MainWindow(QMainWindow):
         for tab in self.chat_tabs():
             if tab.chat_id == chat_id:
                 self.close_tab(tab)
+        forget_chat_kv(self.engine, chat_id)  # its KV on disk, unless another chat shares it
         if not self.chat_tabs():
             self.new_chat()
 

@@ -39,6 +39,10 @@ class Routed(Event):
     cached_tokens: int = 0
     time: float = field(default_factory=now)
     predicted_done_s: float | None = None  # the chosen plan's prediction (new requests)
+    # Read back from disk before this decision (engine/restore.py): how many
+    # of its prompt's tokens, in how long (the timeline draws that phase).
+    restored_tokens: int = 0
+    restore_s: float | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -61,6 +61,9 @@ class PrefixTrie:
         self.nbytes = 0
         self.num_blocks = 0
         self._clock = itertools.count(1)
+        # Called with each leaf about to be evicted, its ancestors still in
+        # place (the disk tier saves what it does not hold yet).
+        self.on_evict: Callable[[BlockNode], None] | None = None
 
     def _blocks(self, tokens: list[int], limit: int | None = None):
         n = len(tokens) if limit is None else min(limit, len(tokens))
@@ -111,6 +114,8 @@ class PrefixTrie:
             leaf = min(self._leaves(), key=lambda n: n.last_used, default=None)
             if leaf is None:
                 break
+            if self.on_evict is not None:
+                self.on_evict(leaf)
             self._remove(leaf)
             evicted += 1
         return evicted

@@ -12,12 +12,14 @@ resumes warm after a restart.
   the disk: the core can ask under the director's lock, and reading is a
   separate phase (`read`). A match may end inside a segment: its first
   blocks are used (a conversation resent without its last answer).
-- Writes happen on one background thread through a bounded queue (`save`
-  never blocks a lane: when the queue is full the request is dropped and
+- Writes happen on one background thread through a queue (`save` never
+  blocks a lane: when `QUEUE` saves wait already, it is dropped and
   counted), at a lower priority than the lanes (`WRITER_NICE`); a prefix
   is cut into segments of at most `segment_tokens` after what the disk has
   already; each file is written atomically.
-  `close(timeout)` drains the queue within a bounded time.
+  `close(timeout)` drains the queue within a bounded time. Each save
+  records its owner (kv_owners.py); `forget(owner)` (a chat deleted),
+  queued behind that chat's saves, removes what no one else uses.
 - Never trust blindly: `read` checks every file (kv_file.check) before MLX
   sees it; a damaged, truncated, foreign or other-version file is removed,
   noted, and the match ends before it. A full disk stops saving with one
@@ -38,6 +40,7 @@ import numpy as np
 
 from ..core import priority
 from . import kv_file
+from .kv_owners import Owners
 
 SEGMENT_TOKENS = 1024  # at most this many positions per file: a 3k answer is ~3 files
 QUEUE = 8  # saves waiting for the writer; more are dropped (and counted)
@@ -86,6 +89,7 @@ class DiskTier:
                  budget_bytes: int, segment_tokens: int = SEGMENT_TOKENS):
         self.identity, self.block_size = identity, block_size
         self.folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:24]
+        self.owners = Owners(root)
         self.budget_bytes, self.segment_tokens = budget_bytes, segment_tokens
         self.index: dict[str, SegmentRef] = {}  # a block's chain hash -> a segment holding it
         self.segments: dict[Path, SegmentRef] = {}  # every file of the tier
@@ -94,7 +98,8 @@ class DiskTier:
         self.written_bytes = 0
         self.saving = True  # False after a full disk
         self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue(QUEUE)
+        self._queue: queue.Queue = queue.Queue()
+        self._waiting = 0  # saves in the queue (at most QUEUE)
         self._writer: threading.Thread | None = None
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seen = -1  # the folder's mtime when last scanned
@@ -149,9 +154,11 @@ class DiskTier:
             for h in ref.blocks:
                 self.index[h] = ref
 
-    def match(self, tokens: list[int], limit: int | None = None) -> DiskMatch:
+    def match(self, tokens: list[int], limit: int | None = None,
+              touch: bool = True) -> DiskMatch:
         """The longest prefix of `tokens[:limit]` the disk holds, as the
-        segments chained from position 0 (plain Python, no disk access)."""
+        segments chained from position 0 (plain Python, no disk access);
+        `touch`: its segments count as just used (LRU)."""
         tokens = tokens[:limit] if limit is not None else tokens
         hashes = chain_hashes(tokens, self.block_size)
         b = self.block_size
@@ -160,7 +167,7 @@ class DiskTier:
                 if hashes[last] in self.index:
                     chain = self._chain(hashes, last)
                     if chain is not None:
-                        for ref, _ in chain:
+                        for ref, _ in chain if touch else ():
                             ref.used = time.time()
                         return DiskMatch((last + 1) * b, chain, tuple(hashes))
         return DiskMatch(0, (), tuple(hashes))
@@ -194,8 +201,10 @@ class DiskTier:
                 layers = kv_file.decode(ref.path.read_bytes(), self.identity, ref.start,
                                         hashes[ref.start // b:until // b])
             except (OSError, kv_file.KVFileError) as e:
-                for gone in self._subtree(ref):  # what chains from it cannot be used either
-                    self._forget(gone)
+                gone = self._subtree(ref)  # what chains from it cannot be used either
+                for each in gone:
+                    self._forget(each)
+                self.owners.drop([g.path for g in gone])
                 self.notes.append(f"Removed a saved KV file that could not be used ({e}).")
                 break
             parts.append(layers)
@@ -224,22 +233,34 @@ class DiskTier:
             self.notes.append(note)
 
     # ---- saving ---------------------------------------------------------------------
-    def save(self, tokens: list[int], layers) -> bool:
-        """Queue `tokens`' KV (`layers`: [(keys, values)] per layer, evaluated,
-        at least len(tokens) positions) for the writer; False when it was
-        dropped (the writer is behind, or saving stopped)."""
+    def save(self, tokens: list[int], layers, owner: str = "") -> bool:
+        """Queue `tokens`' KV for the writer: `layers` is [(keys, values)]
+        per layer, evaluated, at least len(tokens) positions, or an object
+        whose `layers(start, end)` gives them for a span (prefix.BlockKV:
+        the RAM cache's blocks, stitched on the writer's thread). False when
+        it was dropped (the writer is behind, or saving stopped). `owner`:
+        the chat (or API client) whose prefix it is."""
         if not self.saving:
             return False
+        with self._lock:
+            if self._waiting >= QUEUE:
+                self.dropped += 1
+                return False
+            self._waiting += 1
+        self._post(("save", list(tokens), layers, owner))
+        return True
+
+    def forget(self, owner: str) -> None:
+        """`owner` (a deleted chat) uses nothing any more: after the saves
+        queued before this, the segments no one else uses are removed."""
+        self._post(("forget", owner))
+
+    def _post(self, item) -> None:
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
                                             daemon=True)
             self._writer.start()
-        try:
-            self._queue.put_nowait((list(tokens), layers))
-            return True
-        except queue.Full:
-            self.dropped += 1
-            return False
+        self._queue.put(item)
 
     def _write_loop(self) -> None:
         # Background work: the lanes get the cores first (Linux; a no-op elsewhere).
@@ -249,21 +270,28 @@ class DiskTier:
             try:
                 if item is None:
                     return
-                self._write(*item)
+                if item[0] == "forget":
+                    self._release(item[1])
+                    continue
+                with self._lock:
+                    self._waiting -= 1
+                self._write(*item[1:])
             except Exception as e:  # a writer that dies saves nothing more: say so once
                 self.notes.append(f"Saving KV to disk stopped: {type(e).__name__}: {e}")
                 self.saving = False
             finally:
                 self._queue.task_done()
 
-    def _write(self, tokens: list[int], layers) -> None:
+    def _write(self, tokens: list[int], layers, owner: str = "") -> None:
         b = self.block_size
         end = len(tokens) - len(tokens) % b
         have = self.match(tokens[:end])
         hashes, at = have.hashes, have.num_tokens
+        used = [ref.path for ref, _ in have.segments]
         while at < end and self.saving:
             stop = min(end, at + self.segment_tokens)
-            part = [(k[:, :, at:stop], v[:, :, at:stop]) for k, v in layers]
+            part = (layers.layers(at, stop) if hasattr(layers, "layers")
+                    else [(k[:, :, at:stop], v[:, :, at:stop]) for k, v in layers])
             blocks, parent = hashes[at // b:stop // b], hashes[at // b - 1] if at else ""
             data = kv_file.encode(self.identity, at, b, blocks, part, parent)
             name = f"{blocks[-1][:40]}_{at}_{stop}.kv"
@@ -276,8 +304,22 @@ class DiskTier:
             self._add(SegmentRef(self.folder / name, at, stop, tuple(blocks), parent,
                                  len(data)))
             self.written_bytes += len(data)
+            used.append(self.folder / name)
             at = stop
+        if used:
+            self.owners.add(used, owner)
         self._evict()
+
+    def _release(self, owner: str) -> None:
+        for path in self.owners.release(owner):
+            ref = self.segments.get(path)
+            if ref is None:  # another model's folder (or gone): just the file
+                path.unlink(missing_ok=True)
+                continue
+            gone = self._subtree(ref)  # what chained from it could not be reached
+            for each in gone:
+                self._forget(each)
+            self.owners.drop([g.path for g in gone])
 
     def _evict(self) -> None:
         """Least recently used segments go until the tier fits its budget;
@@ -289,6 +331,7 @@ class DiskTier:
                 return
             victims = sorted(refs, key=lambda r: r.used)
         gone_ids: set[int] = set()
+        paths = []
         for ref in victims:
             if total <= self.budget_bytes:
                 break
@@ -297,7 +340,10 @@ class DiskTier:
             for gone in self._subtree(ref):
                 gone_ids.add(id(gone))
                 total -= gone.nbytes
+                paths.append(gone.path)
                 self._forget(gone)
+        if paths:
+            self.owners.drop(paths)
 
     def _refs(self) -> list[SegmentRef]:
         return list(self.segments.values())
@@ -319,10 +365,7 @@ class DiskTier:
         if self._writer is None:
             return True
         deadline = time.monotonic() + timeout
-        try:
-            self._queue.put(None, timeout=max(deadline - time.monotonic(), 0.01))
-        except queue.Full:
-            return False
+        self._queue.put(None)
         self._writer.join(max(deadline - time.monotonic(), 0.0))
         done = not self._writer.is_alive()
         self._writer = None if done else self._writer
@@ -336,6 +379,7 @@ class DiskTier:
             self.segments.clear()
         for ref in refs:
             ref.path.unlink(missing_ok=True)
+        self.owners.drop([r.path for r in refs])
         return sum(r.nbytes for r in refs)
 
     @property

@@ -42,8 +42,13 @@ class PrefixCache:
         # then nothing is cached or matched, and this says why.
         self.off_reason: str | None = None
         # The disk tier below it (disk_tier.py; None: none): finished
-        # requests' KV is saved there too, and engine/restore.py reads it back.
+        # requests' KV is saved there too, and engine/restore.py reads it back;
+        # a prefix evicted from RAM that the disk lacks is queued for it
+        # (`_spill`, written after the lock is released).
         self.disk = None
+        self._spill: list[tuple[list[int], list]] = []
+        self._spilled: set[int] = set()  # ids of the nodes already in `_spill`
+        self._trie.on_evict = self._evicted
 
     @property
     def block_size(self) -> int:
@@ -132,11 +137,53 @@ class PrefixCache:
             return (k, v), k.nbytes + v.nbytes
 
         with self._lock:
-            return self._trie.insert(tokens, make_payload)
+            added = self._trie.insert(tokens, make_payload)
+            spill, self._spill, self._spilled = self._spill, [], set()
+        self._save_evicted(spill)
+        return added
+
+    def _evicted(self, leaf) -> None:
+        """The trie evicts `leaf` (under the lock): its whole prefix (the
+        ancestors are still in place) goes to `_spill` for the disk tier,
+        unless a deeper prefix holding it already did. No MLX work here."""
+        if self.disk is None or id(leaf) in self._spilled:
+            return
+        path, node = [], leaf
+        while node.parent is not None:
+            path.append(node)
+            node = node.parent
+        path.reverse()
+        self._spilled.update(id(n) for n in path)
+        self._spill.append(([t for n in path for t in n.tokens], [n.payload for n in path]))
+
+    def _save_evicted(self, spill: list[tuple[list[int], list]]) -> None:
+        """Queue evicted prefixes the disk does not hold (plain Python: its
+        index answers; the writer thread stitches and writes the blocks)."""
+        disk = self.disk
+        for tokens, payloads in spill:
+            if disk is not None and disk.match(tokens, touch=False).num_tokens < len(tokens):
+                disk.save(tokens, BlockKV(tuple(payloads), self.block_size))
 
     def clear(self) -> None:
         with self._lock:
             self._trie.clear()
+
+
+@dataclass(slots=True, frozen=True)
+class BlockKV:
+    """A prefix's KV as the trie keeps it: a payload per block, (keys,
+    values) each (layers, heads, block, head_dim). `layers(start, end)` gives
+    positions [start, end) (block-aligned) as [(keys, values)] per layer,
+    each (1, heads, n, head_dim): the disk writer's input."""
+
+    payloads: tuple
+    block_size: int
+
+    def layers(self, start: int, end: int) -> list[tuple[mx.array, mx.array]]:
+        chosen = self.payloads[start // self.block_size:end // self.block_size]
+        keys = mx.concatenate([k for k, _ in chosen], axis=2)
+        values = mx.concatenate([v for _, v in chosen], axis=2)
+        return [(keys[i:i + 1], values[i:i + 1]) for i in range(keys.shape[0])]
 
 
 def _cut_block(caches: list[KVCache], start: int, end: int) -> tuple[mx.array, mx.array]:

@@ -209,7 +209,8 @@ class ModelRunner:
                 # arrays (a batch row's extract is lazy until now).
                 layers = [(c.keys, c.values) for c in state.caches]
                 mx.eval(layers)
-                disk.save(request.all_ids[:state.caches[0].offset], layers)
+                disk.save(request.all_ids[:state.caches[0].offset], layers,
+                          request.tab_id or "")
         except Exception:  # caching is an optimisation; never fail a request on it
             import traceback
             traceback.print_exc()
