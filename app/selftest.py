@@ -38,7 +38,10 @@ def _fail(message: str) -> int:
 def engine_check(model: str = "default") -> int:
     from engine import EngineError, Grammar, SamplingParams, loaded_blas
 
-    report: dict = {"python": platform.python_version(), "platform": platform.platform(),
+    from app.version import version
+
+    report: dict = {"tandem": version(), "python": platform.python_version(),
+                    "platform": platform.platform(),
                     "frozen": bool(getattr(sys, "frozen", False))}
     try:
         from engine import Engine

@@ -3,6 +3,8 @@ a chat's next message in a new engine, KV restored from the disk tier vs
 recomputed. Measured, not simulated.
 
 Run: .venv/bin/python benchmarks/kv_restore.py [--tokens 1000 3000] [--model default]
+     [--lanes cpu gpu]   (each lane alone: restored and recomputed on it; default:
+                          the engine's default lanes)
 
 For each size: engine 1 (a disk tier in a fresh folder) answers the chat's
 first turn (N prompt tokens) and closes, saving its KV; engine 2 on the same
@@ -26,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine  # noqa: E402,I001  (first: it loads the system OpenBLAS before MLX)
-from engine import Engine, SamplingParams  # noqa: E402
+from engine import Engine, LaneSpec, SamplingParams  # noqa: E402
 
 PARAGRAPH = ("The lighthouse stood on the northern cliff for two hundred years. Every night "
              "its keeper climbed the spiral stairs, trimmed the wick and wound the clockwork "
@@ -41,9 +43,10 @@ def chat_of(eng: Engine, tokens: int) -> list[dict]:
     return [{"role": "user", "content": f"{text}\nSummarise the story in one sentence."}]
 
 
-def case(model: str, tokens: int, folder: Path) -> dict:
+def case(model: str, tokens: int, folder: Path, lane: str | None = None) -> dict:
     params = SamplingParams(max_tokens=16)
-    first = Engine.load(model, kv_cache_dir=str(folder))
+    lanes = {"lanes": [LaneSpec(lane, lane)]} if lane else {}
+    first = Engine.load(model, kv_cache_dir=str(folder), **lanes)
     try:
         chat = chat_of(first, tokens)
         done = first.generate(chat, params, timeout=900)
@@ -54,12 +57,12 @@ def case(model: str, tokens: int, folder: Path) -> dict:
         first.close()
     files = list(folder.rglob("*.kv"))
     on_disk = sum(p.stat().st_size for p in files)
-    restored = Engine.load(model, kv_cache_dir=str(folder))
+    restored = Engine.load(model, kv_cache_dir=str(folder), **lanes)
     try:
         warm = restored.generate(chat, params, timeout=900)
     finally:
         restored.close()
-    cold_engine = Engine.load(model)
+    cold_engine = Engine.load(model, **lanes)
     try:
         cold = cold_engine.generate(chat, params, timeout=900)
     finally:
@@ -68,6 +71,7 @@ def case(model: str, tokens: int, folder: Path) -> dict:
             "files": len(files), "bytes_on_disk": on_disk,
             "bytes_per_token": round(on_disk / max(prompt_tokens, 1)),
             "restored_tokens": warm.restored_tokens,
+            "lanes": [lane for _, lane in warm.lanes],
             "restore_s": round(warm.restore_s or 0, 3),
             "ttft_restored_s": round(warm.ttft_s, 3), "ttft_recomputed_s": round(cold.ttft_s, 3),
             "recomputed_over_restored": round(cold.ttft_s / warm.ttft_s, 1),
@@ -78,13 +82,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1000, 3000])
+    ap.add_argument("--lanes", nargs="+", default=[None])
     args = ap.parse_args()
     report = {"machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores",
               "date": time.strftime("%Y-%m-%d"), "cases": {}}
-    for n in args.tokens:
-        with tempfile.TemporaryDirectory(prefix="tandem-kv-") as folder:
-            report["cases"][str(n)] = case(args.model, n, Path(folder))
-        print(json.dumps(report["cases"][str(n)]), file=sys.stderr, flush=True)
+    for lane in args.lanes:
+        for n in args.tokens:
+            key = f"{lane}:{n}" if lane else str(n)
+            with tempfile.TemporaryDirectory(prefix="tandem-kv-") as folder:
+                report["cases"][key] = case(args.model, n, Path(folder), lane)
+            print(json.dumps({key: report["cases"][key]}), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
 
 

@@ -60,6 +60,7 @@ def test_self_test_loads_the_bundled_model_and_generates(bundle_env):
     env, home = bundle_env
     report, stdout = _run(["--self-test"], env, home)
     assert report["frozen"] is True
+    assert report["tandem"] == _pyproject_version()  # Info.plist and About use the same
     assert report["model"].startswith("SmolLM2-135M-Instruct")
     assert report["output_tokens"] > 0 and report["answer"].strip()
     assert "Tandem self-test passed." in stdout
@@ -141,3 +142,10 @@ def test_bundled_server_answers_the_api(bundle_env):
         proc.stdout.close()
     stderr = errors.read_text()
     assert "Traceback" not in stderr
+
+
+def _pyproject_version() -> str:
+    import tomllib
+
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]

@@ -3,6 +3,7 @@ client joins the window's engine next to a chat tab, shows up in the routing
 timeline and the decision log labelled as an API request, and in no tab; its
 settings (port, an API key kept in the OS keyring, start with Tandem)."""
 
+import sys
 import threading
 
 import httpx
@@ -179,3 +180,42 @@ def test_without_a_keyring_the_key_lasts_the_session_and_the_user_is_told(
     assert not again.server.running and not again.menus.server_action.isChecked()
     assert "needs an API key" in again.statusBar().currentMessage()
     again.close()
+
+
+def test_on_macos_keys_go_to_the_keychain_through_keyrings_macos_backend(no_keyring,
+                                                                         monkeypatch):
+    """Issue 34: on macOS, where keyring's discovery found no backend (a
+    bundle), keys still go to the Keychain through keyring's macOS backend
+    (a stand-in here); where that cannot be used, the session fallback."""
+    from keyring.backends import macOS
+
+    class Keychain(macOS.Keyring):
+        priority = 5
+        saved: dict = {}
+
+        def get_password(self, service, name):
+            return self.saved.get((service, name))
+
+        def set_password(self, service, name, secret):
+            self.saved[(service, name)] = secret
+
+        def delete_password(self, service, name):
+            self.saved.pop((service, name), None)
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(macOS, "Keyring", Keychain)
+    assert keys.put("test-key", "s3cret") is True
+    assert Keychain.saved == {(keys.SERVICE, "test-key"): "s3cret"}
+    assert keys.backend_name() == "macOS Keychain" and "macOS Keychain" in keys.where("")
+    keys.forget("test-key")
+    assert Keychain.saved == {}
+
+    class Locked(Keychain):
+        @property
+        def priority(self):
+            raise RuntimeError("macOS required")
+
+    keyring.set_keyring(fail.Keyring())
+    monkeypatch.setattr(macOS, "Keyring", Locked)
+    assert keys.put("test-key", "s3cret") is False  # this session only, as on a headless Linux
+    assert keys.get("test-key") == "s3cret" and not keys.persistent()

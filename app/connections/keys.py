@@ -9,6 +9,8 @@ Used by the Local server's key; remote lanes' keys will use it too.
 
 from __future__ import annotations
 
+import sys
+
 SERVICE = "Tandem"
 _session: dict[str, str] = {}  # keys kept in memory where no keyring exists
 
@@ -19,11 +21,28 @@ def _keyring():
         from keyring.backends import fail
 
         backend = keyring.get_keyring()
-        if isinstance(backend, fail.Keyring):
+        if isinstance(backend, fail.Keyring) and sys.platform == "darwin":
+            backend = _keychain(keyring)
+        if backend is None or isinstance(backend, fail.Keyring):
             return None
         return keyring
     except Exception:  # not installed, or a backend that fails to load
         return None
+
+
+def _keychain(keyring):
+    """macOS: the Keychain through keyring's own macOS backend, where
+    keyring's discovery found none (a bundle whose entry points it could
+    not read); None if it cannot be used either."""
+    from keyring.backends import macOS
+
+    try:
+        backend = macOS.Keyring()
+        backend.priority  # noqa: B018 (raises where the Keychain cannot be used)
+    except Exception:
+        return None
+    keyring.set_keyring(backend)
+    return backend
 
 
 def persistent() -> bool:
@@ -35,7 +54,10 @@ def backend_name() -> str:
     ring = _keyring()
     if ring is None:
         return "none"
-    return type(ring.get_keyring()).__name__
+    from keyring.backends import macOS
+
+    backend = ring.get_keyring()
+    return "macOS Keychain" if isinstance(backend, macOS.Keyring) else type(backend).__name__
 
 
 def where(session_only: str) -> str:

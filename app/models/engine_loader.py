@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import QObject, Signal
@@ -19,7 +20,29 @@ if TYPE_CHECKING:
 ENGINE_NICE = 10
 
 
-def load_engine(source: str) -> "Engine":
+KV_ON = "kv_disk"  # setting: "on" / "off" (Settings…, app/window/settings_dialog.py)
+KV_GIB = "kv_disk_gib"  # setting: a number; absent or 0: the engine's default (engine/restore.py)
+
+
+@dataclass(frozen=True, slots=True)
+class KVDisk:
+    """KV kept on disk so chats resume warm, as the engine loader takes it."""
+
+    on: bool = True
+    budget_bytes: int | None = None  # None: the smaller of 10 GiB and a tenth of the free space
+
+
+def kv_disk(store) -> KVDisk:
+    """The saved-KV setting (GUI thread: the store is read there)."""
+    try:
+        gib = float(store.setting(KV_GIB, "") or 0)
+    except (TypeError, ValueError):  # a damaged value: the default
+        gib = 0.0
+    return KVDisk(store.setting(KV_ON, "on") != "off",
+                  int(gib * (1 << 30)) if gib > 0 else None)
+
+
+def load_engine(source: str, kv: KVDisk = KVDisk()) -> "Engine":
     """The app's engine for `source`. Runs on the loader thread: the first use
     of `engine.Engine` imports MLX, mlx-lm and transformers there, after the
     window is already on screen."""
@@ -34,7 +57,8 @@ def load_engine(source: str) -> "Engine":
     # resumes warm after a restart (engine/restore.py).
     return Engine.load(source, lanes=default_lanes("lookup"), worker_nice=ENGINE_NICE,
                        cost_store=str(cache_dir() / "lane-costs.json"),
-                       kv_cache_dir=str(kv_dir()))
+                       kv_cache_dir=str(kv_dir()) if kv.on else None,
+                       kv_cache_bytes=kv.budget_bytes)
 
 
 def kv_dir():

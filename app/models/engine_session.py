@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 from engine import EngineError
 
 from app.models.draft_models import DraftModels
-from app.models.engine_loader import EngineCloser, EngineLoader, load_engine
+from app.models.engine_loader import EngineCloser, EngineLoader, KVDisk, kv_disk, load_engine
 
 if TYPE_CHECKING:
     from engine import EngineAPI
@@ -58,6 +58,7 @@ class EngineSession(QObject):
         self.drafts = DraftModels(parent)
         self.loaded.connect(self.drafts.show_for)
         self.download_job = None  # the last model download (app/models/download.py)
+        self._kv = KVDisk()  # the saved-KV setting, read on the GUI thread at each load
         self._loader = EngineLoader(self._make, self)
         self._loader.loaded.connect(self._on_loaded)
         self._loader.failed.connect(self.fail)
@@ -72,6 +73,7 @@ class EngineSession(QObject):
                 self.fail(found)
                 return
             self._remote_models[source] = found
+        self._kv = kv_disk(self._store)
         self.loading.emit(f"Loading {source}…")
         self._loader.start(source)
 
@@ -82,6 +84,8 @@ class EngineSession(QObject):
 
             spec, key = self._remote_models[source]
             return RemoteModelEngine.load(spec, key)
+        if self._factory is load_engine:  # the app's own: with the Settings' saved-KV choice
+            return load_engine(source, self._kv)
         return self._factory(source)
 
     def library(self, parent, **kwargs):

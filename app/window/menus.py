@@ -1,6 +1,14 @@
-"""The window's menus and their shortcuts, in the platform's conventions."""
+"""The window's menus and their shortcuts, in the platform's conventions.
+
+On macOS (issue 34) About, Settings… and Quit carry their menu roles, so Qt
+moves them into the application menu (Cmd+, and Cmd+Q); Cmd+M is the
+system's Minimize there (a Window menu), so switching local only / hybrid
+takes Cmd+Shift+M (Ctrl+M elsewhere). The platform is read when the menus
+are built, so tests fake it."""
 
 from __future__ import annotations
+
+import sys
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -35,6 +43,14 @@ class Menus(QObject):
             "faint background")
         Transcript.tint_drafts = window.store.setting(draft_tint.SETTING, "off") == "on"
         self.tint_drafts_action.setChecked(Transcript.tint_drafts)
+        if sys.platform == "darwin":  # the system's Window menu: Cmd+M minimizes
+            window_menu = bar.addMenu("&Window")
+            self.minimize_action = self._action(window_menu, "Minimize", "Ctrl+M",
+                                                window.showMinimized)
+        help_menu = bar.addMenu("&Help")
+        self.about_action = self._action(help_menu, "About Tandem", "",
+                                         lambda: show_about(window))
+        self.about_action.setMenuRole(QAction.AboutRole)
 
     def _action(self, menu, text, shortcut, slot) -> QAction:
         act = QAction(text, self._window)
@@ -67,6 +83,9 @@ class Menus(QObject):
         self.previous_action = action(chat, "Previous tab", QKeySequence.PreviousChild,
                                       lambda: cycle_tab(window, -1))
         chat.addSeparator()
+        self.settings_action = action(chat, "Settings…", QKeySequence.Preferences,
+                                      lambda: open_settings(window))
+        self.settings_action.setMenuRole(QAction.PreferencesRole)  # macOS: the app menu, Cmd+,
         # Some platform themes (and offscreen) define no Quit key: Ctrl+Q then.
         quit_keys = QKeySequence(QKeySequence.Quit)
         self.quit_action = action(chat, "Quit",
@@ -78,7 +97,8 @@ class Menus(QObject):
         window, action = self._window, self._action
         self.load_model_action = action(engine_menu, "Load model…", "Ctrl+Shift+O",
                                         lambda: window.model_library().exec())
-        self.toggle_mode_action = action(engine_menu, "Toggle local only / Hybrid", "Ctrl+M",
+        self.toggle_mode_action = action(engine_menu, "Toggle local only / Hybrid",
+                                         MODE_KEYS_MAC if sys.platform == "darwin" else "Ctrl+M",
                                          window.toggle_mode)
         engine_menu.addSeparator()
         self.server_action = action(engine_menu, "Local server (OpenAI API)", "",
@@ -95,6 +115,26 @@ class Menus(QObject):
         self.toggle_mode_action.setStatusTip(
             "" if toggles else "This engine runs CPU-only: no GPU lane or remote lane to "
                                "switch to.")
+
+
+MODE_KEYS_MAC = "Ctrl+Shift+M"  # Qt's Ctrl is Cmd on macOS, where Cmd+M minimizes
+
+
+def show_about(window) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.version import version
+
+    QMessageBox.about(window, "About Tandem",
+                      f"<b>Tandem {version()}</b><p>Chat with local language models; its "
+                      "engine schedules each request across the CPU and the GPU.</p>"
+                      "<p>Apache License 2.0.</p>")
+
+
+def open_settings(window) -> None:
+    from app.window.settings_dialog import SettingsDialog
+
+    SettingsDialog(window).exec()
 
 
 # ---- what the Chat menu's actions do to the current tab ----------------------------------

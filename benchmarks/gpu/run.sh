@@ -25,7 +25,12 @@
 #                    beside mlx-lm's speculative_generate_step (every greedy
 #                    draft accepted: the machinery's cost), lookup drafts alone
 #                    and 16 streams (random weights copy nothing: what misses cost)
-# At most 8 files come back: gpu.txt, run.log and the six above.
+#   kv_restore.json  chats resume warm (issue 33, benchmarks/kv_restore.py):
+#                    the next message's first token after a restart, KV read
+#                    back from disk vs recomputed, on the GPU lane and the CPU
+#                    lane each alone (or prefilled, where that beats reading)
+# At most 8 files come back: run.log (which starts with the GPU and MLX
+# lines) and the seven above.
 # STEPS="startup throughput" runs only those steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +43,7 @@ if [ -n "$stand_in" ]; then
     flag=--stand-in
     lane=cpu
     work=${WORK_DIR:-build/bench-models}
-    echo "stand-in: a CPU lane acts as the GPU (no GPU figures)" | tee "$out/gpu.txt"
+    echo "stand-in: a CPU lane acts as the GPU (no GPU figures)" | tee "$log"
 else
     py=python3
     flag=
@@ -50,18 +55,18 @@ else
     timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target /tmp/site "/tmp/$name" .whl/b/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$log"
 fi
 export PYTHONUNBUFFERED=1
 $py -c "import engine, mlx.core as mx; print('mlx', mx.__version__, 'gpu', mx.is_available(mx.gpu),
-'blas', engine.loaded_blas)" | tee -a "$out/gpu.txt" || exit 1
-(ldconfig -p | grep -i openblas | head -3) >> "$out/gpu.txt" 2>&1
+'blas', engine.loaded_blas)" | tee -a "$log" || exit 1
+(ldconfig -p | grep -i openblas | head -3) >> "$log" 2>&1
 model=$(timeout 120 $py -X faulthandler -c "
 from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
 
-steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained drafts} "
+steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained drafts kv-restore} "
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
     local name=$1 limit=$2 file=$3
     shift 3
@@ -91,4 +96,8 @@ step drafts "${DRAFTS_S:-150}" drafts.log \
     --draft-model --lanes --rounds "${DRAFT_ROUNDS:-2}" --streams 16 \
     --answer-tokens "${DRAFT_TOKENS:-128}" --out "$out/drafts.json"
 rm -f "$out/drafts.log"  # the same report as drafts.json, which is written part by part
+kv_lanes=$([ -n "$stand_in" ] && echo cpu || echo "gpu cpu")
+step kv-restore "${KV_S:-150}" kv_restore.json \
+    $py -X faulthandler benchmarks/kv_restore.py --model "$model" --lanes $kv_lanes \
+    --tokens ${KV_TOKENS:-1000 4000}
 tail -40 "$log"
