@@ -45,10 +45,13 @@ def engine_check(model: str = "default") -> int:
                     "frozen": bool(getattr(sys, "frozen", False))}
     try:
         from engine import Engine
-        from engine.models.diagnostics import gpu_check, mlx_version
+        from engine.models.diagnostics import gpu_check, metallib_problem, mlx_version
 
         report["mlx"] = mlx_version()
-        report["gpu"] = gpu_check()
+        broken = metallib_problem()
+        if broken:  # a broken macOS bundle, not a machine without a usable GPU
+            return _fail(f"MLX's Metal shader library: {broken}")
+        report["gpu"] = gpu_check()  # "unusable: why" runs everything on the CPU
         started = time.perf_counter()
         engine = Engine.load(model)
         report["load_s"] = round(time.perf_counter() - started, 2)

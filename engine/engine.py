@@ -52,11 +52,12 @@ DISK_DRAIN_S = 10.0  # how long close() waits for the disk tier's writes
 
 
 def gpu_available() -> bool:
-    """Whether MLX has a usable GPU here (Metal on macOS, CUDA on Linux)."""
-    try:
-        return bool(mx.is_available(mx.gpu))
-    except Exception:
-        return False
+    """Whether MLX has a usable GPU here (Metal on macOS, CUDA on Linux);
+    where Metal is reported but cannot run kernels, the CPU becomes MLX's
+    default device (engine/models/diagnostics.py)."""
+    from .models.diagnostics import gpu_usable
+
+    return gpu_usable()[0]
 
 
 def default_lanes(drafts: str = "off") -> list[LaneSpec]:

@@ -16,6 +16,31 @@ import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
 from tests.tiny_model import build_tiny_llama  # noqa: E402
 
 
+def pytest_report_header(config):
+    """Which device MLX runs the suite on, and why not the GPU where not."""
+    from engine.models.diagnostics import gpu_usable
+
+    usable, why = gpu_usable()
+    return [f"MLX {__import__('mlx.core').core.__version__}: "
+            + ("a usable GPU (tests marked gpu run)" if usable else
+               "no GPU" if why == "none" else f"{why}: the suite runs on the CPU")]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a GPU that runs kernels: they skip, saying why,
+    elsewhere (this machine, CI, a hosted Mac runner's virtual GPU)."""
+    from engine.models.diagnostics import gpu_usable
+
+    usable, why = gpu_usable()
+    if usable:
+        return
+    skip = pytest.mark.skip(reason="needs a GPU MLX can run kernels on: "
+                            + ("there is none here" if why == "none" else why))
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _qt_garbage_dies_on_the_gui_thread():
     """A closed window held in a reference cycle is freed by whichever thread

@@ -22,7 +22,7 @@ def test_self_test_passes_on_a_model_and_reports_it(tiny_model_dir):
     assert proc.returncode == 0, proc.stderr
     report, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])
     assert report["output_tokens"] > 0 and report["lanes_used"][0].startswith("prefill")
-    assert report["gpu"] in ("none", "ok")
+    assert report["gpu"] in ("none", "ok") or report["gpu"].startswith("unusable: ")
     assert "Tandem self-test passed." in proc.stdout
 
 

@@ -97,7 +97,7 @@ step drafts "${DRAFTS_S:-150}" drafts.log \
     --answer-tokens "${DRAFT_TOKENS:-128}" --out "$out/drafts.json"
 rm -f "$out/drafts.log"  # the same report as drafts.json, which is written part by part
 kv_lanes=$([ -n "$stand_in" ] && echo cpu || echo "gpu cpu")
-step kv-restore "${KV_S:-150}" kv_restore.json \
+step kv-restore "${KV_S:-180}" kv_restore.json \
     $py -X faulthandler benchmarks/kv_restore.py --model "$model" --lanes $kv_lanes \
     --tokens ${KV_TOKENS:-1000 4000}
 tail -40 "$log"
