@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--file", default=None, help="read the prompt from this file (UTF-8)")
     # Also accepted after `generate`; SUPPRESS keeps the top-level value otherwise.
     gen.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
-    gen.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
+    gen.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL[=LOCAL]]",
                      help=REMOTE_HELP)
     gen.add_argument("--system", default=None, help="system prompt (none: the model's own)")
     gen.add_argument("--max-tokens", type=int, default=256,
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                                        "/v1/completions, /v1/models) on this machine.",
                            formatter_class=_Help)
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
-    serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL]",
+    serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL[=LOCAL]]",
                        help=REMOTE_HELP)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
@@ -106,13 +106,15 @@ def _add_engine_options(command) -> None:
                               "a GGUF file, a model folder or a repo id)")
 
 
-REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, URL[#model] "
-               "(https, or http on this machine); repeatable. Its API key, if it needs "
+REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, "
+               "URL[#MODEL[=LOCAL]] (https, or http on this machine); MODEL its model id, "
+               "LOCAL the loaded model it serves when its id is another name (the model's "
+               "name, or 'default'); repeatable. Its API key, if it needs "
                "one, from $TANDEM_REMOTE_KEY")
 
 
 def _remotes(texts: list[str]) -> list:
-    """--remote URL[#model] as (spec, key) pairs; EngineError if one is wrong."""
+    """--remote URL[#MODEL[=LOCAL]] as (spec, key) pairs; EngineError if one is wrong."""
     from engine import parse_remote
 
     key = os.environ.get("TANDEM_REMOTE_KEY") or None
@@ -149,6 +151,9 @@ def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
         engine = Engine.load(model, **extra)
         if remotes:  # their probes: route the first request with measured costs
             engine.wait_ready(60, every_lane=True)
+            for lane in engine.lane_info():  # a remote not routed to says why
+                if lane.kind == "remote" and lane.failed:
+                    print(f"tandem: remote lane {lane.name}: {lane.failed}", file=sys.stderr)
         return engine
     except EngineError as e:
         print(f"tandem: {e}", file=sys.stderr)

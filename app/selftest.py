@@ -38,7 +38,7 @@ def _fail(message: str) -> int:
 def engine_check(model: str = "default") -> int:
     from engine import EngineError, Grammar, SamplingParams, loaded_blas
 
-    from app.version import version
+    from app.ui.version import version
 
     report: dict = {"tandem": version(), "python": platform.python_version(),
                     "platform": platform.platform(),

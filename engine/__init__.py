@@ -35,6 +35,7 @@ _PUBLIC = {
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
+    "release_saved_kv": "runtime.kv_owners",
 }
 
 __all__ = sorted(_PUBLIC)

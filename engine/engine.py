@@ -36,7 +36,7 @@ from .restore import Restorer, open_disk_tier
 from .models.tools import plan_tools, tool_format
 from .prompt import check_ids, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
-from .runtime import blas
+from .runtime import blas, wired
 from .runtime.allocator import return_freed_memory
 from .runtime.cachekinds import cache_profile
 from .runtime.constrain import Constraints
@@ -117,6 +117,12 @@ class Engine:
                                            for lane in self.lanes.values() if not lane.failed])
                          if disk is not None else None)
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
+        # Metal: MLX may keep the weights and KV resident while a GPU lane is
+        # open, as mlx-lm's generate does (runtime/wired.py); the note says
+        # when the model comes near what the GPU should keep resident.
+        self._wired = any(s.device == "gpu" for s in enabled)
+        self.wired_note = (wired.acquire(self.memory_plan.shared_weight_bytes)
+                           if self._wired else None)
         remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
         self._make_director(loaded, enabled, policy, mode, bool(remotes))
         self.cost_store = CostStore(cost_store, loaded.name, enabled) if cost_store else None
@@ -588,6 +594,9 @@ class Engine:
             lane.close()
         if self.restorer is not None:
             self.restorer.close()
+        if self._wired:  # the lanes have stopped: no evaluation in flight
+            self._wired = False
+            wired.release()
         if self.prefix_cache.disk is not None:  # what the lanes queued is written
             if not self.prefix_cache.disk.close(DISK_DRAIN_S):
                 print("tandem: KV still being saved was left unsaved at close", file=sys.stderr)

@@ -13,6 +13,7 @@ import time
 import traceback
 from typing import Callable
 
+import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from .core.request import Request
@@ -65,7 +66,10 @@ class Restorer:
                 self._cancelled(request)
                 continue
             try:
-                self._restore(request)
+                # The CPU's stream, never the GPU's from this thread (engine/README.md,
+                # "Threads"): reading, checking and the RAM insert are memory work.
+                with mx.stream(mx.cpu):
+                    self._restore(request)
             except Exception:  # restoring is an optimisation: the request goes on cold
                 traceback.print_exc()
             self._place(request)

@@ -228,7 +228,7 @@ def test_forgetting_a_chat_removes_only_what_no_other_chat_uses(tiny_loaded, tmp
     """Deleting a chat (kv_owners.py): segments only it used go; a prefix it
     shares with another chat stays until that one goes too; an API
     client's segments are never a chat's to remove."""
-    from engine.runtime.kv_owners import FILE, release_files
+    from engine.runtime.kv_owners import FILE, release_saved_kv
 
     tokens, layers = kv_of(tiny_loaded, LONG)
     more, more_kv = kv_of(tiny_loaded, LONG + " and the fox ran home to its den at last")
@@ -248,7 +248,7 @@ def test_forgetting_a_chat_removes_only_what_no_other_chat_uses(tiny_loaded, tmp
     assert left and tier.match(tokens).num_tokens == 0 and tier.match(more).num_tokens == 0
     assert tier.match(other).num_tokens == len(other) - len(other) % BLOCK  # the API's stays
     # With no engine (the app, no model loaded): straight from the folder.
-    assert release_files(tmp_path, "api:client") > 0
+    assert release_saved_kv(tmp_path, "api:client") > 0
     assert not list(tier.folder.glob("*.kv"))
     # A damaged owners list is replaced; saving and forgetting go on.
     (tmp_path / FILE).write_bytes(b"not a database" * 100)

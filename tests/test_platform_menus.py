@@ -56,7 +56,7 @@ def test_elsewhere_ctrl_m_switches_the_mode_and_there_is_no_window_menu(qtbot, t
 def test_the_about_box_shows_pyprojects_version(qtbot, tiny_model_dir, db, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    from app.version import version
+    from app.ui.version import version
 
     shown = []
     monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append(text))

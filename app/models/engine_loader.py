@@ -72,13 +72,13 @@ def forget_chat_kv(engine, chat_id: int) -> None:
     """A deleted chat's saved KV that no other chat uses goes: through the
     engine's disk tier (after its queued saves), or straight from the
     folder when no model with one is loaded."""
-    from engine.runtime.kv_owners import release_files
+    from engine import release_saved_kv
 
     disk = getattr(getattr(engine, "prefix_cache", None), "disk", None)
     if disk is not None:
         engine.forget_saved_kv(str(chat_id))
     else:
-        release_files(kv_dir(), str(chat_id))
+        release_saved_kv(kv_dir(), str(chat_id))
 
 
 class EngineLoader(QObject):

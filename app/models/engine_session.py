@@ -14,7 +14,8 @@ from PySide6.QtCore import QObject, Signal
 from engine import EngineError
 
 from app.models.draft_models import DraftModels
-from app.models.engine_loader import EngineCloser, EngineLoader, KVDisk, kv_disk, load_engine
+from app.models.engine_loader import (EngineCloser, EngineLoader, KVDisk, forget_chat_kv,
+                                      kv_disk, load_engine)
 
 if TYPE_CHECKING:
     from engine import EngineAPI
@@ -76,6 +77,10 @@ class EngineSession(QObject):
         self._kv = kv_disk(self._store)
         self.loading.emit(f"Loading {source}…")
         self._loader.start(source)
+
+    def forget_chat_kv(self, chat_id: int) -> None:
+        """A deleted chat's KV on disk goes, unless another chat uses it."""
+        forget_chat_kv(self.engine, chat_id)
 
     def _make(self, source: str):
         """On the loader thread: the engine for `source`."""

@@ -23,7 +23,6 @@ from app.conversation.conversation import Conversation
 from app.conversation.history import History, load_history
 from app.conversation.saving import save_progress
 from app.models.bridge import EngineBridge
-from app.models.engine_loader import forget_chat_kv
 from app.models.engine_session import EngineSession
 from app.scheduler.request_feed import RequestFeed
 from app.scheduler.scheduler_dock import SchedulerDock
@@ -244,10 +243,9 @@ class MainWindow(QMainWindow):
         save_tabs(self)
 
     def _on_chat_deleted(self, chat_id: int) -> None:
-        for tab in self.chat_tabs():
-            if tab.chat_id == chat_id:
-                self.close_tab(tab)
-        forget_chat_kv(self.engine, chat_id)  # its KV on disk, unless another chat shares it
+        for tab in [tab for tab in self.chat_tabs() if tab.chat_id == chat_id]:
+            self.close_tab(tab)
+        self.session.forget_chat_kv(chat_id)  # its KV on disk, unless another chat shares it
         if not self.chat_tabs():
             self.new_chat()
 

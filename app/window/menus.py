@@ -123,7 +123,7 @@ MODE_KEYS_MAC = "Ctrl+Shift+M"  # Qt's Ctrl is Cmd on macOS, where Cmd+M minimiz
 def show_about(window) -> None:
     from PySide6.QtWidgets import QMessageBox
 
-    from app.version import version
+    from app.ui.version import version
 
     QMessageBox.about(window, "About Tandem",
                       f"<b>Tandem {version()}</b><p>Chat with local language models; its "

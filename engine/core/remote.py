@@ -93,9 +93,15 @@ class RemoteSpec:
 
 
 def parse_remote(text: str, name: str = "remote", **options) -> RemoteSpec:
-    """`URL[#model]` (the command line's --remote) as a spec."""
+    """`URL[#MODEL[=LOCAL]]` (the command line's --remote) as a spec: MODEL
+    is the remote's model id, LOCAL the loaded model it serves where its id
+    is another name (llama-cpp-python lists its file's path): its model
+    name, or "default" for the bundled model."""
     url, _, model = text.partition("#")
-    return RemoteSpec(url, model.strip(), name=name, **options)
+    model, equals, serves = model.rpartition("=") if "=" in model else (model, "", "")
+    if equals and not serves.strip():
+        raise EngineError(f"--remote {text!r}: name the local model after '='.", "bad-argument")
+    return RemoteSpec(url, model.strip(), name=name, serves=serves.strip() or None, **options)
 
 
 class CircuitBreaker:

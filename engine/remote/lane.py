@@ -34,6 +34,7 @@ from ..core.remote_scheduler import RemoteScheduler
 from ..core.request import Request
 from .client import RemoteFault, list_models, make_client, stream_completion
 from .io import RemoteIO
+from .prompt_form import TEXT_ONLY, refused_ids
 
 CHARS_PER_TOKEN_LIMIT = 64  # more text than this per allowed token is garbage
 PERMANENT = ("auth", "model")
@@ -86,7 +87,7 @@ class RemoteLane(SchedulerState):
         # The loaded model's names (None: it is the model, engine/remote_model.py).
         self.local_names = set(local_names) if local_names is not None else None
         self.probe_messages = probe_messages  # a chat probe, for a remote model
-        self.prompt_as_ids = True  # until the server refuses token ids
+        self.prompt_as_ids = spec.url not in TEXT_ONLY  # until it refuses ids (prompt_form.py)
         self._client = None
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
@@ -175,7 +176,7 @@ class RemoteLane(SchedulerState):
                                            "or use it as the model: Engine > Remote lanes…)")
             probe = Request(list(self.probe_ids), _probe_params())
             probe.messages = self.probe_messages
-            await self._answer(probe, probe=True)
+            await self._answer_in_form(probe, probe=True)  # learns the prompt's form
         except asyncio.CancelledError:  # the engine closed meanwhile
             pass
         except Exception as exc:  # a fault, a bug or an odd server: said, not raised
@@ -221,16 +222,8 @@ class RemoteLane(SchedulerState):
     async def _serve(self, request: Request) -> None:
         scheduler, rid = self.scheduler, request.request_id
         try:
-            try:
-                await self._answer(request)
-                return
-            except RemoteFault as fault:
-                if (fault.kind == "prompt" and self.prompt_as_ids and request.messages is None
-                        and not self._received.get(rid)):
-                    self.prompt_as_ids = False  # a server that takes text only: once more
-                    await self._answer(request)
-                    return
-                raise
+            await self._answer_in_form(request)
+            return
         except asyncio.CancelledError:
             scheduler.done(request)
             if self._handing_back and not request.is_cancelled:
@@ -254,6 +247,26 @@ class RemoteLane(SchedulerState):
             self._received.pop(rid, None)
             if not self._closing:
                 self._dispatch()
+
+    async def _answer_in_form(self, request: Request, probe: bool = False) -> str:
+        """`_answer`, and where the server refused a token-id prompt, the same
+        request once more as text; if that is taken, text from now on
+        (prompt_form.py). If it is not, the refusal was something else: ids
+        stay, and the second fault is raised."""
+        try:
+            return await self._answer(request, probe)
+        except RemoteFault as fault:
+            if not (self.prompt_as_ids and request.messages is None and refused_ids(fault)
+                    and not self._received.get(request.request_id)):
+                raise
+        self.prompt_as_ids = False
+        try:
+            text = await self._answer(request, probe)
+        except RemoteFault:
+            self.prompt_as_ids = True
+            raise
+        TEXT_ONLY.add(self.spec.url)
+        return text
 
     def _body(self, request: Request) -> dict:
         p = request.params

@@ -264,7 +264,16 @@ class DiskTier:
 
     def _write_loop(self) -> None:
         # Background work: the lanes get the cores first (Linux; a no-op elsewhere).
+        import mlx.core as mx
+
         priority.lower_thread(WRITER_NICE)
+        # MLX work off the lane threads stays on the CPU's stream: MLX does not
+        # promise that two threads may encode GPU (Metal) work at once
+        # (engine/README.md, "Threads"); the KV it reads is already evaluated.
+        with mx.stream(mx.cpu):
+            self._serve_queue()
+
+    def _serve_queue(self) -> None:
         while True:
             item = self._queue.get()
             try:

@@ -98,7 +98,7 @@ class Owners:
         return [self.root / s for s in self._run(work, []) if KEY.fullmatch(s)]
 
 
-def release_files(root: str | Path, owner: str) -> int:
+def release_saved_kv(root: str | Path, owner: str) -> int:
     """Remove the segments only `owner` used, in every model's folder under
     `root` (no engine needed: the app with no model loaded); bytes freed."""
     if not (Path(root) / FILE).exists():

@@ -1,0 +1,23 @@
+"""Which form of prompt a remote takes: token ids (the remote serves the
+same model, so its tokens are the loaded model's: no re-tokenizing) or text.
+
+Servers refuse ids differently: Tandem and vLLM take them; a server that
+validates `prompt` as a string answers 400 or 422, and llama-cpp-python's
+answers 500 with the validation error as its message. A lane sends ids
+until one such refusal, then tries the same request once as text: if the
+text is taken, the server takes text only, and this process remembers it
+per server (`TEXT_ONLY`), so a lane added again (a model reloaded, the
+remote re-added) sends text from its first call. The lane's probe sends its
+prompt the way requests will, so the form is learned before any request:
+one failed call at most, the probe's."""
+
+from __future__ import annotations
+
+TEXT_ONLY: set[str] = set()  # base URLs of servers that refused token-id prompts
+REFUSALS = ("HTTP 400", "HTTP 422", "HTTP 500")
+
+
+def refused_ids(fault) -> bool:
+    """Whether `fault` (a RemoteFault for a token-id prompt, before any
+    text came back) may be the server refusing the ids' form."""
+    return fault.kind in ("prompt", "http") and str(fault).startswith(REFUSALS)
