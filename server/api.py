@@ -88,8 +88,12 @@ class ServerState:
 
 
 def _check_key(request: Request, state: ServerState) -> None:
+    """The API key as a bearer token, or in `x-api-key` (Anthropic's clients)."""
     key = state.config.api_key
-    if key and not key_matches(request.headers.get("authorization"), key):
+    given = request.headers.get("authorization")
+    if given is None and request.headers.get("x-api-key") is not None:
+        given = "Bearer " + request.headers["x-api-key"]
+    if key and not key_matches(given, key):
         raise APIError(401, "Invalid or missing API key.", kind="authentication_error",
                        code="invalid_api_key")
 
@@ -196,6 +200,17 @@ def make_app(engine, config: ServerConfig | None = None,
     async def text_route(request: Request) -> Response:
         return await _completions(state, request, chat=False)
 
+    from .messages import messages_route
+    from .responses import ResponseStore, responses_route
+
+    store = ResponseStore()
+
+    async def responses(request: Request) -> Response:
+        return await responses_route(state, store, request)
+
+    async def messages(request: Request) -> Response:
+        return await messages_route(state, request)
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
@@ -206,6 +221,8 @@ def make_app(engine, config: ServerConfig | None = None,
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", text_route, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
     ], exception_handlers={APIError: _api_error, ClientDisconnect: _client_gone,
                            HTTPException: http_error, Exception: server_fault})
     gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)
@@ -237,21 +254,34 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
     _check_key(request, state)
     job = await state.run(_parse, await _read_body(request), chat,
                           state.engine.generation_defaults.as_dict())
+    slot, handle = await admit(state, request, job)
+    reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
+                   int(time.time()), "chat.completion" if chat else "text_completion")
+    if job.stream:
+        return GuardedStream(_stream(state, request, handle, reply, job),
+                             slot, handle, state.config.send_timeout_s)
+    done, scored = await collect(request, slot, handle)
+    return _answer(state, job, reply, done, scored)
+
+
+async def admit(state: ServerState, request: Request, job: Completion):
+    """The model checked, a slot taken, the request prepared and submitted:
+    (slot, handle). The slot is given back if submitting fails."""
     if job.model is not None and job.model not in state.ids:
         raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
                        f"{', '.join(repr(i) for i in state.ids)}.", param="model",
                        code="model_not_found")
     slot = state.slots.take()
     try:
-        handle = await state.run(_submit, state, request, job)
+        return slot, await state.run(_submit, state, request, job)
     except BaseException:
         slot.release()
         raise
-    reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
-                   int(time.time()), "chat.completion" if chat else "text_completion")
-    if job.stream:
-        return GuardedStream(_stream(state, request, handle, reply, job),
-                             slot, handle, state.config.send_timeout_s)
+
+
+async def collect(request: Request, slot: Slot, handle) -> tuple[Finished, list[Token]]:
+    """A whole answer: its `Finished` and the tokens that carry logprobs; a
+    client gone cancels it; the slot is given back however it ends."""
     with slot:
         try:
             done, scored = None, []
@@ -265,7 +295,7 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
         finally:
             handle.cancel()  # no-op once finished
     request.state.output_tokens = done.output_tokens  # for the access log
-    return _answer(state, job, reply, done, scored)
+    return done, scored
 
 
 def _answer(state: ServerState, job: Completion, reply: _Reply, done: Finished,

@@ -50,7 +50,8 @@ class RequestGate:
         self.origins = {o.rstrip("/").lower() for o in allow_origins}
         self.app = CORSMiddleware(app, allow_origins=sorted(self.origins),
                                   allow_methods=["GET", "POST", "OPTIONS"],
-                                  allow_headers=["authorization", "content-type"]) \
+                                  allow_headers=["authorization", "content-type", "x-api-key",
+                                                 "anthropic-version", "anthropic-beta"]) \
             if self.origins else app
 
     async def __call__(self, scope, receive, send):

@@ -18,19 +18,22 @@
 #                    repeats, host time and device wait per step
 #   hybrid_think.json / hybrid_saturated.json   GPU-only vs hybrid on the
 #                    chat workload with think time, then with none
-#   constrained.txt  what constrained rows (llguidance masks) cost a GPU step:
+#   constrained.txt  (in run.log) what constrained rows (llguidance masks) cost a GPU step:
 #                    16 rows, 0 / 8 / 16 under a JSON schema (issue 23)
 #   drafts.json      drafts on the GPU lane (issue 32, benchmarks/speculative.py):
 #                    sampling kernel old vs new, the model drafting for itself
 #                    beside mlx-lm's speculative_generate_step (every greedy
 #                    draft accepted: the machinery's cost), lookup drafts alone
 #                    and 16 streams (random weights copy nothing: what misses cost)
+#   step_host.json   the host's ms per GPU-lane step while requests finish
+#                    among others, 1 / 16 / 64 streams: prefix-cache copies
+#                    waited for vs scheduled (issue 34, benchmarks/step_host_time.py)
 #   kv_restore.json  chats resume warm (issue 33, benchmarks/kv_restore.py):
 #                    the next message's first token after a restart, KV read
 #                    back from disk vs recomputed, on the GPU lane and the CPU
 #                    lane each alone (or prefilled, where that beats reading)
 # At most 8 files come back: run.log (which starts with the GPU and MLX
-# lines) and the seven above.
+# lines) and the others: constrained.txt goes into run.log to make room.
 # STEPS="startup throughput" runs only those steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,7 +69,7 @@ from pathlib import Path
 from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 print(synthetic_model(Path('$work'), QWEN_0_5B, ${LAYERS:-None}))") || exit 1
 
-steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained drafts kv-restore} "
+steps=" ${STEPS:-startup throughput hybrid-think hybrid-saturated constrained drafts step-host kv-restore} "
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
     local name=$1 limit=$2 file=$3
     shift 3
@@ -88,7 +91,7 @@ step hybrid-think "${HYBRID_S:-150}" hybrid_think.json \
 step hybrid-saturated "${SATURATED_S:-90}" hybrid_saturated.json \
     $py -X faulthandler benchmarks/hybrid_real.py --model "$model" $flag \
     --tabs "${TABS:-16}" --repeats 1 --max-answer "${MAX_ANSWER:-128}" --think-scale 0.001
-step constrained "${CONSTRAINED_S:-90}" constrained.txt \
+step constrained "${CONSTRAINED_S:-90}" constrained.log \
     $py -X faulthandler benchmarks/constrained_step_cost.py --model "$model" --device $lane \
     --rounds "${ROUNDS:-2}" --steps "${CSTEPS:-100}"
 step drafts "${DRAFTS_S:-150}" drafts.log \
@@ -96,6 +99,13 @@ step drafts "${DRAFTS_S:-150}" drafts.log \
     --draft-model --lanes --rounds "${DRAFT_ROUNDS:-2}" --streams 16 \
     --answer-tokens "${DRAFT_TOKENS:-128}" --out "$out/drafts.json"
 rm -f "$out/drafts.log"  # the same report as drafts.json, which is written part by part
+if [ -f "$out/constrained.log" ]; then  # into run.log: at most 8 files come back
+    { echo "== constrained.txt"; cat "$out/constrained.log"; } >> "$log"
+    rm -f "$out/constrained.log"
+fi
+step step-host "${STEP_HOST_S:-150}" step_host.json \
+    $py -X faulthandler benchmarks/step_host_time.py --model "$model" --lane $lane \
+    --streams ${HOST_STREAMS:-1 16 64} --rounds "${HOST_ROUNDS:-2}"
 kv_lanes=$([ -n "$stand_in" ] && echo cpu || echo "gpu cpu")
 step kv-restore "${KV_S:-180}" kv_restore.json \
     $py -X faulthandler benchmarks/kv_restore.py --model "$model" --lanes $kv_lanes \

@@ -35,6 +35,10 @@ class PrefixCache:
     byte accounting is true and a finished request's KV can be freed).
     """
 
+    # Inserts are scheduled, not waited for (below); True restores the wait,
+    # for benchmarks/step_host_time.py's A/B only.
+    wait_inserts = False
+
     def __init__(self, block_size: int = 32, budget_bytes: int = 1 << 30):
         self._trie = PrefixTrie(block_size, budget_bytes)
         self._lock = threading.Lock()
@@ -123,7 +127,11 @@ class PrefixCache:
             return 0
         end = length - length % b
         blocks = [_cut_block(caches, start, start + b) for start in range(missing_from, end, b)]
-        mx.eval(blocks)
+        # Scheduled, not waited for: on a lane's thread the copies queue behind
+        # the step in flight, and the host goes on to build the next one (a
+        # wait here would leave the device idle meanwhile). A reader on
+        # another thread or stream waits for them (MLX's events).
+        (mx.eval if self.wait_inserts else mx.async_eval)(blocks)
         first_new = missing_from // b
 
         def make_payload(i: int):

@@ -205,10 +205,11 @@ class ModelRunner:
             self.prefix_cache.insert(request.all_ids, state.caches)
             disk = self.prefix_cache.disk
             if disk is not None and state.caches and state.caches[0].keys is not None:
-                # The writer thread slices and writes; it gets evaluated
-                # arrays (a batch row's extract is lazy until now).
+                # The writer thread slices and writes; it gets scheduled
+                # arrays (a batch row's extract is lazy until now), which it
+                # waits for on its own stream: the lane does not wait here.
                 layers = [(c.keys, c.values) for c in state.caches]
-                mx.eval(layers)
+                (mx.eval if self.prefix_cache.wait_inserts else mx.async_eval)(layers)
                 disk.save(request.all_ids[:state.caches[0].offset], layers,
                           request.tab_id or "")
         except Exception:  # caching is an optimisation; never fail a request on it

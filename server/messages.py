@@ -1,0 +1,175 @@
+"""POST /v1/messages: Anthropic's Messages API on the same engine, gate and
+slots as the OpenAI endpoints (messages_body.py turns the body into a chat
+request). The key may come as `x-api-key` or a bearer token. The answer is a
+`message` whose content holds thinking, text and tool_use blocks; streamed,
+Anthropic's events in order (message_start, content_block_start / _delta /
+_stop, message_delta, message_stop). Every error is in Anthropic's shape:
+{"type": "error", "error": {"type", "message"}}.
+
+`stop_reason` is tool_use, max_tokens or end_turn (the engine does not say
+which stop sequence ended an answer, so that one reads end_turn)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine import Finished, Token
+
+from .api import GuardedStream, ServerState, _check_key, _read_body, admit, collect
+from .bodies import parse_json
+from .errors import APIError
+from .messages_body import parse, tool_input
+from .tool_calls import read_calls
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+               429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_error(exc: APIError) -> JSONResponse:
+    kind = ERROR_TYPES.get(exc.status, "api_error")
+    return JSONResponse({"type": "error", "error": {"type": kind, "message": exc.message}},
+                        status_code=exc.status, headers=exc.headers)
+
+
+async def messages_route(state: ServerState, request: Request) -> Response:
+    try:
+        return await _messages(state, request)
+    except APIError as exc:
+        return anthropic_error(exc)
+
+
+async def _messages(state: ServerState, request: Request) -> Response:
+    _check_key(request, state)
+    body = await state.run(parse_json, await _read_body(request))
+    job = await state.run(parse, body, state.engine.generation_defaults.as_dict())
+    slot, handle = await admit(state, request, job)
+    reply = Reply(state, job, handle)
+    if job.stream:
+        return GuardedStream(reply.stream(request, handle), slot, handle,
+                             state.config.send_timeout_s)
+    done, _ = await collect(request, slot, handle)
+    if done.reason == "error":
+        raise APIError(500, done.error or "generation failed")
+    return JSONResponse(reply.whole(done))
+
+
+class Reply:
+    def __init__(self, state: ServerState, job, handle):
+        self.state, self.job = state, job
+        self.id = "msg_" + secrets.token_hex(12)
+        self.prompt_tokens = getattr(getattr(handle, "request", None), "num_prompt", 0)
+
+    def message(self, content: list, stop_reason, usage: dict) -> dict:
+        return {"id": self.id, "type": "message", "role": "assistant",
+                "model": self.state.ids[0], "content": content, "stop_reason": stop_reason,
+                "stop_sequence": None, "usage": usage}
+
+    def usage(self, done: Finished | None) -> dict:
+        if done is None:
+            return {"input_tokens": self.prompt_tokens, "output_tokens": 0,
+                    "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+        return {"input_tokens": done.prompt_tokens - done.cached_tokens,
+                "cache_read_input_tokens": done.cached_tokens,
+                "cache_creation_input_tokens": 0, "output_tokens": done.output_tokens}
+
+    def calls(self, raw) -> tuple[list[dict], str]:
+        calls, unread = read_calls(self.state.engine, raw, self.job.tools)
+        return [{"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
+                 "name": call["function"]["name"],
+                 "input": tool_input(call["function"]["arguments"])} for call in calls], unread
+
+    @staticmethod
+    def stop_reason(done: Finished, called: bool) -> str:
+        return "tool_use" if called else "max_tokens" if done.reason == "length" else "end_turn"
+
+    def whole(self, done: Finished) -> dict:
+        uses, unread = self.calls(done.tool_calls)
+        content = []
+        if done.reasoning:
+            content.append({"type": "thinking", "thinking": done.reasoning, "signature": ""})
+        if done.text + unread or not uses:
+            content.append({"type": "text", "text": done.text + unread})
+        return self.message(content + uses, self.stop_reason(done, bool(uses)),
+                            self.usage(done))
+
+    # ---- streamed -------------------------------------------------------------------
+    @staticmethod
+    def event(kind: str, **fields) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n"
+
+    async def stream(self, request: Request, handle):
+        blocks = Blocks(self)
+        yield self.event("message_start", message=self.message([], None, self.usage(None)))
+        async for event in handle:
+            if isinstance(event, Token):
+                for chunk in blocks.token(event):
+                    yield chunk
+            elif isinstance(event, Finished):
+                request.state.output_tokens = event.output_tokens  # for the access log
+                for chunk in blocks.close():
+                    yield chunk
+                if event.reason == "error":
+                    yield self.event("error", error={"type": "api_error",
+                                                     "message": event.error or "failed"})
+                    return
+                yield self.event("message_delta", delta={
+                    "stop_reason": self.stop_reason(event, blocks.called),
+                    "stop_sequence": None}, usage=self.usage(event))
+                yield self.event("message_stop")
+
+
+class Blocks:
+    """Content blocks opened, grown and closed as tokens arrive."""
+
+    def __init__(self, reply: Reply):
+        self.reply = reply
+        self.index = -1
+        self.open: str | None = None  # "text" or "thinking"
+        self.called = False
+
+    def token(self, event: Token):
+        reply = self.reply
+        if event.reasoning:
+            yield from self._grow("thinking", event.reasoning)
+        if event.text:
+            yield from self._grow("text", event.text)
+        if event.tool_calls:
+            uses, unread = reply.calls(event.tool_calls)
+            if unread:
+                yield from self._grow("text", unread)
+            for use in uses:
+                yield from self.close()
+                self.index += 1
+                self.called = True
+                yield reply.event("content_block_start", index=self.index,
+                                  content_block={**use, "input": {}})
+                yield reply.event("content_block_delta", index=self.index,
+                                  delta={"type": "input_json_delta",
+                                         "partial_json": json.dumps(use["input"])})
+                yield reply.event("content_block_stop", index=self.index)
+
+    def _grow(self, kind: str, text: str):
+        reply = self.reply
+        if self.open != kind:
+            yield from self.close()
+            self.index += 1
+            self.open = kind
+            block = ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
+                     else {"type": "text", "text": ""})
+            yield reply.event("content_block_start", index=self.index, content_block=block)
+        delta = ({"type": "thinking_delta", "thinking": text} if kind == "thinking"
+                 else {"type": "text_delta", "text": text})
+        yield reply.event("content_block_delta", index=self.index, delta=delta)
+
+    def close(self):
+        if self.open is not None:
+            if self.open == "thinking":
+                yield self.reply.event("content_block_delta", index=self.index,
+                                       delta={"type": "signature_delta", "signature": ""})
+            self.open = None
+            yield self.reply.event("content_block_stop", index=self.index)

@@ -1,0 +1,288 @@
+"""POST /v1/responses: OpenAI's Responses API on the same engine, gate, key
+and slots as chat completions (responses_body.py turns the body into a chat
+request). The answer is a `response` object whose `output` holds the model's
+thinking (a `reasoning` item), its text (a `message` item) and its tool calls
+(`function_call` items); streamed, the documented server-sent events in
+order. Responses are kept in memory (bounded, per API key) unless `store`
+is false, so a follow-up can name one with `previous_response_id`; its
+prompt then starts with the same tokens, and the prefix cache has them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine import Finished, Token
+
+from .api import GuardedStream, ServerState, _check_key, _read_body, admit, collect
+from .bodies import parse_json
+from .errors import APIError
+from .responses_body import ResponsesJob, parse
+from .tool_calls import read_calls
+
+MAX_STORED = 1024  # responses kept for previous_response_id, least recently used out first
+
+
+class ResponseStore:
+    """Each kept response: (previous id, the turns it added: its input and
+    its answer as chat messages), per owner (the API key's hash). A chain
+    with a link forgotten is not found (a 404 the client can act on)."""
+
+    def __init__(self, limit: int = MAX_STORED):
+        self.limit = limit
+        self._items: OrderedDict[tuple[str, str], tuple[str | None, list[dict]]] = \
+            OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, owner: str, rid: str, previous: str | None, turns: list[dict]) -> None:
+        with self._lock:
+            self._items[(owner, rid)] = (previous, turns)
+            while len(self._items) > self.limit:
+                self._items.popitem(last=False)
+
+    def history(self, owner: str, rid: str) -> list[dict] | None:
+        chain: list[list[dict]] = []
+        with self._lock:
+            while rid is not None:
+                found = self._items.get((owner, rid))
+                if found is None:
+                    return None
+                self._items.move_to_end((owner, rid))
+                rid, turns = found
+                chain.append(turns)
+        return [m for turns in reversed(chain) for m in turns]
+
+
+def owner_of(request: Request) -> str:
+    given = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+    return hashlib.sha256(given.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+async def responses_route(state: ServerState, store: ResponseStore, request: Request) -> Response:
+    _check_key(request, state)
+    owner = owner_of(request)
+    body = await state.run(parse_json, await _read_body(request))
+    rj: ResponsesJob = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
+                                       lambda rid: store.history(owner, rid))
+    reply = Reply(state, rj, store, owner)
+    try:
+        slot, handle = await admit(state, request, rj.job)
+    except APIError as e:
+        if e.code == "context_length_exceeded":
+            if rj.job.stream:  # said in the stream, as OpenAI does
+                return GuardedStream(reply.failed_stream(e), _NoSlot(), _NoHandle(),
+                                     state.config.send_timeout_s)
+            raise APIError(400, e.message, param="input", code=e.code) from None
+        raise
+    if rj.job.stream:
+        return GuardedStream(reply.stream(request, handle), slot, handle,
+                             state.config.send_timeout_s)
+    done, _ = await collect(request, slot, handle)
+    if done.reason == "error":
+        raise APIError(500, done.error or "generation failed", kind="server_error")
+    return JSONResponse(reply.finish(done))
+
+
+class _NoSlot:
+    def release(self) -> None:
+        pass
+
+
+class _NoHandle:
+    def cancel(self) -> None:
+        pass
+
+
+class Reply:
+    """One response: its object, its output items, and its events."""
+
+    def __init__(self, state: ServerState, rj: ResponsesJob, store: ResponseStore, owner: str):
+        self.state, self.rj, self.store, self.owner = state, rj, store, owner
+        self.id = "resp_" + secrets.token_hex(24)
+        self.created = int(time.time())
+        self.output: list[dict] = []
+        self.seq = 0
+
+    def obj(self, status: str, usage: dict | None = None, error: dict | None = None,
+            incomplete: dict | None = None) -> dict:
+        return {"id": self.id, "object": "response", "created_at": self.created,
+                "status": status, "error": error, "incomplete_details": incomplete,
+                "model": self.state.ids[0], "output": list(self.output), "usage": usage,
+                "user": self.rj.job.user, **self.rj.echo}
+
+    # ---- the answer whole ---------------------------------------------------------
+    def finish(self, done: Finished) -> dict:
+        """The output items from the finished answer, the response kept, its object."""
+        calls, unread = read_calls(self.state.engine, done.tool_calls, self.rj.job.tools)
+        if done.reasoning and not any(i["type"] == "reasoning" for i in self.output):
+            self.output.insert(0, reasoning_item(done.reasoning))
+        text = done.text + unread
+        if text.strip() and not any(i["type"] == "message" for i in self.output):
+            self.output.append(message_item(text))
+        if not any(i["type"] == "function_call" for i in self.output):
+            self.output += [call_item(c) for c in calls]
+        if not self.output:
+            self.output.append(message_item(""))
+        self._keep()
+        called = any(i["type"] == "function_call" for i in self.output)
+        incomplete = ({"reason": "max_output_tokens"} if done.reason == "length" and not called
+                      else None)  # a turn that ends in calls is complete
+        return self.obj("incomplete" if incomplete else "completed",
+                        usage=self.usage(done), incomplete=incomplete)
+
+    def usage(self, done: Finished) -> dict:
+        thought = (len(self.state.engine.tokenizer.encode(done.reasoning,
+                                                          add_special_tokens=False))
+                   if done.reasoning else 0)
+        return {"input_tokens": done.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": done.cached_tokens},
+                "output_tokens": done.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": min(thought, done.output_tokens)},
+                "total_tokens": done.prompt_tokens + done.output_tokens}
+
+    def _keep(self) -> None:
+        if not self.rj.store:
+            return
+        answer: dict = {"role": "assistant", "content": ""}
+        for item in self.output:
+            if item["type"] == "message":
+                answer["content"] = item["content"][0]["text"]
+            elif item["type"] == "function_call":
+                answer.setdefault("tool_calls", []).append(
+                    {"id": item["call_id"], "type": "function",
+                     "function": {"name": item["name"], "arguments": _args(item)}})
+        self.store.put(self.owner, self.id, self.rj.previous_id, self.rj.new_messages + [answer])
+
+    # ---- streamed -------------------------------------------------------------------
+    def event(self, kind: str, **fields) -> str:
+        self.seq += 1
+        payload = {"type": kind, "sequence_number": self.seq, **fields}
+        return f"event: {kind}\ndata: {json.dumps(payload)}\n\n"
+
+    async def failed_stream(self, error: APIError):
+        yield self.event("response.created", response=self.obj("in_progress"))
+        yield self.event("response.failed", response=self.obj(
+            "failed", error={"code": error.code, "message": error.message}))
+
+    async def stream(self, request: Request, handle):
+        events = StreamedItems(self)
+        yield self.event("response.created", response=self.obj("in_progress"))
+        yield self.event("response.in_progress", response=self.obj("in_progress"))
+        async for event in handle:
+            if isinstance(event, Token):
+                for chunk in events.token(event):
+                    yield chunk
+            elif isinstance(event, Finished):
+                request.state.output_tokens = event.output_tokens  # for the access log
+                for chunk in events.close():
+                    yield chunk
+                if event.reason == "error":
+                    yield self.event("response.failed", response=self.obj(
+                        "failed", error={"code": "server_error",
+                                         "message": event.error or "generation failed"}))
+                    return
+                final = self.finish(event)
+                yield self.event(f"response.{final['status']}", response=final)
+
+
+class StreamedItems:
+    """Output items opened, grown and closed as tokens arrive."""
+
+    def __init__(self, reply: Reply):
+        self.reply = reply
+        self.open: dict | None = None  # the item being streamed
+
+    def token(self, event: Token):
+        if event.reasoning:
+            yield from self._grow("reasoning", event.reasoning)
+        if event.text:
+            yield from self._grow("message", event.text)
+        if event.tool_calls:
+            reply = self.reply
+            calls, unread = read_calls(reply.state.engine, event.tool_calls, reply.rj.job.tools)
+            if unread:
+                yield from self._grow("message", unread)
+            for call in calls:
+                yield from self.close()
+                item = call_item(call)
+                index = len(reply.output)
+                reply.output.append(item)
+                yield reply.event("response.output_item.added", output_index=index,
+                                  item={**item, "status": "in_progress", "arguments": ""})
+                yield reply.event("response.function_call_arguments.delta",
+                                  item_id=item["id"], output_index=index,
+                                  delta=item["arguments"])
+                yield reply.event("response.function_call_arguments.done", item_id=item["id"],
+                                  output_index=index, arguments=item["arguments"],
+                                  name=item["name"])
+                yield reply.event("response.output_item.done", output_index=index, item=item)
+
+    def _grow(self, kind: str, delta: str):
+        reply = self.reply
+        if self.open is None or self.open["type"] != kind:
+            yield from self.close()
+            item = reasoning_item("") if kind == "reasoning" else message_item("")
+            self.open = item
+            reply.output.append(item)
+            index = len(reply.output) - 1
+            shown = {**item, "status": "in_progress"}
+            shown["content"] = []
+            yield reply.event("response.output_item.added", output_index=index, item=shown)
+            yield reply.event("response.content_part.added", item_id=item["id"],
+                              output_index=index, content_index=0,
+                              part={**item["content"][0], "text": ""})
+        index = len(reply.output) - 1
+        part = self.open["content"][0]
+        part["text"] += delta
+        name = "response.reasoning_text.delta" if kind == "reasoning" \
+            else "response.output_text.delta"
+        yield reply.event(name, item_id=self.open["id"], output_index=index, content_index=0,
+                          delta=delta, **({"logprobs": []} if kind == "message" else {}))
+
+    def close(self):
+        if self.open is None:
+            return
+        reply, item, self.open = self.reply, self.open, None
+        index = reply.output.index(item)
+        part = item["content"][0]
+        done = "response.reasoning_text.done" if item["type"] == "reasoning" \
+            else "response.output_text.done"
+        yield reply.event(done, item_id=item["id"], output_index=index, content_index=0,
+                          text=part["text"], **({"logprobs": []}
+                                                if item["type"] == "message" else {}))
+        yield reply.event("response.content_part.done", item_id=item["id"],
+                          output_index=index, content_index=0, part=part)
+        yield reply.event("response.output_item.done", output_index=index, item=item)
+
+
+def message_item(text: str) -> dict:
+    return {"type": "message", "id": "msg_" + secrets.token_hex(24), "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [],
+                         "logprobs": []}]}
+
+
+def reasoning_item(text: str) -> dict:
+    return {"type": "reasoning", "id": "rs_" + secrets.token_hex(24), "status": "completed",
+            "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def call_item(call: dict) -> dict:
+    """A chat-shaped tool call (tool_calls.read_calls) as a function_call item."""
+    return {"type": "function_call", "id": "fc_" + secrets.token_hex(24),
+            "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"], "status": "completed"}
+
+
+def _args(item: dict):
+    try:
+        return json.loads(item["arguments"])
+    except ValueError:
+        return item["arguments"]
