@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_engine_options(gen)
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
                            description="Serve the OpenAI API (/v1/chat/completions, "
-                                       "/v1/completions, /v1/models) on this machine.",
+                                       "/v1/completions, /v1/responses, /v1/models) and "
+                                       "Anthropic's /v1/messages on this machine.",
                            formatter_class=_Help)
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL[=LOCAL]]",

@@ -120,6 +120,8 @@ def _submit(state: ServerState, request: Request, job: Completion):
     """On a worker thread: `prepare` (the template, the tokenizer, a grammar's
     build), then `submit`."""
     who = job.user or (request.client.host if request.client else "client")
+    if request.url.path not in ("/v1/chat/completions", "/v1/completions"):
+        who += f" {request.url.path}"  # the Scheduler dock names the endpoint (Responses...)
     engine = state.engine
     try:
         if job.prompt is not None:  # /v1/completions: the raw prompt, as it is

@@ -127,7 +127,7 @@ class Reply:
         if text.strip() and not any(i["type"] == "message" for i in self.output):
             self.output.append(message_item(text))
         if not any(i["type"] == "function_call" for i in self.output):
-            self.output += [call_item(c) for c in calls]
+            self.output += [call_item(c, self.rj.namespaces) for c in calls]
         if not self.output:
             self.output.append(message_item(""))
         self._keep()
@@ -211,7 +211,7 @@ class StreamedItems:
                 yield from self._grow("message", unread)
             for call in calls:
                 yield from self.close()
-                item = call_item(call)
+                item = call_item(call, reply.rj.namespaces)
                 index = len(reply.output)
                 reply.output.append(item)
                 yield reply.event("response.output_item.added", output_index=index,
@@ -274,11 +274,16 @@ def reasoning_item(text: str) -> dict:
             "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
 
 
-def call_item(call: dict) -> dict:
-    """A chat-shaped tool call (tool_calls.read_calls) as a function_call item."""
-    return {"type": "function_call", "id": "fc_" + secrets.token_hex(24),
-            "call_id": call["id"], "name": call["function"]["name"],
+def call_item(call: dict, namespaces: dict) -> dict:
+    """A chat-shaped tool call (tool_calls.read_calls) as a function_call item
+    (naming its namespace when the function came in one)."""
+    name = call["function"]["name"]
+    item = {"type": "function_call", "id": "fc_" + secrets.token_hex(24),
+            "call_id": call["id"], "name": name,
             "arguments": call["function"]["arguments"], "status": "completed"}
+    if name in namespaces:
+        item["namespace"] = namespaces[name]
+    return item
 
 
 def _args(item: dict):

@@ -30,7 +30,7 @@ FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_to
           "repetition_penalty", "seed", "stream", "stream_options", "include", "store",
           "prompt_cache_key", "service_tier", "metadata", "previous_response_id", "user",
           "safety_identifier", "truncation", "top_logprobs", "background", "max_tool_calls",
-          "prompt_cache_retention", "conversation"}
+          "prompt_cache_retention", "conversation", "client_metadata"}
 TEXT_PARTS = ("input_text", "output_text", "text")
 
 
@@ -46,6 +46,7 @@ class ResponsesJob:
     previous_id: str | None
     store: bool
     echo: dict
+    namespaces: dict  # a namespaced function's name -> its namespace (a call names it)
 
 
 def parse(body: dict, defaults: dict, history) -> ResponsesJob:
@@ -91,7 +92,8 @@ def parse(body: dict, defaults: dict, history) -> ResponsesJob:
     if text.get("verbosity") not in (None, "low", "medium", "high"):
         raise APIError(400, "text.verbosity must be low, medium or high.",
                        param="text.verbosity")
-    tools, tool_choice = _tools({"tools": _function_tools(body.get("tools")),
+    functions, namespaces = _function_tools(body.get("tools"))
+    tools, tool_choice = _tools({"tools": functions,
                                  "tool_choice": _tool_choice(body.get("tool_choice"))})
     stream = _optional(body, "stream", bool, False)
     job = Completion(True, messages, None, params, _optional(body, "model", str, None), stream,
@@ -109,7 +111,7 @@ def parse(body: dict, defaults: dict, history) -> ResponsesJob:
             "truncation": body.get("truncation") or "disabled",
             "prompt_cache_key": body.get("prompt_cache_key"),
             "service_tier": body.get("service_tier") or "default"}
-    return ResponsesJob(job, new, previous_id, echo["store"], echo)
+    return ResponsesJob(job, new, previous_id, echo["store"], echo, namespaces)
 
 
 def _input(value) -> list[dict]:
@@ -212,25 +214,42 @@ def _check_call_outputs(messages: list[dict]) -> None:
                                 f"{m['tool_call_id']}.", param="input")
 
 
-def _function_tools(tools):
-    """Responses' flat function tools in chat's shape; other types refused."""
+HOSTED = {"web_search": 'web_search = "disabled"', "web_search_preview": None,
+          "file_search": None, "code_interpreter": None, "image_generation": None,
+          "computer_use_preview": None, "mcp": None, "local_shell": None}
+
+
+def _function_tools(tools) -> tuple[list | None, dict]:
+    """Responses' flat function tools in chat's shape, with those grouped in a
+    `namespace` (Codex's sub-agent tools) flattened: (tools, name ->
+    namespace). Other types are refused, saying what to do."""
     if tools in (None, []):
-        return None
+        return None, {}
     if not isinstance(tools, list):
         raise APIError(400, "tools must be a list.", param="tools")
-    out = []
+    out, namespaces = [], {}
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace" and isinstance(tool.get("tools"), list):
+            inner, _ = _function_tools(tool["tools"])
+            for entry in inner or ():
+                namespaces[entry["function"]["name"]] = str(tool.get("name", ""))
+            out += inner or []
+            continue
         if kind != "function":
+            hint = HOSTED.get(kind)
             raise APIError(400, f"tools[{i}]: tools of type {kind!r} are not supported; this "
-                                "server runs function tools only.", param=f"tools[{i}].type")
+                                "server runs function tools only" + (
+                                    f" (a hosted tool: turn it off in the client; Codex: "
+                                    f"{hint} in config.toml)" if hint else "") + ".",
+                           param=f"tools[{i}].type")
         function = {"name": tool.get("name"),
                     "parameters": tool.get("parameters") or {"type": "object",
                                                              "properties": {}}}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
-    return out
+    return out, namespaces
 
 
 def _tool_choice(choice):

@@ -34,7 +34,7 @@ R1_LIKE = QWEN3_LIKE.replace("<|im_start|>assistant\n{% endif %}",
                              "<|im_start|>assistant\n<think>\n{% endif %}")
 
 
-def _tokenizer(path: Path, template: str):
+def _tokenizer(path: Path, template: str, extra_tokens: tuple = ()):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -47,7 +47,8 @@ def _tokenizer(path: Path, template: str):
     tok.train_from_iterator(CORPUS, trainer)
     # As in Qwen3: the thinking markers are added tokens, not special ones
     # (so they are in the decoded text, where the engine splits on them).
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t in THINK + tuple(t for t in extra_tokens if t not in THINK)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    bos_token="<|im_start|>", pad_token="<|endoftext|>",
                                    chat_template=template)
@@ -56,12 +57,15 @@ def _tokenizer(path: Path, template: str):
 
 
 def build_scripted_model(path: Path, script: str, template: str = QWEN3_LIKE,
-                         hidden: int = 64) -> Path:
-    """A model in `path` that answers any chat with `script` (then ends)."""
+                         hidden: int = 64, max_positions: int = 512,
+                         extra_tokens: tuple = ()) -> Path:
+    """A model in `path` that answers any chat with `script` (then ends);
+    `extra_tokens`: added tokens (a tool format's markers), `max_positions`
+    its context."""
     from mlx_lm.models import llama
 
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer(path, template)
+    tokenizer = _tokenizer(path, template, extra_tokens)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     start = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
                                           add_generation_prompt=True,
@@ -73,7 +77,7 @@ def build_scripted_model(path: Path, script: str, template: str = QWEN3_LIKE,
     config = {
         "model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 1,
         "intermediate_size": hidden * 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5, "vocab_size": len(tokenizer), "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5, "vocab_size": len(tokenizer), "max_position_embeddings": max_positions,
         "rope_theta": 10000.0, "tie_word_embeddings": False, "eos_token_id": eos,
         "torch_dtype": "float32",
     }

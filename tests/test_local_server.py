@@ -45,6 +45,12 @@ def test_api_requests_show_in_the_dock_not_in_tabs(qtbot, tiny_model_dir, tmp_pa
     timeline = window.scheduler.timeline
     qtbot.waitUntil(lambda: any(t.label == "API editor-plugin"
                                 for t in timeline.tracks.values()), timeout=5_000)
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{window.server.port}/v1", api_key="x",
+                       max_retries=0) as client:  # another endpoint: named in the label
+        client.responses.create(model=window.engine.model_info.name, user="codex",
+                                input="hello", max_output_tokens=4)
+    qtbot.waitUntil(lambda: any(t.label == "API codex · /v1/responses"
+                                for t in timeline.tracks.values()), timeout=5_000)
     log = window.scheduler.log
     tabs_logged = {log.item(r, 1).text() for r in range(log.rowCount())}
     assert "API editor-plugin" in tabs_logged and tab.title in tabs_logged

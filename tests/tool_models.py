@@ -75,13 +75,15 @@ TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
                "<think>", "</think>"]
 
 
-def build_tool_model(path: Path, template: str, seed: int = 0) -> Path:
+def build_tool_model(path: Path, template: str, seed: int = 0,
+                     max_positions: int = 4096) -> Path:
     """A tiny random llama whose tokenizer has the family's tool markers (added
-    tokens, as in Qwen's vocabulary) and whose chat template is `template`."""
+    tokens, as in Qwen's vocabulary) and whose chat template is `template`;
+    `max_positions`: its context (a coding agent's prompts want >= 32k)."""
     from tokenizers import AddedToken
     from transformers import AutoTokenizer
 
-    build_tiny_llama(path, seed=seed, max_positions=4096)  # tool prompts are long
+    build_tiny_llama(path, seed=seed, max_positions=max_positions)  # tool prompts are long
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False)
                           for t in TOOL_TOKENS])

@@ -111,7 +111,8 @@ class ChatRequests(QObject):
         """Who a request is for: its tab's title, or the API client."""
         title = self._title_of.get(event.request_id)
         if title is None and (event.tab_id or "").startswith("api:"):
-            return f"API {event.tab_id[4:]}"
+            who, sep, endpoint = event.tab_id[4:].rpartition(" /v1/")
+            return f"API {who} · /v1/{endpoint}" if sep else f"API {event.tab_id[4:]}"
         return title or ""
 
     # ---- the request's life ------------------------------------------------------
