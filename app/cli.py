@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
     serve.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL[=LOCAL]]",
                        help=REMOTE_HELP)
+    serve.add_argument("--embedding-model", default=None, metavar="M",
+                       help="a BERT-style embedding model (folder or repo id) for "
+                            "/v1/embeddings, loaded beside the chat model")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (other than localhost needs --api-key)")
     serve.add_argument("--port", type=int, default=8080,
@@ -135,7 +138,8 @@ def _kv_cache_dir(args) -> str | None:
 
 
 def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
-                 draft_model: str | None = None, kv_cache_dir: str | None = None):
+                 draft_model: str | None = None, kv_cache_dir: str | None = None,
+                 embedding_model: str | None = None):
     """The engine for `model`, or None after saying why on stderr."""
     from engine import Engine, EngineError, default_lanes
     from engine.drafts import lane_mode
@@ -144,6 +148,8 @@ def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
         extra = {"remotes": _remotes(list(remotes))} if remotes else {}
         if kv_cache_dir:
             extra["kv_cache_dir"] = kv_cache_dir
+        if embedding_model:
+            extra["embedding_model"] = embedding_model
         mode = lane_mode(draft, draft_model)
         if mode != "off":
             extra["lanes"] = default_lanes(mode)
@@ -170,7 +176,7 @@ def serve(args) -> int:
     from server.api import ServerConfig, make_app
 
     engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
-                          _kv_cache_dir(args))
+                          _kv_cache_dir(args), args.embedding_model)
     if engine is None:
         return 2
     app = make_app(engine, ServerConfig(

@@ -36,6 +36,7 @@ _PUBLIC = {
     "LoadedModel": "models.loader", "load_model": "models.loader",
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
     "release_saved_kv": "runtime.kv_owners",
+    "load_embedding_model": "models.embedding",
 }
 
 __all__ = sorted(_PUBLIC)

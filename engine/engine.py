@@ -20,6 +20,7 @@ import mlx.core as mx
 from .core import priority
 from .core.director import Director
 from .drafts import attach, aux_models, check_lanes, load_draft
+from .embeddings import Embedder, embedding_aux
 from .core.errors import EngineError
 from .core.events import Finished, MemoryPlanned, Queued
 from .core.laneconfig import LaneConfig, LaneInfo, LaneSpec
@@ -79,7 +80,8 @@ class Engine:
                  memory_budget_bytes: int | None = None, warm_up_s: float = WARM_UP_S,
                  watchdog_s: float = WATCHDOG_S, cost_store: str | None = None,
                  remotes: list | None = None, draft: LoadedModel | None = None,
-                 kv_cache_dir: str | None = None, kv_cache_bytes: int | None = None):
+                 kv_cache_dir: str | None = None, kv_cache_bytes: int | None = None,
+                 embedding_model=None):
         """Returns at once: the lanes warm up on their own threads (a GPU
         compiles its kernels there) and requests submitted meanwhile queue
         until a lane is ready; `wait_ready` waits for that.
@@ -101,6 +103,7 @@ class Engine:
         engine/restore.py; None: no disk tier), `kv_cache_bytes` its budget."""
         specs = check_lanes(lanes or default_lanes(), draft, loaded)
         self.draft_model = draft
+        self.embedder = Embedder(self, embedding_model)  # embeddings.py (None: no model)
         if len({s.name for s in specs}) != len(specs):
             raise EngineError("Lane names must be unique.", "bad-argument")
         self._take_model(loaded, worker_nice)
@@ -160,7 +163,8 @@ class Engine:
         # A cache kind mlx-lm cannot batch fails here, before any lane starts.
         self.cache_profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
         self.memory_plan, models = plan_lanes(loaded, specs, budget,
-                                              aux_models(self.draft_model, loaded))
+                                              aux_models(self.draft_model, loaded)
+                                              + embedding_aux(self.embedder.model))
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.memory_plan.prefix_cache_bytes
         self.prefix_cache = PrefixCache(block_size, prefix_cache_bytes)
@@ -251,6 +255,10 @@ class Engine:
         Raises EngineError when the model cannot load or no lane can start."""
         loaded = load_model(model)
         draft = load_draft(draft_model, loaded) if draft_model else None
+        if isinstance(kwargs.get("embedding_model"), str):  # a folder or a repo id
+            from .models.embedding import load_embedding_model
+
+            kwargs["embedding_model"] = load_embedding_model(kwargs["embedding_model"])
         engine = cls(loaded, lanes=lanes, mode=mode, draft=draft, **kwargs)
         if ready_s is not None:
             try:
@@ -272,6 +280,15 @@ class Engine:
         queued before (engine/runtime/kv_owners.py)."""
         if self.prefix_cache.disk is not None:
             self.prefix_cache.disk.forget(owner)
+
+    def embed(self, inputs: list, tab_id: str | None = None):
+        """Embed texts (or token-id lists) with the embedding model; a handle
+        whose `result(timeout)` gives the vectors (engine/embeddings.py)."""
+        return self.embedder.submit(inputs, tab_id)
+
+    def set_embedding_model(self, model) -> None:
+        """Embed with `model` (models/embedding.py) from now on; None: none."""
+        self.embedder.set_model(model)
 
     def set_draft_model(self, draft: LoadedModel | None) -> None:
         """Draft with `draft` from now on where a lane or a request asks for a

@@ -192,9 +192,11 @@ def make_app(engine, config: ServerConfig | None = None,
 
     async def models(request: Request) -> Response:
         _check_key(request, state)
+        embedding = getattr(getattr(state.engine, "embedder", None), "model", None)
+        names = list(state.ids) + ([embedding.name] if embedding is not None else [])
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
-            for name in state.ids]})
+            for name in names]})
 
     async def chat_route(request: Request) -> Response:
         return await _completions(state, request, chat=True)
@@ -202,6 +204,7 @@ def make_app(engine, config: ServerConfig | None = None,
     async def text_route(request: Request) -> Response:
         return await _completions(state, request, chat=False)
 
+    from .embeddings import embeddings_route
     from .messages import messages_route
     from .responses import ResponseStore, responses_route
 
@@ -212,6 +215,9 @@ def make_app(engine, config: ServerConfig | None = None,
 
     async def messages(request: Request) -> Response:
         return await messages_route(state, request)
+
+    async def embeddings(request: Request) -> Response:
+        return await embeddings_route(state, request)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -225,6 +231,7 @@ def make_app(engine, config: ServerConfig | None = None,
         Route("/v1/completions", text_route, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
     ], exception_handlers={APIError: _api_error, ClientDisconnect: _client_gone,
                            HTTPException: http_error, Exception: server_fault})
     gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)

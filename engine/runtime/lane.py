@@ -25,6 +25,7 @@ from ..core.step import StepOutcome, StepPlan, StepResult
 from .calibration import StartCancelled, calibrate, warm_up
 from . import lanethreads
 from .handoff import Handoff
+from .embed import EmbedQueue, run_jobs
 from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .batch import Drafting
@@ -79,6 +80,7 @@ class Lane(SchedulerState):
         self.warm_up_seconds: float | None = None
         self._stopped = threading.Event()
         self._wakeup = threading.Condition()
+        self.embeds = EmbedQueue(self._wakeup)  # embedding jobs, run between steps (embed.py)
         self._paced = threading.Event()  # set on close: a paced step ends at once
         self._closing = False
         self._calibrate_pending = False  # a remote lane came: time this lane when idle
@@ -273,6 +275,10 @@ class Lane(SchedulerState):
             if self._calibrate_pending and self.scheduler.is_idle:
                 self._calibrate_now()
                 continue
+            if self.embeds:  # prefill-only work: an encoder pass between two steps
+                run_jobs(self.embeds.take())
+                if self.scheduler.is_idle:
+                    continue
             if gate is not None:
                 gate.begin(self.name)
             self.in_step_since = time.monotonic()
@@ -323,7 +329,7 @@ class Lane(SchedulerState):
     def _wait_for_work(self) -> bool:
         with self._wakeup:
             while not self._closing and (self.scheduler.is_idle or self.failed) and not (
-                    self._calibrate_pending and not self.failed):
+                    self._calibrate_pending and not self.failed) and not self.embeds:
                 self.kv_bytes = self.runner.kv_bytes
                 if self.config.gate is not None:
                     self.config.gate.idle(self.name)
@@ -349,6 +355,7 @@ class Lane(SchedulerState):
         self.director.emit(EngineErrorEvent("", None, message=message, lane=self.name))
 
     def _end_all(self, reason: str, error: str | None = None) -> None:
+        self.embeds.close(error or f"The {self.name.upper()} lane closed.")
         requests = self.scheduler.drain()
         self.runner.drop_all()
         for request in requests:
