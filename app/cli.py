@@ -67,9 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
     _add_engine_options(gen)
+    _serve_parser(sub)
+    return parser
+
+
+def _serve_parser(sub) -> None:
+    """`tandem serve`'s arguments."""
     serve = sub.add_parser("serve", help="an OpenAI-compatible API on this machine",
                            description="Serve the OpenAI API (/v1/chat/completions, "
-                                       "/v1/completions, /v1/responses, /v1/models) and "
+                                       "/v1/completions, /v1/responses, /v1/embeddings, "
+                                       "/v1/models) and "
                                        "Anthropic's /v1/messages on this machine.",
                            formatter_class=_Help)
     serve.add_argument("--model", default=argparse.SUPPRESS, help=MODEL_HELP)
@@ -89,8 +96,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN call the API, with CORS (repeatable)")
     _add_engine_options(serve)
-    return parser
-
 
 def _add_engine_options(command) -> None:
     """Drafts and the disk tier: how the engine of `generate` and `serve` runs."""

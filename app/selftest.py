@@ -35,19 +35,46 @@ def _fail(message: str) -> int:
     return 1
 
 
-def engine_check(model: str = "default") -> int:
-    from engine import EngineError, Grammar, SamplingParams, loaded_blas
+def _platform_report() -> dict:
+    from engine.models.diagnostics import mlx_version
 
     from app.ui.version import version
 
-    report: dict = {"tandem": version(), "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "frozen": bool(getattr(sys, "frozen", False))}
+    return {"tandem": version(), "python": platform.python_version(),
+            "platform": platform.platform(), "frozen": bool(getattr(sys, "frozen", False)),
+            "mlx": mlx_version()}
+
+
+def _optional_parts(report: dict) -> str | None:
+    """What the app loads on first use (in a bundle: collected or not); why
+    one fails, or None."""
+    try:
+        from app.connections import keys
+        from app.conversation.attach_files import read_attachment
+
+        report["keyring"] = keys.backend_name()
+        import httpx  # noqa: F401 (remote lanes)
+        import pypdf  # noqa: F401 (a PDF's text, for attachments)
+
+        sample = Path(tempfile.mkdtemp(prefix="tandem-self-test-")) / "sample.md"
+        sample.write_text("# hello\n", encoding="utf-8")
+        attached = read_attachment(sample)
+        if attached.text != "# hello\n":
+            return f"attachments: {attached.error}"
+        report["attachments"] = "ok"
+    except Exception as e:
+        return f"optional parts: {type(e).__name__}: {e}"
+    return None
+
+
+def engine_check(model: str = "default") -> int:
+    from engine import EngineError, Grammar, SamplingParams, loaded_blas
+
+    report = _platform_report()
     try:
         from engine import Engine
-        from engine.models.diagnostics import gpu_check, metallib_problem, mlx_version
+        from engine.models.diagnostics import gpu_check, metallib_problem
 
-        report["mlx"] = mlx_version()
         broken = metallib_problem()
         if broken:  # a broken macOS bundle, not a machine without a usable GPU
             return _fail(f"MLX's Metal shader library: {broken}")
@@ -76,22 +103,9 @@ def engine_check(model: str = "default") -> int:
         return _fail(f"generation: {type(e).__name__}: {e}")
     finally:
         engine.close()
-    try:  # what the app loads on first use: in a bundle, collected or not
-        from app.connections import keys
-        from app.conversation.attach_files import read_attachment
-
-        report["keyring"] = keys.backend_name()
-        import httpx  # noqa: F401 (remote lanes)
-        import pypdf  # noqa: F401 (a PDF's text, for attachments)
-
-        sample = Path(tempfile.mkdtemp(prefix="tandem-self-test-")) / "sample.md"
-        sample.write_text("# hello\n", encoding="utf-8")
-        attached = read_attachment(sample)
-        if attached.text != "# hello\n":
-            return _fail(f"attachments: {attached.error}")
-        report["attachments"] = "ok"
-    except Exception as e:
-        return _fail(f"optional parts: {type(e).__name__}: {e}")
+    why = _optional_parts(report)
+    if why:
+        return _fail(why)
     report.update(answer=done.text, reason=done.reason, output_tokens=done.output_tokens,
                   ttft_s=round(done.ttft_s or 0.0, 3),
                   tokens_per_s=round(done.tokens_per_s or 0.0, 1),

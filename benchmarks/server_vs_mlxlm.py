@@ -1,7 +1,11 @@
 """`tandem serve` vs `mlx_lm.server` on the same model and the same multi-turn load.
 
 Run: .venv/bin/python benchmarks/server_vs_mlxlm.py [--clients 1 4 16] [--turns 3]
-         [--layers 4] [--max-tokens 48] [--think 0.5]
+         [--layers 4] [--max-tokens 48] [--think 0.5] [--responses]
+
+--responses adds a third run per N: the same load on `tandem serve` through
+/v1/responses (the history sent as input items each turn, as Codex does),
+beside its chat completions run (mlx_lm.server has no Responses API).
 
 The model: a random 4-bit model with Qwen2.5-0.5B's shapes (`--layers` of
 them; benchmarks/hybrid_real.py builds it), in Hugging Face layout so both
@@ -70,8 +74,40 @@ def start(kind: str, model: Path, port: int) -> subprocess.Popen:
     raise SystemExit(f"{kind} server did not start")
 
 
+def _chat_turn(api, model_id, history, max_tokens):
+    first, text, usage = None, "", None
+    for chunk in api.chat.completions.create(
+            model=model_id, messages=history, max_tokens=max_tokens, temperature=0,
+            stream=True, stream_options={"include_usage": True}):
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter()
+            text += chunk.choices[0].delta.content
+        if getattr(chunk, "usage", None):
+            usage = chunk.usage
+    cached = 0
+    if usage is not None:
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
+    return first, text, (usage.completion_tokens if usage else 0), cached
+
+
+def _responses_turn(api, model_id, history, max_tokens):
+    first, text, usage = None, "", None
+    for event in api.responses.create(model=model_id, input=history, temperature=0,
+                                      max_output_tokens=max_tokens, stream=True):
+        if event.type == "response.output_text.delta":
+            first = first or time.perf_counter()
+            text += event.delta
+        elif event.type in ("response.completed", "response.incomplete"):
+            usage = event.response.usage
+    if usage is None:
+        return first, text, 0, 0
+    return (first, text, usage.output_tokens,
+            usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0)
+
+
 def run_load(port: int, model_id: str, clients: int, turns: int, max_tokens: int,
-             think: float) -> dict:
+             think: float, dialect: str = "chat") -> dict:
     import openai
 
     ttfts, completions, tokens, cached = [], [], [0], [0]
@@ -83,25 +119,17 @@ def run_load(port: int, model_id: str, clients: int, turns: int, max_tokens: int
         history = [{"role": "system", "content": SYSTEM}]
         for turn in range(turns):
             history.append({"role": "user", "content": QUESTIONS[(i + turn) % len(QUESTIONS)]})
-            started, first, text, usage = time.perf_counter(), None, "", None
-            for chunk in api.chat.completions.create(
-                    model=model_id, messages=history, max_tokens=max_tokens, temperature=0,
-                    stream=True, stream_options={"include_usage": True}):
-                if chunk.choices and chunk.choices[0].delta.content:
-                    first = first or time.perf_counter()
-                    text += chunk.choices[0].delta.content
-                if getattr(chunk, "usage", None):
-                    usage = chunk.usage
+            started = time.perf_counter()
+            turn_of = _responses_turn if dialect == "responses" else _chat_turn
+            first, text, out, hit = turn_of(api, model_id, history, max_tokens)
             end = time.perf_counter()
             history.append({"role": "assistant", "content": text})
             with lock:
                 if first is not None:
                     ttfts.append(first - started)
                 completions.append(end - started)
-                if usage is not None:
-                    tokens[0] += usage.completion_tokens
-                    details = getattr(usage, "prompt_tokens_details", None)
-                    cached[0] += getattr(details, "cached_tokens", 0) or 0 if details else 0
+                tokens[0] += out
+                cached[0] += hit
             time.sleep(think)
 
     wall = time.perf_counter()
@@ -125,6 +153,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--think", type=float, default=0.5)
+    parser.add_argument("--responses", action="store_true",
+                        help="also the same load through tandem's /v1/responses")
     args = parser.parse_args()
     from benchmarks.hybrid_real import QWEN_0_5B, synthetic_model
 
@@ -134,15 +164,17 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for n in args.clients:
-        for kind in ("tandem", "mlx_lm"):
+        for kind in ("tandem", "mlx_lm") + (("tandem-responses",) if args.responses else ()):
             port = free_port()
-            proc = start(kind, model, port)
+            proc = start("tandem" if kind == "tandem-responses" else kind, model, port)
             try:
                 # mlx_lm.server names a model by its path; tandem serve by its folder name.
-                model_id = model.name if kind == "tandem" else str(model)
+                model_id = str(model) if kind == "mlx_lm" else model.name
+                dialect = "responses" if kind == "tandem-responses" else "chat"
                 # One request first: mlx_lm.server loads the model on the first request.
-                run_load(port, model_id, 1, 1, 2, 0.0)
-                r = run_load(port, model_id, n, args.turns, args.max_tokens, args.think)
+                run_load(port, model_id, 1, 1, 2, 0.0, dialect)
+                r = run_load(port, model_id, n, args.turns, args.max_tokens, args.think,
+                             dialect)
             finally:
                 proc.terminate()
                 proc.communicate(timeout=30)
@@ -155,6 +187,10 @@ def main() -> int:
         t, m = rows[(n, "tandem")], rows[(n, "mlx_lm")]
         print(f"N={n}: throughput {t['tok_s'] / m['tok_s']:.2f}x, TTFT p95 "
               f"{t['ttft_p95'] / m['ttft_p95']:.2f}x (tandem / mlx_lm.server)")
+        if (n, "tandem-responses") in rows:
+            r = rows[(n, "tandem-responses")]
+            print(f"N={n}: /v1/responses throughput {r['tok_s'] / t['tok_s']:.2f}x, TTFT p95 "
+                  f"{r['ttft_p95'] / t['ttft_p95']:.2f}x of tandem's chat completions")
     print(json.dumps({f"{n}-{k}": v for (n, k), v in rows.items()}))
     return 0
 

@@ -120,12 +120,7 @@ class Engine:
                                            for lane in self.lanes.values() if not lane.failed])
                          if disk is not None else None)
         enabled = [s for s in specs if self.memory_plan.lane(s.name).enabled]
-        # Metal: MLX may keep the weights and KV resident while a GPU lane is
-        # open, as mlx-lm's generate does (runtime/wired.py); the note says
-        # when the model comes near what the GPU should keep resident.
-        self._wired = any(s.device == "gpu" for s in enabled)
-        self.wired_note = (wired.acquire(self.memory_plan.shared_weight_bytes)
-                           if self._wired else None)
+        self._hold_wired(enabled)
         remotes = [r if isinstance(r, tuple) else (r, None) for r in remotes or ()]
         self._make_director(loaded, enabled, policy, mode, bool(remotes))
         self.cost_store = CostStore(cost_store, loaded.name, enabled) if cost_store else None
@@ -138,6 +133,14 @@ class Engine:
         self._start(sample_interval_s)
         for spec, key in remotes:
             self.add_remote(spec, key)
+
+    def _hold_wired(self, enabled: list[LaneSpec]) -> None:
+        """Metal: MLX may keep the weights and KV resident while a GPU lane is
+        open, as mlx-lm's generate does (runtime/wired.py); the note says
+        when the model comes near what the GPU should keep resident."""
+        self._wired = any(s.device == "gpu" for s in enabled)
+        self.wired_note = (wired.acquire(self.memory_plan.shared_weight_bytes)
+                           if self._wired else None)
 
     def _take_model(self, loaded: LoadedModel, worker_nice: int) -> None:
         """What the engine answers with about its model: defaults, tokenizer,

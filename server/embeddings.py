@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine import EngineError
 
-from .api import ServerState, _check_key, _read_body
+from .flow import ServerState, check_key, read_body
 from .bodies import _is_text, _optional, parse_json
 from .errors import APIError
 
@@ -65,7 +65,7 @@ def _parse(data: bytes, dims: int | None) -> tuple[list, str, int | None, str | 
 
 
 async def embeddings_route(state: ServerState, request: Request) -> Response:
-    _check_key(request, state)
+    check_key(request, state)
     engine = state.engine
     model = getattr(getattr(engine, "embedder", None), "model", None)
     if model is None:
@@ -74,7 +74,7 @@ async def embeddings_route(state: ServerState, request: Request) -> Response:
                             "repo id, e.g. sentence-transformers/all-MiniLM-L6-v2), or set "
                             "one in the app's Local server settings.",
                        code="no_embedding_model")
-    inputs, fmt, size, name = await state.run(_parse, await _read_body(request), model.dims)
+    inputs, fmt, size, name = await state.run(_parse, await read_body(request), model.dims)
     if name is not None and name not in (model.name, model.source):
         raise APIError(404, f"The model '{name}' is not this server's embedding model "
                             f"('{model.name}').", param="model", code="model_not_found")

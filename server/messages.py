@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine import Finished, Token
 
-from .api import GuardedStream, ServerState, _check_key, _read_body, admit, collect
+from .flow import GuardedStream, ServerState, check_key, read_body, admit, collect
 from .bodies import parse_json
 from .errors import APIError
 from .messages_body import parse, tool_input
@@ -44,8 +44,8 @@ async def messages_route(state: ServerState, request: Request) -> Response:
 
 
 async def _messages(state: ServerState, request: Request) -> Response:
-    _check_key(request, state)
-    body = await state.run(parse_json, await _read_body(request))
+    check_key(request, state)
+    body = await state.run(parse_json, await read_body(request))
     job = await state.run(parse, body, state.engine.generation_defaults.as_dict())
     slot, handle = await admit(state, request, job)
     reply = Reply(state, job, handle)

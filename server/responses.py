@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine import Finished, Token
 
-from .api import GuardedStream, ServerState, _check_key, _read_body, admit, collect
+from .flow import GuardedStream, ServerState, check_key, read_body, admit, collect
 from .bodies import parse_json
 from .errors import APIError
 from .responses_body import ResponsesJob, parse
@@ -66,9 +66,9 @@ def owner_of(request: Request) -> str:
 
 
 async def responses_route(state: ServerState, store: ResponseStore, request: Request) -> Response:
-    _check_key(request, state)
+    check_key(request, state)
     owner = owner_of(request)
-    body = await state.run(parse_json, await _read_body(request))
+    body = await state.run(parse_json, await read_body(request))
     rj: ResponsesJob = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
                                        lambda rid: store.history(owner, rid))
     reply = Reply(state, rj, store, owner)

@@ -98,7 +98,13 @@ def parse(body: dict, defaults: dict, history) -> ResponsesJob:
     stream = _optional(body, "stream", bool, False)
     job = Completion(True, messages, None, params, _optional(body, "model", str, None), stream,
                      False, _optional(body, "user", str, None), tools, tool_choice)
-    echo = {"instructions": instructions, "tools": body.get("tools") or [],
+    echo = _echo(body, instructions, text, params, previous_id)
+    return ResponsesJob(job, new, previous_id, echo["store"], echo, namespaces)
+
+
+def _echo(body: dict, instructions, text: dict, params, previous_id) -> dict:
+    """The request's fields a response object repeats."""
+    return {"instructions": instructions, "tools": body.get("tools") or [],
             "tool_choice": body.get("tool_choice") or "auto",
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "text": {"format": text.get("format") or {"type": "text"},
@@ -111,7 +117,6 @@ def parse(body: dict, defaults: dict, history) -> ResponsesJob:
             "truncation": body.get("truncation") or "disabled",
             "prompt_cache_key": body.get("prompt_cache_key"),
             "service_tier": body.get("service_tier") or "default"}
-    return ResponsesJob(job, new, previous_id, echo["store"], echo, namespaces)
 
 
 def _input(value) -> list[dict]:

@@ -139,10 +139,34 @@ def test_bad_embedding_requests_are_400s_that_leak_no_slot(served, make_engine):
         client.embeddings.create(model="tiny-bert", input=[[10**9]], encoding_format="float")
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="other", input="x")
-    assert served.server.config.app.state.slots.in_flight == 0
+    slots = served.server.config.app.state.slots
+    with served._logged:  # a slot is given back just before the request's log line
+        assert served._logged.wait_for(lambda: slots.in_flight == 0, 30)
     plain = Served(make_engine())  # no embedding model
     try:
         with pytest.raises(openai.BadRequestError, match="--embedding-model"):
             plain.client().embeddings.create(model="tiny", input="x")
     finally:
         plain.stop()
+
+
+def test_the_apps_local_server_settings_load_an_embedding_model(qtbot, bert_dir,
+                                                                tiny_model_dir, tmp_path):
+    """Engine > Local server settings: an embedding model loads beside the
+    chat model off the GUI thread, the status bar says so; a wrong path is
+    said the same way, and the chat model keeps working."""
+    from app.connections.server_settings import open_server_settings
+    from tests.windows import open_window
+
+    window = open_window(qtbot, tiny_model_dir, tmp_path / "emb.db")
+    for source, said in ((str(tmp_path / "missing"), "Embedding model not loaded"),
+                         (str(bert_dir), "Embedding model tiny-bert loaded")):
+        dialog = open_server_settings(window)
+        dialog.embedding.setText(source)
+        with qtbot.waitSignal(window.server.embedding.done, timeout=60_000):
+            dialog.accept()
+        assert window.statusBar().currentMessage().startswith(said)
+    assert window.engine.embedder.model.name == "tiny-bert"
+    assert window.store.setting("local_server")["embedding_model"] == str(bert_dir)
+    assert window.engine.embed(["hello"]).result(60).vectors.shape == (1, 64)
+    window.close()

@@ -148,7 +148,7 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     dialog.accept()
     assert memory_keyring.saved == {("Tandem", "local-server-api-key"): key}
     assert window.store.setting("local_server") == {
-        "port": port, "require_key": True, "start_with_tandem": True}
+        "port": port, "require_key": True, "start_with_tandem": True, "embedding_model": ""}
     assert not window.server.running  # settings alone start nothing
     window.toggle_server(True)
     url = window.server.url

@@ -50,7 +50,10 @@ def claude(served):
 
 
 def _slots_free(served):
-    assert served.server.config.app.state.slots.in_flight == 0
+    """Every slot given back: a stream's is, just before its access-log line."""
+    slots = served.server.config.app.state.slots
+    with served._logged:
+        assert served._logged.wait_for(lambda: slots.in_flight == 0, 30)
 
 
 # ---- /v1/responses ----------------------------------------------------------------------
@@ -196,3 +199,40 @@ def test_messages_errors_are_in_anthropics_shape(served, claude):
                      json={"model": "tiny", "max_tokens": 4, "messages": many})
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
     _slots_free(served)
+
+
+def test_a_reasoning_models_thinking_in_both_dialects(tmp_path):
+    """A model that thinks (a scripted Qwen3-like model: tests/scripted_model.py):
+    its thinking is a reasoning item (Responses, counted in reasoning_tokens)
+    and a thinking block (Messages), apart from the answer, whole and streamed."""
+    from tests.scripted_model import build_scripted_model
+
+    path = build_scripted_model(tmp_path / "thinker", "<think>the quick brown</think>hello world")
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    assert engine.wait_ready(120)
+    served = Served(engine)
+    try:
+        oai = served.client()
+        done = oai.responses.create(model="tiny", input="hi", max_output_tokens=32)
+        assert [o.type for o in done.output] == ["reasoning", "message"]
+        assert done.output[0].content[0].text == "the quick brown"
+        assert done.output_text == "hello world" and done.status == "completed"
+        assert 0 < done.usage.output_tokens_details.reasoning_tokens < done.usage.output_tokens
+        kinds = [e.type for e in oai.responses.create(model="tiny", input="hi",
+                                                      max_output_tokens=32, stream=True)]
+        assert kinds.index("response.reasoning_text.delta") < kinds.index(
+            "response.output_text.delta") and kinds[-1] == "response.completed"
+        claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+        message = claude.messages.create(model="tiny", max_tokens=32,
+                                         messages=[{"role": "user", "content": "hi"}])
+        assert [b.type for b in message.content] == ["thinking", "text"]
+        assert message.content[0].thinking == "the quick brown"
+        assert message.content[1].text == "hello world" and message.stop_reason == "end_turn"
+        with claude.messages.stream(model="tiny", max_tokens=32,
+                                    messages=[{"role": "user", "content": "hi"}]) as stream:
+            final = stream.get_final_message()
+        assert [b.type for b in final.content] == ["thinking", "text"]
+        claude.close()
+    finally:
+        served.stop()
+        engine.close()

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.connections import keys
+from app.connections.embedding_model import EmbeddingModelLoader
 
 DEFAULT_PORT = 8080
 KEY_NAME = "local-server-api-key"
@@ -24,6 +25,7 @@ class ServerSettings:
     port: int = DEFAULT_PORT
     require_key: bool = False  # clients send `Authorization: Bearer <key>`
     start_with_tandem: bool = False
+    embedding_model: str = ""  # a folder or repo id for /v1/embeddings ("": none)
 
     @classmethod
     def load(cls, store) -> ServerSettings:
@@ -35,6 +37,9 @@ class ServerSettings:
                 settings.port = port
             settings.require_key = saved.get("require_key") is True
             settings.start_with_tandem = saved.get("start_with_tandem") is True
+            model = saved.get("embedding_model")
+            if isinstance(model, str) and len(model) <= 4096:
+                settings.embedding_model = model
         return settings
 
     def save(self, store) -> None:
@@ -56,6 +61,10 @@ class LocalServer(QObject):
         self._thread: threading.Thread | None = None
         self._autostarted = False
         self.engine = None
+        # The embedding model, loaded beside each chat model (embedding_model.py).
+        self.embedding = EmbeddingModelLoader(self)
+        if parent is not None and hasattr(parent, "statusBar"):
+            self.embedding.done.connect(lambda text: parent.statusBar().showMessage(text, 10_000))
 
     @property
     def port(self) -> int:
@@ -80,7 +89,9 @@ class LocalServer(QObject):
 
     def on_engine(self, engine) -> str | None:
         """A model is loaded: a running server serves it now, and "start with
-        Tandem" starts the server once. Returns why it could not start."""
+        Tandem" starts the server once; the embedding model, if one is set,
+        loads beside it. Returns why the server could not start."""
+        self.embedding.load(engine, self.settings.embedding_model)
         if self.running or (self.settings.start_with_tandem and not self._autostarted):
             self._autostarted = True
             return self.start(engine)

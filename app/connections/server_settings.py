@@ -41,6 +41,10 @@ class ServerSettingsDialog(QDialog):
         self.where.setWordWrap(True)
         self.start_with = QCheckBox("Start the server when Tandem starts")
         self.start_with.setChecked(settings.start_with_tandem)
+        self.embedding = QLineEdit(settings.embedding_model)
+        self.embedding.setPlaceholderText("none (a BERT-style model folder or repo id)")
+        self.embedding.setToolTip("Loaded beside the chat model, so /v1/embeddings answers; "
+                                  "for example sentence-transformers/all-MiniLM-L6-v2")
         self.url = QLabel()
         self.port.valueChanged.connect(self._show_url)
         self._show_url()
@@ -50,6 +54,7 @@ class ServerSettingsDialog(QDialog):
         form.addRow("", self.require_key)
         form.addRow("", self.where)
         form.addRow("", self.start_with)
+        form.addRow("Embedding model", self.embedding)
         form.addRow("Address", self.url)
         note = QLabel("Only this computer can reach it (127.0.0.1). Web pages cannot call it "
                       "unless their origin is allowed (tandem serve --allow-origin).")
@@ -78,7 +83,9 @@ class ServerSettingsDialog(QDialog):
         restarts with them."""
         window, server = self.window_, self.window_.server
         settings = ServerSettings(self.port.value(), self.require_key.isChecked(),
-                                  self.start_with.isChecked())
+                                  self.start_with.isChecked(), self.embedding.text().strip())
+        if settings.embedding_model != server.settings.embedding_model:
+            server.embedding.load(window.engine, settings.embedding_model)
         if settings.require_key and not self.key.text():
             self._new_key()
         key = self.key.text()

@@ -1,0 +1,174 @@
+"""A request's way through the server, shared by every endpoint (api.py's
+OpenAI chat and completions, responses.py, messages.py, embeddings.py): the
+server's config and state, the key, the body read up to its limit, a slot,
+`prepare` and `submit` on a worker thread, a whole answer collected, or a
+stream guarded so that its slot is given back and its request cancelled
+however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import StreamingResponse
+
+from engine import EngineError, Finished, Token
+
+from .bodies import MAX_BODY_BYTES, Completion
+from .errors import APIError
+from .logprobs import TokenPieces
+from .slots import Slot, Slots
+from .trust import key_matches
+
+log = logging.getLogger("tandem.server")
+
+
+@dataclass
+class ServerConfig:
+    model_id: str | None = None  # None: the model's own name (and "default" for the bundled one)
+    api_key: str | None = None
+    max_in_flight: int = 64
+    host: str = "127.0.0.1"  # the address it is bound to (Host headers may name it)
+    allow_hosts: tuple[str, ...] = ()  # more host names it answers for
+    allow_origins: tuple[str, ...] = ()  # web origins allowed to call it (CORS)
+    workers: int = 2  # threads that parse bodies, apply templates and tokenize (0: the
+    # event loop itself, as before these threads existed; benchmarks compare with it)
+    send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
+
+
+def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:
+    """The names requests may use for the served model; the first is its id."""
+    if config.model_id:
+        return (config.model_id,)
+    info = engine.model_info
+    name = getattr(info, "name", "") or "model"
+    return (name, "default") if info.source == "default" else (name,)
+
+
+class ServerState:
+    """The engine the API serves, its names, what it has in flight, its workers."""
+
+    def __init__(self, engine, config: ServerConfig):
+        self.engine, self.config = engine, config
+        self.ids = model_ids(engine, config)
+        self.pieces = TokenPieces(engine.tokenizer)  # logprobs' token texts and bytes
+        self.slots = Slots(config.max_in_flight)
+        self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
+                     if config.workers > 0 else None)
+
+    async def run(self, fn, *args):
+        """`fn(*args)` on a worker thread: never blocks the event loop."""
+        if self.pool is None:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+
+def check_key(request: Request, state: ServerState) -> None:
+    """The API key as a bearer token, or in `x-api-key` (Anthropic's clients)."""
+    key = state.config.api_key
+    given = request.headers.get("authorization")
+    if given is None and request.headers.get("x-api-key") is not None:
+        given = "Bearer " + request.headers["x-api-key"]
+    if key and not key_matches(given, key):
+        raise APIError(401, "Invalid or missing API key.", kind="authentication_error",
+                       code="invalid_api_key")
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it passes the limit."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _submit(state: ServerState, request: Request, job: Completion):
+    """On a worker thread: `prepare` (the template, the tokenizer, a grammar's
+    build), then `submit`."""
+    who = job.user or (request.client.host if request.client else "client")
+    if request.url.path not in ("/v1/chat/completions", "/v1/completions"):
+        who += f" {request.url.path}"  # the Scheduler dock names the endpoint (Responses...)
+    engine = state.engine
+    try:
+        if job.prompt is not None:  # /v1/completions: the raw prompt, as it is
+            prepared = engine.prepare_prompt(job.prompt, grammar=job.params.grammar)
+            return engine.submit(prepared, job.params, tab_id=f"api:{who}",
+                                 thinking=False)  # raw text: nothing is split out
+        prepared = engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
+                                  grammar=job.params.grammar)
+        return engine.submit(prepared, job.params, tab_id=f"api:{who}")
+    except EngineError as e:
+        if e.kind == "prompt-too-long":
+            raise APIError(413, str(e), code="context_length_exceeded") from None
+        if e.kind in ("closed", "lane-failed"):
+            raise APIError(503, str(e), kind="server_error",
+                           headers={"Retry-After": "5"}) from None
+        raise APIError(400, str(e)) from None
+
+
+class GuardedStream(StreamingResponse):
+    """A stream that gives its slot back and cancels its request however it
+    ends: finished, failed, the client gone, or the client reading nothing
+    for `send_timeout_s` (its send would otherwise wait forever)."""
+
+    def __init__(self, content, slot: Slot, handle, send_timeout_s: float):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
+        self.slot, self.handle, self.send_timeout_s = slot, handle, send_timeout_s
+
+    async def __call__(self, scope, receive, send):
+        async def timed_send(message):
+            await asyncio.wait_for(send(message), self.send_timeout_s)
+
+        try:
+            await super().__call__(scope, receive, timed_send)
+        except (OSError, ClientDisconnect) as exc:  # gone, or stuck (TimeoutError is an OSError)
+            if isinstance(exc, TimeoutError) or isinstance(exc.__context__, TimeoutError):
+                log.warning("a client read nothing for %.0f s: its stream ended",
+                            self.send_timeout_s)
+        finally:
+            self.handle.cancel()  # no-op once finished
+            self.slot.release()
+
+
+async def admit(state: ServerState, request: Request, job: Completion):
+    """The model checked, a slot taken, the request prepared and submitted:
+    (slot, handle). The slot is given back if submitting fails."""
+    if job.model is not None and job.model not in state.ids:
+        raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
+                       f"{', '.join(repr(i) for i in state.ids)}.", param="model",
+                       code="model_not_found")
+    slot = state.slots.take()
+    try:
+        return slot, await state.run(_submit, state, request, job)
+    except BaseException:
+        slot.release()
+        raise
+
+
+async def collect(request: Request, slot: Slot, handle) -> tuple[Finished, list[Token]]:
+    """A whole answer: its `Finished` and the tokens that carry logprobs; a
+    client gone cancels it; the slot is given back however it ends."""
+    with slot:
+        try:
+            done, scored = None, []
+            async for event in handle:  # the delivery thread wakes this loop
+                if await request.is_disconnected():
+                    handle.cancel()
+                if isinstance(event, Token) and event.logprob is not None:
+                    scored.append(event)
+                if isinstance(event, Finished):
+                    done = event
+        finally:
+            handle.cancel()  # no-op once finished
+    request.state.output_tokens = done.output_tokens  # for the access log
+    return done, scored
