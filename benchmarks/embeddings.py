@@ -65,10 +65,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tandem-emb-"))
-    path = build_bert(work / "minilm-shape", layers=6, hidden=384, heads=12)
-    cfg = json.loads((path / "config.json").read_text())
-    cfg.update(max_position_embeddings=514)
-    (path / "config.json").write_text(json.dumps(cfg))
+    path = build_bert(work / "minilm-shape", layers=6, hidden=384, heads=12, positions=512)
     ref, tokenizer = reference_bert(path)
     chat = build_tiny_llama(work / "chat")
     eng = Engine(load_model(str(chat)), lanes=[LaneSpec("cpu", "cpu", "float32")],

@@ -18,7 +18,6 @@ stream, cancels its request.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
@@ -39,7 +38,7 @@ from .bodies import Completion, completion, parse_json
 from .embeddings import embeddings_route
 from .errors import APIError, http_error, server_fault
 from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  # noqa: F401
-                   collect, model_ids, read_body)
+                   collect, model_ids, read_body, sse)
 from .logprobs import chat_entries, completion_logprobs
 from .messages import messages_route
 from .responses import ResponseStore, responses_route
@@ -195,6 +194,10 @@ class _Chunks:
         self.offset = 0  # completions: characters streamed before this chunk
         self.calls_sent = 0  # tool calls streamed so far (their index)
 
+    def start(self):
+        if self.chat:
+            yield self.chunk(None, first=True)
+
     def token(self, event: Token):
         """The chunks one `Token` makes."""
         if event.logprob is not None:
@@ -217,11 +220,13 @@ class _Chunks:
             error = {"error": {"message": event.error or "generation failed",
                                "type": "server_error"}}
             yield f"data: {json.dumps(error)}\n\n"
+            yield "data: [DONE]\n\n"
             return
         yield self.chunk(None, finish="tool_calls" if self.calls_sent
                          else _finish_reason(event))
         if self.include_usage:
             yield self.chunk(None, usage=_usage(event))
+        yield "data: [DONE]\n\n"
 
     def chunk(self, delta_or_text, finish=None, usage=None, first=False, reasoning=None,
               tool_call=None) -> str:
@@ -262,31 +267,7 @@ class _Chunks:
 
 async def _stream(state: ServerState, request: Request, handle, reply: _Reply,
                   job: Completion):
-    """Server-sent events; a client gone away cancels the request at once.
-    The handle's events are awaited on the event loop (the engine's delivery
-    thread wakes it): a stream costs no thread."""
-    chunks = _Chunks(state, reply, job)
-    watcher = asyncio.create_task(_watch_disconnect(request, handle))
-    try:
-        if job.chat:
-            yield chunks.chunk(None, first=True)
-        async for event in handle:
-            if isinstance(event, Token):
-                for chunk in chunks.token(event):
-                    yield chunk
-            elif isinstance(event, Finished):
-                request.state.output_tokens = event.output_tokens  # for the access log
-                for chunk in chunks.finished(event):
-                    yield chunk
-        yield "data: [DONE]\n\n"
-    finally:
-        watcher.cancel()
-        handle.cancel()  # no-op once finished
-
-
-async def _watch_disconnect(request: Request, handle) -> None:
-    while True:
-        if await request.is_disconnected():
-            handle.cancel()
-            return
-        await asyncio.sleep(0.05)
+    """OpenAI's chunks as server-sent events (flow.sse: a client gone away
+    cancels the request at once; a stream costs no thread)."""
+    async for chunk in sse(request, handle, _Chunks(state, reply, job)):
+        yield chunk

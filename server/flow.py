@@ -172,3 +172,35 @@ async def collect(request: Request, slot: Slot, handle) -> tuple[Finished, list[
             handle.cancel()  # no-op once finished
     request.state.output_tokens = done.output_tokens  # for the access log
     return done, scored
+
+
+async def sse(request: Request, handle, dialect):
+    """One answer's server-sent events in a dialect's shapes:
+    `dialect.start()`, `dialect.token(event)` for each Token and
+    `dialect.finished(event)` at the end, each yielding strings. A client
+    gone away cancels the request at once. The handle's events are awaited
+    on the event loop (the engine's delivery thread wakes it): a stream costs
+    no thread."""
+    watcher = asyncio.create_task(_watch_disconnect(request, handle))
+    try:
+        for chunk in dialect.start():
+            yield chunk
+        async for event in handle:
+            if isinstance(event, Token):
+                for chunk in dialect.token(event):
+                    yield chunk
+            elif isinstance(event, Finished):
+                request.state.output_tokens = event.output_tokens  # for the access log
+                for chunk in dialect.finished(event):
+                    yield chunk
+    finally:
+        watcher.cancel()
+        handle.cancel()  # no-op once finished
+
+
+async def _watch_disconnect(request: Request, handle) -> None:
+    while True:
+        if await request.is_disconnected():
+            handle.cancel()
+            return
+        await asyncio.sleep(0.05)

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine import Finished, Token
 
-from .flow import GuardedStream, ServerState, check_key, read_body, admit, collect
+from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
 from .bodies import parse_json
 from .errors import APIError
 from .messages_body import parse, tool_input
@@ -103,24 +103,8 @@ class Reply:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n"
 
     async def stream(self, request: Request, handle):
-        blocks = Blocks(self)
-        yield self.event("message_start", message=self.message([], None, self.usage(None)))
-        async for event in handle:
-            if isinstance(event, Token):
-                for chunk in blocks.token(event):
-                    yield chunk
-            elif isinstance(event, Finished):
-                request.state.output_tokens = event.output_tokens  # for the access log
-                for chunk in blocks.close():
-                    yield chunk
-                if event.reason == "error":
-                    yield self.event("error", error={"type": "api_error",
-                                                     "message": event.error or "failed"})
-                    return
-                yield self.event("message_delta", delta={
-                    "stop_reason": self.stop_reason(event, blocks.called),
-                    "stop_sequence": None}, usage=self.usage(event))
-                yield self.event("message_stop")
+        async for chunk in sse(request, handle, Blocks(self)):
+            yield chunk
 
 
 class Blocks:
@@ -131,6 +115,22 @@ class Blocks:
         self.index = -1
         self.open: str | None = None  # "text" or "thinking"
         self.called = False
+
+    def start(self):
+        reply = self.reply
+        yield reply.event("message_start", message=reply.message([], None, reply.usage(None)))
+
+    def finished(self, event: Finished):
+        reply = self.reply
+        yield from self.close()
+        if event.reason == "error":
+            yield reply.event("error", error={"type": "api_error",
+                                              "message": event.error or "failed"})
+            return
+        yield reply.event("message_delta", delta={
+            "stop_reason": reply.stop_reason(event, self.called), "stop_sequence": None},
+            usage=reply.usage(event))
+        yield reply.event("message_stop")
 
     def token(self, event: Token):
         reply = self.reply

@@ -21,31 +21,39 @@ from starlette.responses import JSONResponse, Response
 
 from engine import Finished, Token
 
-from .flow import GuardedStream, ServerState, check_key, read_body, admit, collect
+from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
 from .bodies import parse_json
 from .errors import APIError
 from .responses_body import ResponsesJob, parse
 from .tool_calls import read_calls
 
 MAX_STORED = 1024  # responses kept for previous_response_id, least recently used out first
+MAX_STORED_BYTES = 64 << 20  # and at most this much text kept in all
 
 
 class ResponseStore:
     """Each kept response: (previous id, the turns it added: its input and
-    its answer as chat messages), per owner (the API key's hash). A chain
-    with a link forgotten is not found (a 404 the client can act on)."""
+    its answer as chat messages), per owner (the API key's hash), within a
+    count and a byte budget (a client sending 4 MB bodies cannot fill the
+    memory). A chain with a link forgotten is not found (a 404 the client
+    can act on)."""
 
-    def __init__(self, limit: int = MAX_STORED):
-        self.limit = limit
-        self._items: OrderedDict[tuple[str, str], tuple[str | None, list[dict]]] = \
+    def __init__(self, limit: int = MAX_STORED, max_bytes: int = MAX_STORED_BYTES):
+        self.limit, self.max_bytes = limit, max_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[str | None, list[dict], int]] = \
             OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def put(self, owner: str, rid: str, previous: str | None, turns: list[dict]) -> None:
+        size = len(json.dumps(turns, ensure_ascii=False))
+        if size > self.max_bytes:
+            return
         with self._lock:
-            self._items[(owner, rid)] = (previous, turns)
-            while len(self._items) > self.limit:
-                self._items.popitem(last=False)
+            self._items[(owner, rid)] = (previous, turns, size)
+            self._bytes += size
+            while len(self._items) > self.limit or self._bytes > self.max_bytes:
+                self._bytes -= self._items.popitem(last=False)[1][2]
 
     def history(self, owner: str, rid: str) -> list[dict] | None:
         chain: list[list[dict]] = []
@@ -55,7 +63,7 @@ class ResponseStore:
                 if found is None:
                     return None
                 self._items.move_to_end((owner, rid))
-                rid, turns = found
+                rid, turns, _ = found
                 chain.append(turns)
         return [m for turns in reversed(chain) for m in turns]
 
@@ -172,24 +180,8 @@ class Reply:
             "failed", error={"code": error.code, "message": error.message}))
 
     async def stream(self, request: Request, handle):
-        events = StreamedItems(self)
-        yield self.event("response.created", response=self.obj("in_progress"))
-        yield self.event("response.in_progress", response=self.obj("in_progress"))
-        async for event in handle:
-            if isinstance(event, Token):
-                for chunk in events.token(event):
-                    yield chunk
-            elif isinstance(event, Finished):
-                request.state.output_tokens = event.output_tokens  # for the access log
-                for chunk in events.close():
-                    yield chunk
-                if event.reason == "error":
-                    yield self.event("response.failed", response=self.obj(
-                        "failed", error={"code": "server_error",
-                                         "message": event.error or "generation failed"}))
-                    return
-                final = self.finish(event)
-                yield self.event(f"response.{final['status']}", response=final)
+        async for chunk in sse(request, handle, StreamedItems(self)):
+            yield chunk
 
 
 class StreamedItems:
@@ -198,6 +190,22 @@ class StreamedItems:
     def __init__(self, reply: Reply):
         self.reply = reply
         self.open: dict | None = None  # the item being streamed
+
+    def start(self):
+        reply = self.reply
+        yield reply.event("response.created", response=reply.obj("in_progress"))
+        yield reply.event("response.in_progress", response=reply.obj("in_progress"))
+
+    def finished(self, event: Finished):
+        reply = self.reply
+        yield from self.close()
+        if event.reason == "error":
+            yield reply.event("response.failed", response=reply.obj(
+                "failed", error={"code": "server_error",
+                                 "message": event.error or "generation failed"}))
+            return
+        final = reply.finish(event)
+        yield reply.event(f"response.{final['status']}", response=final)
 
     def token(self, event: Token):
         if event.reasoning:

@@ -20,7 +20,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 def build_bert(path: Path, layers: int = 2, hidden: int = 64, heads: int = 4,
                pooling: str = "mean", normalize: bool = True, seed: int = 0,
-               model_type: str = "bert") -> Path:
+               model_type: str = "bert", positions: int = 130) -> Path:
     from tokenizers import BertWordPieceTokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -29,12 +29,12 @@ def build_bert(path: Path, layers: int = 2, hidden: int = 64, heads: int = 4,
     wordpiece.train_from_iterator(CORPUS, vocab_size=300, special_tokens=SPECIAL)
     fast = PreTrainedTokenizerFast(tokenizer_object=wordpiece._tokenizer, unk_token="[UNK]",
                                    sep_token="[SEP]", cls_token="[CLS]", pad_token="[PAD]",
-                                   mask_token="[MASK]", model_max_length=128)
+                                   mask_token="[MASK]", model_max_length=positions - 2)
     fast.save_pretrained(path)
     vocab = len(fast)
     config = {"model_type": model_type, "architectures": ["BertModel"], "vocab_size": vocab,
               "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-              "intermediate_size": hidden * 4, "max_position_embeddings": 130,
+              "intermediate_size": hidden * 4, "max_position_embeddings": positions,
               "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
               "hidden_act": "gelu"}
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -44,7 +44,7 @@ def build_bert(path: Path, layers: int = 2, hidden: int = 64, heads: int = 4,
         return mx.random.normal(shape) * 0.05
 
     weights = {"embeddings.word_embeddings.weight": w(vocab, hidden),
-               "embeddings.position_embeddings.weight": w(130, hidden),
+               "embeddings.position_embeddings.weight": w(positions, hidden),
                "embeddings.token_type_embeddings.weight": w(2, hidden),
                "embeddings.LayerNorm.weight": mx.ones(hidden) + w(hidden),
                "embeddings.LayerNorm.bias": w(hidden),

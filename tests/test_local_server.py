@@ -195,26 +195,17 @@ def test_on_macos_keys_go_to_the_keychain_through_keyrings_macos_backend(no_keyr
     (a stand-in here); where that cannot be used, the session fallback."""
     from keyring.backends import macOS
 
-    class Keychain(macOS.Keyring):
+    class Keychain(MemoryKeyring, macOS.Keyring):  # keyring's macOS backend, in memory
         priority = 5
-        saved: dict = {}
-
-        def get_password(self, service, name):
-            return self.saved.get((service, name))
-
-        def set_password(self, service, name, secret):
-            self.saved[(service, name)] = secret
-
-        def delete_password(self, service, name):
-            self.saved.pop((service, name), None)
 
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr(macOS, "Keyring", Keychain)
     assert keys.put("test-key", "s3cret") is True
-    assert Keychain.saved == {(keys.SERVICE, "test-key"): "s3cret"}
+    chain = keyring.get_keyring()
+    assert isinstance(chain, Keychain) and chain.saved == {(keys.SERVICE, "test-key"): "s3cret"}
     assert keys.backend_name() == "macOS Keychain" and "macOS Keychain" in keys.where("")
     keys.forget("test-key")
-    assert Keychain.saved == {}
+    assert chain.saved == {}
 
     class Locked(Keychain):
         @property

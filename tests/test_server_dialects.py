@@ -236,3 +236,18 @@ def test_a_reasoning_models_thinking_in_both_dialects(tmp_path):
     finally:
         served.stop()
         engine.close()
+
+
+def test_the_response_store_is_bounded_in_count_and_bytes():
+    from server.responses import ResponseStore
+
+    store = ResponseStore(limit=3, max_bytes=10_000)
+    turn = [{"role": "user", "content": "x" * 3000}]
+    for i in range(4):
+        store.put("key", f"r{i}", f"r{i - 1}" if i else None, turn)
+    assert store.history("key", "r0") is None  # the oldest went (bytes: 4 x 3 KB > 10 KB)
+    assert store.history("key", "r3") is None  # its chain lost a link: not found
+    store.put("key", "solo", None, turn)
+    assert store.history("key", "solo") == turn and store.history("other", "solo") is None
+    store.put("key", "huge", None, [{"role": "user", "content": "y" * 20_000}])
+    assert store.history("key", "huge") is None  # over the whole budget: not kept
