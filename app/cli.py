@@ -9,6 +9,8 @@ import argparse
 import os
 import sys
 
+from app import tool_cli
+
 MODEL_HELP = ("'default' (the bundled model; the default), a .gguf file, a model folder or a "
               "Hugging Face repo id")
 
@@ -67,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None,
                      help="random seed, for the same answer again when sampling")
     _add_engine_options(gen)
+    tool_cli.add_arguments(gen)
     _serve_parser(sub)
     return parser
 
@@ -289,6 +292,15 @@ def generate(args) -> int:
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": prompt})
+    if args.mcp:  # the tool loop (app/tool_cli.py)
+        try:
+            return tool_cli.generate_with_tools(args, engine, messages,
+                                                sampling_params(engine, args))
+        except EngineError as e:
+            print(f"tandem: {e}", file=sys.stderr)
+            return 2
+        finally:
+            engine.close()
     handle = None
     try:
         handle = engine.submit(messages, sampling_params(engine, args))

@@ -29,6 +29,7 @@ _PUBLIC = {
     "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
     "MemoryPlan": "core.memory", "format_bytes": "core.memory",
     "RemoteSpec": "core.remote", "parse_remote": "core.remote",
+    "is_local_host": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",
     "RemoteModelEngine": "remote_model",
     "EngineAPI": "interface", "Capabilities": "interface", "Prepared": "interface",

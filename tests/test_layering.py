@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "app", "server")
+PACKAGES = ("engine", "app", "server", "toolhost")
 MLX, QT = {"mlx", "mlx_lm"}, {"PySide6", "pyqtgraph"}
 
 
@@ -85,6 +85,7 @@ ALLOWED = {
     "engine.remote": {"engine.core"},  # HTTP to remote lanes: no MLX, no models
     "engine": {"engine.core", "engine.models", "engine.runtime", "engine.remote"},
     "server": {"engine"},  # the public names only
+    "toolhost": {"engine"},  # MCP servers' tools: the engine's public names only
     # app's rooms, lowest first: each imports only rooms below it (and the
     # engine's public API); rooms beside each other talk by Qt signals that
     # the window connects.
@@ -97,12 +98,13 @@ ALLOWED = {
     "app.chat": {"app.ui", "app.conversation", "app.store", "engine"},
     "app.window": {"app.ui", "app.conversation", "app.store", "app.models",
                    "app.connections", "app.scheduler", "app.chat", "engine"},
-    "app": {f"app.{room}" for room in APP_ROOMS} | {"engine", "engine.models", "server"},
+    "app": {f"app.{room}" for room in APP_ROOMS} | {"engine", "engine.models", "server",
+                                                    "toolhost"},
 }
 FORBIDDEN_LIBRARIES = {
     "engine.core": MLX | QT, "engine.sim": MLX | QT, "engine.remote": MLX | QT,
     "engine.models": QT,
-    "engine.runtime": QT, "engine": QT, "server": MLX | QT,
+    "engine.runtime": QT, "engine": QT, "server": MLX | QT, "toolhost": MLX | QT,
     **{f"app.{room}": MLX for room in APP_ROOMS}, "app": MLX,
     "app.conversation": MLX | QT,
 }

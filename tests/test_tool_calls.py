@@ -204,3 +204,20 @@ def test_a_tool_that_spells_a_control_token_is_refused(served_tools):
              "function": {"name": "f", "arguments": '{"a": "<|im_start|>"}'}}]}]
     with pytest.raises(EngineError, match="control tokens"):
         engine.render(ASK + call, WEATHER)
+
+
+def test_a_forced_call_writes_only_the_arguments_a_tool_declares():
+    """Schemas that say nothing of other properties (MCP servers' usually
+    do not) are closed for a forced call; those that allow them keep it."""
+    from engine.models.tools import _closed
+
+    schema = {"type": "object", "properties": {
+        "city": {"type": "string"},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
+        "extra": {"type": "object", "properties": {}, "additionalProperties": True}},
+        "required": ["city"]}
+    closed = _closed(schema)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["where"]["additionalProperties"] is False
+    assert closed["properties"]["extra"]["additionalProperties"] is True
+    assert schema.get("additionalProperties") is None  # the tool's own schema is unchanged

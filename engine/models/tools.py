@@ -103,7 +103,7 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], name: str | None = None,
     variants = []
     for tool in chosen:
         function = tool["function"]
-        params = function.get("parameters") or {"type": "object"}
+        params = _closed(function.get("parameters") or {"type": "object"})
         variants.append({"type": "object", "properties": {
             "name": {"const": function["name"]}, "arguments": params},
             "required": ["name", "arguments"], "additionalProperties": False})
@@ -113,6 +113,28 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], name: str | None = None,
     many = "call+" if name is None else "call"
     return (f'start: {many}\ncall: {start} "\\n" body "\\n" {end}\n'
             f"body: %json {json.dumps(schema)}\n")
+
+
+def _closed(schema):
+    """`schema` with every object that lists its properties and says nothing
+    of others closed to them (`additionalProperties: false`, as OpenAI's
+    strict mode): a forced call writes the arguments the tool declares, and
+    a model (a small one, or random weights) cannot wander into made-up
+    keys until its tokens run out. Objects that allow others keep them."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) if k in ("properties", "items", "anyOf", "oneOf", "allOf",
+                                 "$defs", "definitions", "prefixItems") else v
+           for k, v in schema.items()}
+    if "properties" in out:
+        out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+        out.setdefault("additionalProperties", False)
+    for key in ("$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            out[key] = {k: _closed(v) for k, v in schema[key].items()}
+    return out
 
 
 def plan_tools(fmt: ToolFormat | None, tools: list[dict] | None, tool_choice, params,

@@ -1,0 +1,63 @@
+"""MCP servers for the tests (issue 36), written with the official SDK:
+`python tests/mcp_servers.py stdio [KIND]` or `... http PORT [KIND]`.
+
+KIND "weather" (default): get_weather(city: Paris, Oslo or Rome: an enum, so
+that a random test model forced to call it ends its arguments) -> "sunny in
+<city>", and
+`huge(mib)` -> that many MiB of text, `slow()` which never answers, `crash()` which
+ends the process mid-call. KIND "many": 500 tools. KIND "garbage": writes
+a line that is not JSON-RPC on stdout before serving."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Literal
+
+
+def build(kind: str):
+    from mcp.server.mcpserver import MCPServer
+
+    app = MCPServer("tandem-test")
+    if kind == "many":
+        for i in range(500):
+            app.tool(name=f"tool_{i}", description=f"Tool {i}.")(lambda: "ok")
+        return app
+
+    @app.tool()
+    def get_weather(city: Literal["Paris", "Oslo", "Rome"]) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    @app.tool()
+    def huge(mib: int = 50) -> str:
+        """A very large result."""
+        return "x" * (mib << 20)
+
+    @app.tool()
+    def slow() -> str:
+        """Never answers in time."""
+        time.sleep(3600)
+        return "late"
+
+    @app.tool()
+    def crash() -> str:
+        """Ends the server mid-call."""
+        os._exit(3)
+
+    return app
+
+
+if __name__ == "__main__":
+    transport = sys.argv[1]
+    kind = sys.argv[3] if transport == "http" and len(sys.argv) > 3 else (
+        sys.argv[2] if transport == "stdio" and len(sys.argv) > 2 else "weather")
+    if kind == "garbage":
+        print("this is not JSON-RPC", flush=True)
+        kind = "weather"
+    server = build(kind)
+    if transport == "stdio":
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

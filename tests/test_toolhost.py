@@ -1,0 +1,160 @@
+"""The MCP host and the tool loop (issue 36) against real MCP servers
+written with the SDK (tests/mcp_servers.py; stdio and Streamable HTTP):
+tools listed and called; each fault a note or an error result, never a
+crash or a hang (a server that cannot start, hangs, crashes mid-call,
+answers garbage, returns 50 MB, lists 500 tools); the config format; and
+the round trip through the engine with a tiny Qwen2.5-format tool model
+(forced to call on the first round), approval and denial, and `tandem
+generate --mcp` printing the call and its result."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from toolhost import loop
+from toolhost.config import ConfigError, ServerSpec, parse
+from toolhost.host import MAX_RESULT_CHARS, MAX_TOOLS, ToolHost
+
+SERVERS = str(Path(__file__).parent / "mcp_servers.py")
+
+
+def stdio(name="weather", kind="weather") -> ServerSpec:
+    return ServerSpec(name, command=sys.executable, args=(SERVERS, "stdio", kind))
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, SERVERS, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+    for _ in range(300):  # until it accepts connections (it starts in ~1 s)
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_the_config_format_and_its_refusals():
+    specs = parse(json.dumps({"mcpServers": {
+        "files": {"command": "npx", "args": ["-y", "server"], "env": {"ROOT": "/tmp"}},
+        "notes": {"url": "https://example.org/mcp", "headers": {"Authorization": "Bearer x"}}}}))
+    assert [(s.name, s.kind) for s in specs] == [("files", "stdio"), ("notes", "http")]
+    assert specs[0].env == {"ROOT": "/tmp"} and specs[1].headers["Authorization"] == "Bearer x"
+    for bad, said in ((["x"], "mcpServers"), ({"a b": {"command": "x"}}, "letters"),
+                      ({"x": {"command": "c", "url": "https://h/"}}, "either"),
+                      ({"x": {"url": "http://192.0.2.1/mcp"}}, "plain http"),
+                      ({"x": {"command": "c", "args": [1]}}, "args")):
+        with pytest.raises(ConfigError, match=said):
+            parse(json.dumps(bad))
+    with pytest.raises(ConfigError, match="JSON"):
+        parse("{not json")
+
+
+def test_stdio_and_http_servers_list_and_call_tools(http_server, tmp_path):
+    host = ToolHost([stdio(), ServerSpec("remote", url=http_server)], log_dir=tmp_path)
+    try:
+        tools = host.tools()
+        assert {(t.server, t.name) for t in tools} >= {("weather", "get_weather"),
+                                                       ("remote", "get_weather")}
+        assert host.call("weather", "get_weather", {"city": "Paris"}).text == "sunny in Paris"
+        assert host.call("remote", "get_weather", {"city": "Oslo"}).text == "sunny in Oslo"
+        big = host.call("weather", "huge", {"mib": 2})
+        assert len(big.text) < MAX_RESULT_CHARS + 100 and "cut by Tandem" in big.text
+    finally:
+        host.close()
+
+
+def test_faults_are_notes_and_error_results(tmp_path):
+    host = ToolHost([stdio(), ServerSpec("missing", command=str(tmp_path / "nothing")),
+                     stdio("many", "many"), stdio("garbage", "garbage")],
+                    log_dir=tmp_path, call_s=2)
+    try:
+        tools = host.tools()
+        assert "missing" in host.notes and "No such file" in host.notes["missing"]
+        assert len([t for t in tools if t.server == "many"]) == MAX_TOOLS
+        assert "500 tools" in host.notes["many"]
+        slow = host.call("weather", "slow", {})
+        assert slow.is_error and "did not answer within 2 s" in slow.text
+        assert host.call("weather", "get_weather", {"city": "Rome"}).text == "sunny in Rome"
+        crashed = host.call("weather", "crash", {})
+        assert crashed.is_error
+        after = host.call("weather", "get_weather", {"city": "Rome"})
+        assert after.is_error  # the server is gone: said, not raised
+        assert host.call("missing", "x", {}).is_error
+    finally:
+        host.close()
+
+
+@pytest.fixture(scope="module")
+def tool_engine(tmp_path_factory):
+    from engine import Engine, LaneSpec, load_model
+    from tests.tool_models import QWEN25_TOOLS, build_tool_model
+
+    path = build_tool_model(tmp_path_factory.mktemp("mcp") / "qwen25", QWEN25_TOOLS)
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    assert engine.wait_ready(120)
+    yield engine, path
+    engine.close()
+
+
+def test_the_loop_calls_an_approved_tool_and_goes_on_warm(tool_engine, tmp_path):
+    from engine import SamplingParams
+
+    engine, _ = tool_engine
+    host = ToolHost([stdio()], log_dir=tmp_path)
+    try:
+        tools = [t for t in host.tools() if t.name == "get_weather"]
+        asked = []
+        outcome = loop.run(engine, [{"role": "user", "content": "Weather in Paris?"}], host,
+                           tools, lambda call: asked.append(call) or True,
+                           SamplingParams(max_tokens=48, temperature=0.0),
+                           choice="get_weather", rounds=1)
+        assert asked and outcome.calls[0].approved
+        assert outcome.calls[0].result.text.startswith("sunny in ")
+        roles = [m["role"] for m in outcome.messages]
+        assert roles[:4] == ["user", "assistant", "tool", "assistant"]
+        assert outcome.messages[2]["content"] == outcome.calls[0].result.text
+        # The round after the result starts with the previous prompt: warm.
+        assert outcome.finished.cached_tokens > 16
+        denied = loop.run(engine, [{"role": "user", "content": "Weather in Oslo?"}], host,
+                          tools, lambda call: False,
+                          SamplingParams(max_tokens=48, temperature=0.0),
+                          choice="get_weather", rounds=1)
+        assert not denied.calls[0].approved and "did not allow" in denied.messages[2]["content"]
+    finally:
+        host.close()
+
+
+def test_tandem_generate_mcp_prints_the_call_and_its_result(tool_engine, tmp_path, capsys):
+    from app import cli
+
+    _, path = tool_engine
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"weather": {
+        "command": sys.executable, "args": [SERVERS, "stdio"]}}}))
+    assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
+                     "--force-tool", "get_weather", "--allow-tools", "get_weather",
+                     "--tool-rounds", "1", "--max-tokens", "80", "Weather in Paris?"]) == 0
+    err = capsys.readouterr().err
+    assert "→ get_weather(" in err and "← result: sunny in " in err
+    # Not allowed, and no terminal to ask: refused, and the model is told.
+    assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
+                     "--force-tool", "get_weather", "--tool-rounds", "1", "--max-tokens", "80",
+                     "Weather in Paris?"]) == 0
+    err = capsys.readouterr().err
+    assert "not allowed (no terminal to ask" in err and "← error: The user did not allow" in err

@@ -1,0 +1,189 @@
+"""The MCP host: a session per server on one asyncio loop thread, through
+the official SDK (`mcp` 2.x): stdio servers started on first use (their
+stderr kept in a log file the user can open) and stopped on close;
+Streamable HTTP servers with their headers on the SDK's httpx client.
+
+Faults are notes, never exceptions for the caller: a server that does not
+start, crashes, hangs (each call has a time limit), answers garbage or
+lists hundreds of tools gives a note and, for a call, an error result the
+model and the user see. A result is data, cut at `MAX_RESULT_CHARS` with a
+note (the SDK reads stdio unbounded)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ServerSpec
+
+MAX_TOOLS = 128  # per server; more are left out, with a note
+MAX_RESULT_CHARS = 32_000  # of a tool's result, for the model and the transcript
+START_S = 30.0
+CALL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Tool:
+    server: str
+    name: str
+    description: str
+    schema: dict
+
+    def as_function(self) -> dict:
+        """The tool in the chat template's (OpenAI's) function shape."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.schema}}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    is_error: bool = False
+
+
+class ToolHost:
+    def __init__(self, specs: list[ServerSpec], log_dir: str | Path | None = None,
+                 call_s: float = CALL_S, start_s: float = START_S):
+        self.specs = {s.name: s for s in specs}
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.call_s, self.start_s = call_s, start_s
+        self.notes: dict[str, str] = {}  # server -> what went wrong, for people
+        self._sessions: dict[str, object] = {}
+        self._tools: dict[str, list[Tool]] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host",
+                                        daemon=True)
+        self._thread.start()
+
+    # ---- any thread ------------------------------------------------------------------
+    def tools(self) -> list[Tool]:
+        """Every server's tools, starting those not running yet (a server that
+        cannot start gives a note and no tools)."""
+        for name in self.specs:
+            if name not in self._sessions and name not in self.notes:
+                self._run(self._start(self.specs[name]), self.start_s + 5)
+        return [tool for name in self.specs for tool in self._tools.get(name, ())]
+
+    def log_path(self, server: str) -> Path | None:
+        return self.log_dir / f"{server}.log" if self.log_dir else None
+
+    def call(self, server: str, name: str, arguments: dict) -> ToolResult:
+        session = self._sessions.get(server)
+        if session is None:
+            return ToolResult(f"The tool server {server} is not running"
+                              + (f": {self.notes[server]}" if server in self.notes else "."),
+                              True)
+        try:
+            result = self._run(session.call_tool(name, arguments), self.call_s)
+        except TimeoutError:
+            return ToolResult(f"{name} did not answer within {self.call_s:g} s.", True)
+        except Exception as e:  # a crash, garbage, a closed pipe: an error the model sees
+            return ToolResult(f"{name} failed: {type(e).__name__}: {e}", True)
+        return _result(result)
+
+    def close(self) -> None:
+        for stop in list(self._stops.values()):
+            self._loop.call_soon_threadsafe(stop.set)
+        with contextlib.suppress(Exception):
+            self._run(self._drain(), 10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    # ---- the loop's thread -----------------------------------------------------------
+    def _run(self, coro, timeout: float):
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self._loop)
+        try:
+            return future.result(timeout + 1)
+        except (asyncio.TimeoutError, TimeoutError):
+            future.cancel()
+            raise TimeoutError from None
+
+    async def _drain(self) -> None:
+        while self._sessions:
+            await asyncio.sleep(0.02)
+
+    async def _start(self, spec: ServerSpec) -> None:
+        ready: asyncio.Future = self._loop.create_future()
+        self._stops[spec.name] = asyncio.Event()
+        self._loop.create_task(self._hold(spec, ready))
+        try:
+            await ready
+        except Exception as e:
+            self.notes[spec.name] = _said(e)
+
+    async def _hold(self, spec: ServerSpec, ready: asyncio.Future) -> None:
+        """Open the server's session, list its tools, keep it until stopped."""
+        from mcp import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = (await stack.enter_async_context(
+                    await self._transport(spec, stack)))[:2]
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                listed = await session.list_tools()
+                self._tools[spec.name] = self._checked(spec.name, listed.tools)
+                self._sessions[spec.name] = session
+                ready.set_result(True)
+                await self._stops[spec.name].wait()
+        except BaseException as e:  # noqa: BLE001 (said, never raised on the loop)
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+            else:
+                self.notes[spec.name] = f"stopped: {_said(e)}"
+        finally:
+            self._sessions.pop(spec.name, None)
+
+    async def _transport(self, spec: ServerSpec, stack: contextlib.AsyncExitStack):
+        if spec.kind == "stdio":
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            log = self.log_path(spec.name) or os.devnull
+            errlog = stack.enter_context(open(log, "a", encoding="utf-8"))
+            return stdio_client(StdioServerParameters(command=spec.command, args=list(spec.args),
+                                                      env=spec.env or None), errlog=errlog)
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=spec.headers, timeout=self.call_s))
+        return streamable_http_client(spec.url, http_client=client)
+
+    def _checked(self, server: str, tools) -> list[Tool]:
+        out = []
+        for tool in tools:
+            schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None)
+            if not isinstance(tool.name, str) or not isinstance(schema, dict):
+                continue
+            out.append(Tool(server, tool.name, str(tool.description or "")[:2000], schema))
+        if len(out) > MAX_TOOLS:
+            self.notes[server] = (f"lists {len(out)} tools; the first {MAX_TOOLS} are offered "
+                                  "to the model")
+            out = out[:MAX_TOOLS]
+        return out
+
+
+def _result(result) -> ToolResult:
+    parts = []
+    for item in getattr(result, "content", None) or ():
+        kind = getattr(item, "type", "")
+        parts.append(item.text if kind == "text" else f"[{kind or 'content'} not shown]")
+    text = "\n".join(parts)
+    if len(text) > MAX_RESULT_CHARS:
+        cut = len(text) - MAX_RESULT_CHARS
+        text = text[:MAX_RESULT_CHARS] + f"\n[… {cut:,} more characters cut by Tandem]"
+    return ToolResult(text, bool(getattr(result, "is_error", False)))
+
+
+def _said(e: BaseException) -> str:
+    if isinstance(e, BaseExceptionGroup) and e.exceptions:
+        return _said(e.exceptions[0])
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
