@@ -80,11 +80,14 @@ def test_stdio_and_http_servers_list_and_call_tools(http_server, tmp_path):
 
 
 def test_faults_are_notes_and_error_results(tmp_path):
+    mute = ServerSpec("mute", command=sys.executable,
+                      args=("-c", "import time; time.sleep(600)"))  # never answers
     host = ToolHost([stdio(), ServerSpec("missing", command=str(tmp_path / "nothing")),
-                     stdio("many", "many"), stdio("garbage", "garbage")],
-                    log_dir=tmp_path, call_s=2)
+                     stdio("many", "many"), stdio("garbage", "garbage"), mute],
+                    log_dir=tmp_path, call_s=2, start_s=5)
     try:
         tools = host.tools()
+        assert host.notes["mute"] == "did not start within 5 s"
         assert "missing" in host.notes and "No such file" in host.notes["missing"]
         assert len([t for t in tools if t.server == "many"]) == MAX_TOOLS
         assert "500 tools" in host.notes["many"]

@@ -55,6 +55,7 @@ class ToolHost:
         self._sessions: dict[str, object] = {}
         self._tools: dict[str, list[Tool]] = {}
         self._stops: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host",
                                         daemon=True)
@@ -66,7 +67,13 @@ class ToolHost:
         cannot start gives a note and no tools)."""
         for name in self.specs:
             if name not in self._sessions and name not in self.notes:
-                self._run(self._start(self.specs[name]), self.start_s + 5)
+                try:
+                    self._run(self._start(self.specs[name]), self.start_s)
+                except TimeoutError:  # it never answered `initialize`: stopped, said
+                    self.notes[name] = f"did not start within {self.start_s:g} s"
+                    task = self._tasks.get(name)
+                    if task is not None:
+                        self._loop.call_soon_threadsafe(task.cancel)
         return [tool for name in self.specs for tool in self._tools.get(name, ())]
 
     def log_path(self, server: str) -> Path | None:
@@ -112,7 +119,7 @@ class ToolHost:
     async def _start(self, spec: ServerSpec) -> None:
         ready: asyncio.Future = self._loop.create_future()
         self._stops[spec.name] = asyncio.Event()
-        self._loop.create_task(self._hold(spec, ready))
+        self._tasks[spec.name] = self._loop.create_task(self._hold(spec, ready))
         try:
             await ready
         except Exception as e:
