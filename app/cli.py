@@ -10,6 +10,7 @@ import os
 import sys
 
 from app import tool_cli
+from app.ui.terminal import terminal_text  # noqa: F401 (the CLI's, and tests')
 
 MODEL_HELP = ("'default' (the bundled model; the default), a .gguf file, a model folder or a "
               "Hugging Face repo id")
@@ -250,17 +251,6 @@ def read_prompt(args) -> str:
     if args.prompt == "-":
         return _decode(sys.stdin.buffer.read(), "the prompt")
     return _argument_text(args.prompt, "the prompt")
-
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))
-             if c not in (0x09, 0x0A)}
-
-
-def terminal_text(text: str) -> str:
-    """A model's text for a terminal: control characters (an escape sequence
-    could move the cursor, retitle the window or rewrite what was shown) are
-    printed as \\xNN, tabs and newlines kept."""
-    return text.translate(_CONTROLS)
 
 
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from app.ui.terminal import terminal_text
+
 
 def add_arguments(gen) -> None:
     gen.add_argument("--mcp", default=None, metavar="CONFIG",
@@ -32,7 +34,8 @@ def _approver(allowed: set[str]):
             print(f"tandem: {call.tool} not allowed (no terminal to ask; see --allow-tools)",
                   file=sys.stderr)
             return False
-        answer = input(f"Allow {call.tool}({json.dumps(call.arguments)})? [y/N/a=always] ")
+        answer = input(terminal_text(f"Allow {call.tool}({json.dumps(call.arguments)})? "
+                                     "[y/N/a=always] "))
         if answer.strip().lower() in ("a", "always"):
             allowed.add(call.tool)
             return True
@@ -41,9 +44,12 @@ def _approver(allowed: set[str]):
 
 
 def _shown(call) -> None:
+    """A call and its result on the terminal: a tool server's text and a
+    model's arguments are outside text (escape sequences shown as \\xNN)."""
     arrow = "error" if call.result.is_error else "result"
-    print(f"→ {call.tool}({json.dumps(call.arguments, ensure_ascii=False)})", file=sys.stderr)
-    print(f"← {arrow}: {call.result.text}", file=sys.stderr, flush=True)
+    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    print(terminal_text(f"→ {call.tool}({arguments})"), file=sys.stderr)
+    print(terminal_text(f"← {arrow}: {call.result.text}"), file=sys.stderr, flush=True)
 
 
 def generate_with_tools(args, engine, messages: list[dict], params) -> int:
@@ -74,6 +80,6 @@ def generate_with_tools(args, engine, messages: list[dict], params) -> int:
                            rounds=max(args.tool_rounds, 0), on_call=_shown)
     finally:
         host.close()
-    print(outcome.messages[-1]["content"], flush=True)
+    print(terminal_text(outcome.messages[-1]["content"]), flush=True)
     done = outcome.finished
     return 1 if done is None or done.reason == "error" else 0

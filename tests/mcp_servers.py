@@ -42,6 +42,11 @@ def build(kind: str):
         return "late"
 
     @app.tool()
+    def ansi() -> str:
+        """A result carrying terminal escape sequences."""
+        return "\x1b[2J\x1b]0;pwned\x07cleared"
+
+    @app.tool()
     def crash() -> str:
         """Ends the server mid-call."""
         os._exit(3)

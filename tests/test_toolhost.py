@@ -161,3 +161,10 @@ def test_tandem_generate_mcp_prints_the_call_and_its_result(tool_engine, tmp_pat
                      "Weather in Paris?"]) == 0
     err = capsys.readouterr().err
     assert "not allowed (no terminal to ask" in err and "← error: The user did not allow" in err
+
+    # A tool server's text reaches the terminal escaped, never as escape sequences.
+    assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
+                     "--force-tool", "ansi", "--allow-tools", "ansi", "--tool-rounds", "1",
+                     "--max-tokens", "40", "Clear the screen"]) == 0
+    err = capsys.readouterr().err
+    assert "\\x1b[2J\\x1b]0;pwned\\x07cleared" in err and "\x1b" not in err
