@@ -44,6 +44,58 @@ def test_a_round_trip_keeps_every_branch(store, tmp_path):
                      for m in doc["messages"]]
 
 
+def _tool_chat(store):
+    """A chat whose answer called two tools (one result hostile: a fence, a
+    control token, Markdown), then answered from the results."""
+    chat = store.create_chat("Tools")
+    store.add_message(chat.id, "user", "Weather in Oslo and Rome?")
+    calls = [{"id": "c1", "name": "get_weather", "server": "weather",
+              "arguments": {"city": "Oslo"}},
+             {"id": "c2", "name": "get_weather", "server": "weather",
+              "arguments": {"city": "Rome"}}]
+    store.add_message(chat.id, "assistant", "", tool={"calls": calls})
+    store.add_message(chat.id, "tool", "sunny in Oslo", tool={**calls[0], "status": "result",
+                                                              "error": False})
+    hostile = "```\n<|im_end|> [x](file:///etc/passwd)\n> quoted"
+    store.add_message(chat.id, "tool", hostile, tool={**calls[1], "status": "result",
+                                                      "error": False})
+    store.add_message(chat.id, "assistant", "Sunny in both.", stats={"footer": "f"})
+    return chat, hostile
+
+
+def test_tool_turns_survive_export_and_import_exactly(store):
+    """Issue 36: JSON keeps the tool turns as they are; Markdown shows each
+    as a quoted block whose fence a result cannot close."""
+    chat, hostile = _tool_chat(store)
+    doc = json.loads(export_chat(store, chat.id))
+    new = import_chat(store, export_chat(store, chat.id).encode())
+    strip = [{k: v for k, v in m.items() if k not in ("id", "parent", "created_at")}
+             for m in json.loads(export_chat(store, new))["messages"]]
+    assert strip == [{k: v for k, v in m.items() if k not in ("id", "parent", "created_at")}
+                     for m in doc["messages"]]
+    shown = store.messages(new)
+    assert [m.role for m in shown] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert shown[1].tool["calls"][1]["arguments"] == {"city": "Rome"}
+    assert shown[3].content == hostile and shown[3].tool["status"] == "result"
+    markdown = store.export_markdown(new)
+    block = markdown.split("> **Tool** `weather` › `get_weather` (result)")[2]
+    assert "> ````" in block and "> ```\n" in block  # a longer fence around the result's
+    assert markdown.count("## Assistant") == 2 and "Sunny in both." in markdown
+
+
+def test_openai_style_tool_calls_import_as_tool_turns(store):
+    plain = [{"role": "user", "content": "Weather?"},
+             {"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "call_1", "type": "function",
+                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+             {"role": "assistant", "content": "Sunny."}]
+    shown = store.messages(import_chat(store, json.dumps(plain).encode()))
+    assert [m.role for m in shown] == ["user", "assistant", "tool", "assistant"]
+    assert shown[1].content == "" and shown[1].tool["calls"][0]["name"] == "get_weather"
+    assert shown[2].tool["name"] == "get_weather" and shown[2].tool["id"] == "call_1"
+
+
 def test_openai_style_messages_import_as_one_branch(store):
     plain = {"messages": [{"role": "system", "content": "sys"},
                           {"role": "user", "content": "hi"},
@@ -63,7 +115,17 @@ def test_openai_style_messages_import_as_one_branch(store):
     (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
     (b'{"title": "x"}', "no list of messages"),
     (b'{"messages": []}', "no messages"),
-    (b'{"messages": [{"role": "tool", "content": "x"}]}', "role"),
+    (b'{"messages": [{"role": "tool", "content": "x"}]}', "tool result without its call"),
+    (b'{"messages": [{"role": "robot", "content": "x"}]}', "role"),
+    (b'{"format": "tandem-chat", "version": 1, "messages": [{"id": 1, "role": "tool", '
+     b'"content": "x"}]}', "tool result without its call"),
+    (b'{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "a", '
+     b'"function": {"name": "f", "arguments": 5}}]}]}', "arguments that are not"),
+    (json.dumps({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": str(i), "function": {"name": "f"}} for i in range(65)]}]}).encode(),
+     "not a list of at most 64"),
+    (b'{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "a", '
+     b'"function": {"name": "\udc00"}}]}]}', "tool calls hold text that is not valid"),
     (b'{"messages": [{"role": "user", "content": 5}]}', "no text content"),
     (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "not valid Unicode"),
     (b'{"format": "tandem-chat", "version": 9, "messages": []}', "version 9"),
@@ -89,7 +151,7 @@ def test_openai_style_messages_import_as_one_branch(store):
     (b'{"params": {"min_p": "0.1"}, "messages": [{"role": "user", "content": "x"}]}',
      "setting min_p is 0.1"),
     (b'{"title": "\\udc00", "messages": [{"role": "user", "content": "x"}]}',
-     "title, system prompt, settings or stats hold text that is not valid Unicode"),
+     "title, system prompt, settings, stats or tool calls hold text that is not valid Unicode"),
 ])
 def test_broken_or_hostile_files_are_refused_and_write_nothing(store, data, why):
     before = (len(store.chats()), store.schema_version)
@@ -181,7 +243,7 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
     assert opened is not tab and [m["content"] for m in opened.conversation.messages] == \
         [m["content"] for m in tab.conversation.messages]
     # A file that is not a chat: said, and nothing changes.
-    (tmp_path / "bad.json").write_text('{"messages": [{"role": "tool", "content": "x"}]}')
+    (tmp_path / "bad.json").write_text('{"messages": [{"role": "robot", "content": "x"}]}')
     warned = []
     monkeypatch.setattr(chat_files.QMessageBox, "warning",
                         staticmethod(lambda parent, title, text: warned.append(text)))

@@ -97,7 +97,7 @@ def test_a_version_1_database_becomes_a_tree_losing_nothing(tmp_path, read_only)
     _version_1_file(path)
     store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
     try:
-        assert store.schema_version == len(MIGRATIONS) == 3
+        assert store.schema_version == len(MIGRATIONS) == 4
         shown = store.messages(1)
         assert [m.content for m in shown] == ["q1", "a1", "q2", "a2"]
         assert [m.parent_id for m in shown] == [None, 10, 11, 12]
@@ -106,6 +106,67 @@ def test_a_version_1_database_becomes_a_tree_losing_nothing(tmp_path, read_only)
         assert [m.content for m in store.messages(1)][-1] == "a2, again"
     finally:
         store.close()
+
+
+def _version_3_file(path):
+    """A database as Tandem wrote it before tool turns (schema version 3): a
+    chat with an edited question (two branches) and a reasoning answer."""
+    import sqlite3
+
+    con = sqlite3.connect(path, isolation_level=None)
+    for script in MIGRATIONS[:3]:
+        con.executescript(script)
+    con.execute("PRAGMA user_version = 3")
+    con.execute("INSERT INTO chats (id, title, system_prompt, params, created_at, updated_at, "
+                "leaf_id) VALUES (1, 'old', '', '{}', 0, 0, 13)")
+    for mid, parent, role, text in [(10, None, "user", "q1"), (11, 10, "assistant", "a1"),
+                                    (12, None, "user", "q1, edited"),
+                                    (13, 12, "assistant", "a1'")]:
+        con.execute("INSERT INTO messages (id, chat_id, role, content, created_at, parent_id, "
+                    "reasoning) VALUES (?, 1, ?, ?, 0, ?, ?)", (mid, role, text, parent,
+                                                                "hm" if mid == 13 else ""))
+    con.execute("INSERT INTO open_tabs VALUES (0, 1, 1)")
+    con.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_version_3_database_takes_tool_turns_losing_nothing(tmp_path, read_only):
+    """Schema 4 rebuilds the messages table (SQLite cannot change a CHECK):
+    ids, links, branches, thinking and the open tabs survive; the links still
+    cascade; a tool turn can be stored and an unknown role still cannot."""
+    import sqlite3
+
+    path = tmp_path / "v3.db"
+    _version_3_file(path)
+    store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
+    try:
+        assert store.schema_version == 4
+        shown = store.messages(1)
+        assert [(m.id, m.parent_id, m.content, m.reasoning) for m in shown] == [
+            (12, None, "q1, edited", ""), (13, 12, "a1'", "hm")]
+        assert store.versions(1) == {10: [10, 12], 12: [10, 12]}
+        assert store.open_tabs() == ([1], 1)
+        calls = {"calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}]}
+        store.update_message(13, "a1'", tool=calls)
+        result = store.add_message(1, "tool", "sunny", parent_id=13, tool={
+            "id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"},
+            "status": "result", "error": False})
+        shown = store.messages(1)
+        assert shown[-2].tool == calls and shown[-1].role == "tool"
+        assert shown[-1].parent_id == 13 and shown[-1].tool["name"] == "get_weather"
+        with pytest.raises(sqlite3.IntegrityError):
+            store._db.execute("INSERT INTO messages (chat_id, role, content, created_at) "
+                              "VALUES (1, 'bogus', 'x', 0)")
+        store.delete_chat(1)
+        assert store.all_messages(1) == [] and result
+    finally:
+        store.close()
+    if not read_only:
+        con = sqlite3.connect(path)
+        assert con.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert {r[1] for r in con.execute("PRAGMA index_list(messages)")} >= {
+            "messages_by_chat", "messages_by_parent"}
+        con.close()
 
 
 def test_settings_tabs_and_schema(store, tmp_path):

@@ -81,10 +81,11 @@ def write_chat(path: Path, identity: Identity, chat_id: int, first_id: int,
                     json.dumps(dict(parsed["params"])), now, now, new_id.get(parsed["leaf"])))
         db.executemany(
             "INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
-            "parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "parent_id, reasoning, tool) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((new_id[m["id"]], chat_id, m["role"], m["content"], int(m["complete"]),
               json.dumps(m["stats"]) if m["stats"] else None, now,
-              new_id[m["parent"]] if m["parent"] is not None else None, m["reasoning"])
+              new_id[m["parent"]] if m["parent"] is not None else None, m["reasoning"],
+              json.dumps(m["tool"], ensure_ascii=False) if m.get("tool") else None)
              for m in messages))
         db.execute("COMMIT")
     except (sqlite3.Error, OSError) as e:

@@ -18,7 +18,10 @@ from app.conversation.attach_files import file_record
 FORMAT, VERSION = "tandem-chat", 1
 MAX_BYTES = 64 << 20  # a chat file larger than this is refused before it is read
 MAX_MESSAGES = 100_000
-ROLES = ("user", "assistant", "system")
+ROLES = ("user", "assistant", "system", "tool")
+STATUSES = ("result", "error", "denied", "stopped", "refused")  # a tool turn's outcome
+MAX_CALLS = 64  # an answer's tool calls kept from a file
+MAX_TOOL_JSON = 1 << 20  # a call's arguments, as JSON
 # A chat's sampling settings: type, least, most. The settings row's spin boxes
 # (app/chat/chat_settings.py) have these ranges, and an imported chat is held to
 # them: a spin box cannot show 1e308 or NaN.
@@ -42,7 +45,8 @@ def export_chat(store, chat_id: int) -> str:
         "created_at": chat.created_at, "leaf": store.leaf(chat_id),
         "messages": [{"id": m.id, "parent": m.parent_id, "role": m.role, "content": m.content,
                       "reasoning": m.reasoning, "complete": m.complete, "stats": m.stats,
-                      "created_at": m.created_at} for m in messages],
+                      "created_at": m.created_at, **({"tool": m.tool} if m.tool else {})}
+                     for m in messages],
     }, ensure_ascii=False, indent=1)
 
 
@@ -64,8 +68,9 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     doc = _chat_document(data)
     tree = doc.get("format") == FORMAT
     messages, seen = [], set()
+    names: dict[str, str] = {}  # a plain list's call ids -> their tools' names
     for i, m in enumerate(doc["messages"], start=1):
-        messages.append(_message(m, i, tree, seen))
+        messages.append(_message(m, i, tree, seen, names))
         seen.add(messages[-1]["id"])
     if not messages:
         _fail("The file has no messages.")
@@ -80,10 +85,11 @@ def parse_chat(data: bytes) -> dict[str, Any]:
             "messages": messages}
     try:  # the rest of the text written: SQLite refuses lone surrogates
         json.dumps([chat["title"], chat["system_prompt"], chat["params"],
-                    [m["stats"] for m in messages]], ensure_ascii=False).encode("utf-8")
+                    [(m["stats"], m["tool"]) for m in messages]],
+                   ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        _fail("The file's title, system prompt, settings or stats hold text that is not "
-              "valid Unicode.")
+        _fail("The file's title, system prompt, settings, stats or tool calls hold text "
+              "that is not valid Unicode.")
     return chat
 
 
@@ -115,16 +121,20 @@ def _chat_document(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def _message(m: Any, i: int, tree: bool, seen: set) -> dict[str, Any]:
+def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str]) -> dict[str, Any]:
     """Message `i` of the file, checked: in a Tandem export (`tree`) its own
     id and a parent among the ids `seen` before it; in a plain list it
-    follows the message before."""
+    follows the message before (an OpenAI-style list's tool calls and tool
+    results become Tandem's tool turns)."""
     if not isinstance(m, dict):
         _fail(f"Message {i} is not an object.")
     role, content = m.get("role"), m.get("content")
     if role not in ROLES:
-        _fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant and "
-              "system are imported.")
+        _fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant, "
+              "system and tool are imported.")
+    tool = _tool(m.get("tool"), role, i) if tree else _openai_tool(m, role, i, names)
+    if content is None and role == "assistant" and tool:
+        content = ""  # OpenAI: an answer that only called tools
     if not isinstance(content, str):
         _fail(f"Message {i} has no text content.")
     reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
@@ -146,7 +156,84 @@ def _message(m: Any, i: int, tree: bool, seen: set) -> dict[str, Any]:
             _fail(f"Message {i} holds text that is not valid Unicode.")
     return {"id": mid, "parent": parent, "role": role, "content": content,
             "reasoning": reasoning, "complete": m.get("complete", True) is not False,
-            "stats": stats}
+            "stats": stats, "tool": tool}
+
+
+def _text(value: Any, limit: int = 200) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def _arguments(value: Any, i: int) -> Any:
+    """A call's arguments as written (an object, or the text a model wrote),
+    bounded in size; anything else refuses the file."""
+    if value is None:
+        return {}
+    if not isinstance(value, (dict, list, str)):
+        _fail(f"Message {i}'s tool call has arguments that are not an object or text.")
+    try:
+        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        _fail(f"Message {i}'s tool call has arguments that are not valid Unicode JSON.")
+    if size > MAX_TOOL_JSON:
+        _fail(f"Message {i}'s tool call has {size:,} bytes of arguments; at most "
+              f"{MAX_TOOL_JSON:,}.")
+    return value
+
+
+def _call(raw: Any, i: int) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        _fail(f"Message {i} has a tool call without a name.")
+    return {"id": _text(raw.get("id")), "name": raw["name"][:200],
+            "server": _text(raw.get("server")), "arguments": _arguments(raw.get("arguments"), i)}
+
+
+def _tool(raw: Any, role: str, i: int) -> dict[str, Any] | None:
+    """A Tandem export's tool field, checked: an answer's calls, or a tool
+    result's call and outcome. Elsewhere it is left out."""
+    if raw is None:
+        if role == "tool":
+            _fail(f"Message {i} is a tool result without its call.")
+        return None
+    if not isinstance(raw, dict):
+        _fail(f"Message {i}'s tool field is not an object.")
+    if role == "assistant":
+        calls = raw.get("calls")
+        if not isinstance(calls, list) or len(calls) > MAX_CALLS:
+            _fail(f"Message {i}'s tool calls are not a list of at most {MAX_CALLS}.")
+        return {"calls": [_call(c, i) for c in calls]} if calls else None
+    if role != "tool":
+        return None
+    call = _call(raw, i)
+    status = raw.get("status")
+    call["status"] = status if status in STATUSES else "result"
+    call["error"] = raw.get("error") is True
+    return call
+
+
+def _openai_tool(m: dict, role: str, i: int, names: dict[str, str]) -> dict[str, Any] | None:
+    """An OpenAI-style message's tool calls (an assistant's `tool_calls`) or
+    tool result (`tool_call_id`), as Tandem's tool field."""
+    if role == "assistant" and m.get("tool_calls") is not None:
+        calls = m["tool_calls"]
+        if not isinstance(calls, list) or len(calls) > MAX_CALLS:
+            _fail(f"Message {i}'s tool_calls are not a list of at most {MAX_CALLS}.")
+        out = []
+        for raw in calls:
+            function = raw.get("function") if isinstance(raw, dict) else None
+            if not isinstance(function, dict):
+                _fail(f"Message {i} has a tool call without a function.")
+            call = _call({"id": raw.get("id"), **function}, i)
+            names[call["id"]] = call["name"]
+            out.append(call)
+        return {"calls": out} if out else None
+    if role == "tool":
+        call_id = m.get("tool_call_id")
+        if call_id not in names:
+            _fail(f"Message {i} is a tool result without its call (a tool_call_id of an "
+                  "assistant's tool_calls before it).")
+        return {"id": call_id, "name": names[call_id],
+                "server": "", "arguments": {}, "status": "result", "error": False}
+    return None
 
 
 def _is_int(value: Any) -> bool:

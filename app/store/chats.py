@@ -55,6 +55,9 @@ class Message:
     created_at: float
     parent_id: int | None = None  # the message it follows (None: a first message)
     reasoning: str = ""  # a reasoning model's thinking before this answer
+    # Tool turns (schema 4): an answer's calls {"calls": [...]}, or a tool
+    # result's call {"id", "name", "server", "arguments", "status", "error"}.
+    tool: dict[str, Any] | None = None
 
 
 LEAF = object()  # add_message's default parent: the end of the chat's shown path
@@ -272,7 +275,8 @@ class ChatStore:
     # and the chat's leaf ends the path shown (schema version 2). Nothing is
     # deleted by an edit or a regenerate.
     def add_message(self, chat_id: int, role: str, content: str, complete: bool = True,
-                    stats: dict[str, Any] | None = None, parent_id: Any = LEAF) -> int:
+                    stats: dict[str, Any] | None = None, parent_id: Any = LEAF,
+                    tool: dict[str, Any] | None = None) -> int:
         """Add a message after `parent_id` (by default the end of the shown
         path; None: a new first message) and show its path."""
         now = time.time()
@@ -285,18 +289,23 @@ class ChatStore:
             else ("?", (parent_id,))
         self._write([
             ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
-             f"parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, {parent[0]})",
+             f"tool, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {parent[0]})",
              (message_id, chat_id, role, content, int(complete),
-              json.dumps(stats) if stats else None, now, *parent[1])),
+              json.dumps(stats) if stats else None, now, _json(tool), *parent[1])),
             ("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
              (now, message_id, chat_id))])
         return message_id
 
     def update_message(self, message_id: int, content: str, complete: bool | None = None,
                        stats: dict[str, Any] | None = None,
-                       reasoning: str | None = None) -> None:
-        """Rewrite a message (a streaming answer's flush, or its final text)."""
+                       reasoning: str | None = None,
+                       tool: dict[str, Any] | None = None) -> None:
+        """Rewrite a message (a streaming answer's flush, or its final text;
+        `tool`: the calls an answer made, or a tool result's call)."""
         sets, args = ["content = ?"], [content]
+        if tool is not None:
+            sets.append("tool = ?")
+            args.append(_json(tool))
         if reasoning is not None:
             sets.append("reasoning = ?")
             args.append(reasoning)
@@ -311,7 +320,7 @@ class ChatStore:
 
     def add_tree(self, chat_id: int, messages: list[dict], leaf: int) -> dict[int, int]:
         """Add messages ({id, parent, role, content, reasoning, complete,
-        stats}; parents first) in one transaction, renumbered; the branch
+        stats, tool}; parents first) in one transaction, renumbered; the branch
         ending at `leaf` is shown. Returns the old id -> new id map."""
         now = time.time()
         new_id: dict[int, int] = {}
@@ -320,11 +329,12 @@ class ChatStore:
             new_id[m["id"]] = message_id = self._next_message
             self._next_message += 1
             ops.append(("INSERT INTO messages (id, chat_id, role, content, complete, stats, "
-                        "created_at, parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "created_at, parent_id, reasoning, tool) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (message_id, chat_id, m["role"], m["content"], int(m["complete"]),
                          json.dumps(m["stats"]) if m["stats"] else None, now,
                          new_id[m["parent"]] if m["parent"] is not None else None,
-                         m["reasoning"])))
+                         m["reasoning"], _json(m.get("tool")))))
         ops.append(("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
                     (now, new_id.get(leaf), chat_id)))
         self._write(ops)
@@ -403,12 +413,16 @@ class ChatStore:
         if chat.system_prompt:
             lines += [f"> System: {chat.system_prompt}", ""]
         for m in self.messages(chat_id):
+            if m.role == "tool":  # a quoted block: the call, then its result
+                lines += tool_markdown(m.tool or {}, m.content)
+                continue
             who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
             lines += [f"## {who}", ""]
             if m.reasoning:  # folded, as in the app
                 lines += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "",
                           "</details>", ""]
-            lines += [m.content, ""]
+            if m.content or not (m.tool or {}).get("calls"):
+                lines += [m.content, ""]
             if m.stats and m.stats.get("footer"):
                 lines += [f"*{m.stats['footer']}*", ""]
         return "\n".join(lines).rstrip() + "\n"
@@ -417,7 +431,48 @@ class ChatStore:
 def _message(r: sqlite3.Row) -> Message:
     return Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
                    json.loads(r["stats"]) if r["stats"] else None, r["created_at"],
-                   r["parent_id"], r["reasoning"])
+                   r["parent_id"], r["reasoning"], _tool(r["tool"]))
+
+
+def _json(value: dict[str, Any] | None) -> str | None:
+    return json.dumps(value, ensure_ascii=False) if value else None
+
+
+def _tool(raw: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:  # a damaged cell: the message stays, its call unknown
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def tool_markdown(call: dict[str, Any], result: str) -> list[str]:
+    """A tool turn in a Markdown export: a quoted block whose call and result
+    are code (a tool's text is data: a fence longer than any run of
+    backticks in it, so it cannot close the block early)."""
+    arguments = call.get("arguments")
+    shown = json.dumps(arguments, ensure_ascii=False, indent=1) \
+        if isinstance(arguments, (dict, list)) else str(arguments or "{}")
+    status = call.get("status") or ("error" if call.get("error") else "result")
+    lines = [f"> **Tool** `{_code(call.get('server') or '')}` › `{_code(call.get('name') or '?')}`"
+             f" ({status})", ">"]
+    for text in (shown, result):
+        fence = "`" * max(3, _longest_backticks(text) + 1)
+        lines += [f"> {fence}"] + [f"> {line}" for line in text.split("\n")] + [f"> {fence}",
+                                                                               ">"]
+    return lines[:-1] + [""]
+
+
+def _code(text: str) -> str:
+    return str(text).replace("`", "'").replace("\n", " ")[:200]
+
+
+def _longest_backticks(text: str) -> int:
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return longest
 
 
 def _chat(row: sqlite3.Row) -> Chat:

@@ -59,6 +59,34 @@ MIGRATIONS = [
     """
     ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
     """,
+    # version 4: tool turns (issue 36). A message's role may be 'tool' (a
+    # tool's result); `tool` holds the call as JSON: an answer's calls
+    # ({"calls": [...]}) or a result's call ({"id", "name", "arguments", ...}).
+    # SQLite cannot change a CHECK: the table is rebuilt, its rows and ids
+    # kept (migrate() turns foreign keys off around it, as SQLite's own
+    # procedure for schema changes says).
+    """
+    CREATE TABLE messages_v4 (
+        id INTEGER PRIMARY KEY,
+        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+        content TEXT NOT NULL,
+        complete INTEGER NOT NULL DEFAULT 1,
+        stats TEXT,
+        created_at REAL NOT NULL,
+        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        reasoning TEXT NOT NULL DEFAULT '',
+        tool TEXT
+    );
+    INSERT INTO messages_v4 (id, chat_id, role, content, complete, stats, created_at,
+                             parent_id, reasoning)
+        SELECT id, chat_id, role, content, complete, stats, created_at, parent_id, reasoning
+        FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_v4 RENAME TO messages;
+    CREATE INDEX messages_by_chat ON messages(chat_id, id);
+    CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
+    """,
 ]
 
 TABLES = ("chats", "messages", "settings", "open_tabs")
@@ -84,15 +112,26 @@ def check_version(db: sqlite3.Connection, path: Path) -> None:
 
 
 def migrate(db: sqlite3.Connection) -> None:
-    """Bring the schema up to date, one committed step per version."""
+    """Bring the schema up to date, one committed step per version. Foreign
+    keys are off while a step runs: a rebuilt table's DROP must not cascade
+    (rows are copied with their ids, so no link changes; a link a damaged
+    page lost stays as lost, and the file still opens)."""
     version = schema_version(db)
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        try:
-            db.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;")
-        except sqlite3.Error:
-            if db.in_transaction:  # a half-made step must not be committed later
-                db.execute("ROLLBACK")
-            raise
+    if version >= len(MIGRATIONS):
+        return
+    keys = db.execute("PRAGMA foreign_keys").fetchone()[0]
+    db.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before
+    try:
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            try:
+                db.executescript(
+                    f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;")
+            except sqlite3.Error:
+                if db.in_transaction:  # a half-made step must not be committed later
+                    db.execute("ROLLBACK")
+                raise
+    finally:
+        db.execute(f"PRAGMA foreign_keys = {'ON' if keys else 'OFF'}")
 
 
 def create_schema(db: sqlite3.Connection) -> None:
