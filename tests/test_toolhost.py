@@ -75,8 +75,58 @@ def test_stdio_and_http_servers_list_and_call_tools(http_server, tmp_path):
         assert host.call("remote", "get_weather", {"city": "Oslo"}).text == "sunny in Oslo"
         big = host.call("weather", "huge", {"mib": 2})
         assert len(big.text) < MAX_RESULT_CHARS + 100 and "cut by Tandem" in big.text
+        # 50 MB in one stdio message: never read whole; the call ends with an
+        # error saying so (not its time limit's) and the server goes on.
+        huge = host.call("weather", "huge", {"mib": 50})
+        assert huge.is_error and "over 8 MiB; Tandem did not read it" in huge.text
+        assert host.call("weather", "get_weather", {"city": "Oslo"}).text == "sunny in Oslo"
     finally:
         host.close()
+
+
+@pytest.mark.parametrize("line, answered", [
+    (b'{"jsonrpc": "2.0", "id": 7, "result": {"x": "' + b"y" * 5000 + b'"}}', b'"id": 7'),
+    (b'{"result": {"x": "' + b"y" * 5000 + b'"}, "jsonrpc": "2.0", "id": "a-1"}', b'"id": "a-1"'),
+    (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"x": "'
+     + b"y" * 5000 + b'"}}', None),
+])
+def test_a_stdio_line_over_the_limit_is_dropped_and_answered(line, answered):
+    """toolhost/stdio_bound.py: lines pass whole; one over the limit is
+    replaced by an error response for its id (wherever the id is), or
+    dropped when it is not a response."""
+    import anyio
+
+    from toolhost.stdio_bound import BoundedLines
+
+    async def read_all() -> list[bytes]:
+        send, receive = anyio.create_memory_object_stream(100)
+        data = b'{"a": 1}\n' + line + b'\n{"b": 2}\n'
+        for start in range(0, len(data), 1000):  # in chunks, as a pipe gives them
+            await send.send(data[start:start + 1000])
+        await send.aclose()
+
+        class Bytes(anyio.abc.ByteReceiveStream):
+            async def receive(self, max_bytes=65536):
+                return await receive.receive()
+
+            async def aclose(self):
+                await receive.aclose()
+
+        bounded, out = BoundedLines(Bytes(), limit=4096), []
+        while True:
+            try:
+                out.append(await bounded.receive())
+            except anyio.EndOfStream:
+                await bounded.aclose()
+                return out
+
+    out = anyio.run(read_all)
+    assert out[0] == b'{"a": 1}\n' and out[-1] == b'{"b": 2}\n'
+    if answered is None:
+        assert len(out) == 2
+    else:
+        assert len(out) == 3 and answered in out[1] and b"Tandem did not read it" in out[1]
+        assert json.loads(out[1])["error"]["message"].startswith("The tool server sent")
 
 
 def test_faults_are_notes_and_error_results(tmp_path):

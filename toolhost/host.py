@@ -12,6 +12,7 @@ note (the SDK reads stdio unbounded)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -80,18 +81,65 @@ class ToolHost:
         return self.log_dir / f"{server}.log" if self.log_dir else None
 
     def call(self, server: str, name: str, arguments: dict) -> ToolResult:
+        """Run a call and wait for its result (an error result on any fault)."""
+        future = self.start_call(server, name, arguments)
+        try:
+            return future.result(self.call_s + 5)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            future.cancel()
+            return ToolResult(f"{name} did not answer within {self.call_s:g} s.", True)
+
+    def start_call(self, server: str, name: str, arguments: dict) -> concurrent.futures.Future:
+        """Start a call; the future gives its ToolResult (never an exception).
+        Cancelling the future cancels the call (Stop)."""
         session = self._sessions.get(server)
         if session is None:
-            return ToolResult(f"The tool server {server} is not running"
-                              + (f": {self.notes[server]}" if server in self.notes else "."),
-                              True)
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(ToolResult(
+                f"The tool server {server} is not running"
+                + (f": {self.notes[server]}" if server in self.notes else "."), True))
+            return done
+        return asyncio.run_coroutine_threadsafe(self._call(session, name, arguments),
+                                                self._loop)
+
+    async def _call(self, session, name: str, arguments: dict) -> ToolResult:
         try:
-            result = self._run(session.call_tool(name, arguments), self.call_s)
-        except TimeoutError:
+            result = await asyncio.wait_for(session.call_tool(name, arguments), self.call_s)
+        except (asyncio.TimeoutError, TimeoutError):
             return ToolResult(f"{name} did not answer within {self.call_s:g} s.", True)
         except Exception as e:  # a crash, garbage, a closed pipe: an error the model sees
             return ToolResult(f"{name} failed: {type(e).__name__}: {e}", True)
         return _result(result)
+
+    def running(self, server: str) -> bool:
+        return server in self._sessions
+
+    def retry(self, server: str) -> None:
+        """Forget why `server` stopped: the next `tools()` starts it again."""
+        if server not in self._sessions:
+            self.notes.pop(server, None)
+
+    def set_specs(self, specs: list[ServerSpec]) -> None:
+        """The servers now configured: a removed or changed one is stopped
+        (a changed one starts again, as configured, on next use)."""
+        new = {s.name: s for s in specs}
+        for name, old in list(self.specs.items()):
+            if new.get(name) != old:
+                self.stop(name)
+                self.notes.pop(name, None)
+                self._tools.pop(name, None)
+        self.specs = new
+
+    def stop(self, server: str, wait: float = 10.0) -> None:
+        """Stop a server's session (a stdio server's process ends)."""
+        stop = self._stops.get(server)
+        if stop is None:
+            return
+        self._loop.call_soon_threadsafe(stop.set)
+        task = self._tasks.get(server)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                self._run(asyncio.wait({task}), wait)
 
     def close(self) -> None:
         for stop in list(self._stops.values()):
@@ -151,12 +199,13 @@ class ToolHost:
     async def _transport(self, spec: ServerSpec, stack: contextlib.AsyncExitStack):
         if spec.kind == "stdio":
             from mcp import StdioServerParameters
-            from mcp.client.stdio import stdio_client
+
+            from .stdio_bound import bounded_stdio_client
 
             log = self.log_path(spec.name) or os.devnull
             errlog = stack.enter_context(open(log, "a", encoding="utf-8"))
-            return stdio_client(StdioServerParameters(command=spec.command, args=list(spec.args),
-                                                      env=spec.env or None), errlog=errlog)
+            return bounded_stdio_client(StdioServerParameters(
+                command=spec.command, args=list(spec.args), env=spec.env or None), errlog)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 

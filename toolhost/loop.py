@@ -44,60 +44,59 @@ def run(engine, messages: list[dict], host: ToolHost, tools: list[Tool],
         rounds: int = ROUNDS, on_call: Callable[[Call], None] = lambda call: None,
         timeout: float = 600.0) -> LoopOutcome:
     by_name = {t.name: t for t in tools}
-    functions = [t.as_function() for t in tools]
+    functions = functions_of(tools)
     out = LoopOutcome(list(messages))
     for round_no in range(rounds + 1):
-        tool_choice = _choice(choice) if round_no == 0 else "auto"
+        tool_choice = tool_choice_of(choice) if round_no == 0 else "auto"
         prepared = engine.prepare(out.messages, tools=functions, tool_choice=tool_choice)
         done = engine.submit(prepared, params).result(timeout)
         out.finished = done
-        calls = [_call(engine, raw, functions) for raw in done.tool_calls]
-        calls = [c for c in calls if c is not None]
+        calls = read_calls(engine, done, functions)
         if done.reason not in ("stop", "length") or not calls or round_no == rounds:
             # The tools stay in the prompt (its prefix warm); past the limit
             # the calls are not run, and the answer says so.
-            limit = f"\n[Tool calls stopped: {rounds} rounds.]" if calls else ""
-            out.messages.append({"role": "assistant", "content": done.text + limit})
+            out.messages.append({"role": "assistant",
+                                 "content": done.text + (stopped_note(rounds) if calls else "")})
             return out
-        out.messages.append({"role": "assistant", "content": done.text, "tool_calls": [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.tool, "arguments": c.arguments}} for c in calls]})
+        out.messages.append(assistant_turn(done.text, calls))
         for call in calls:
             call.result = _run_one(call, by_name, host, approve)
             out.calls.append(call)
             on_call(call)
-            out.messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": call.result.text})
+            out.messages.append(tool_turn(call))
     return out
 
 
-def _choice(choice: str | None):
-    if choice in (None, "auto", "required", "none"):
-        return choice or "auto"
-    return {"type": "function", "function": {"name": choice}}
+def functions_of(tools: list[Tool]) -> list[dict]:
+    """The tools as the chat template (and `Engine.prepare`) takes them."""
+    return [t.as_function() for t in tools]
 
 
-def _call(engine, raw: str, functions) -> Call | None:
-    try:
-        parsed = engine.parse_tool_call(raw, functions)
-    except Exception:
-        return Call("call_" + secrets.token_hex(8), "?", {"_raw": raw})
-    if isinstance(parsed, list):
-        parsed = parsed[0] if parsed else None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
-        return Call("call_" + secrets.token_hex(8), "?", {"_raw": raw})
-    args = parsed.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            args = {"_raw": args}
-    return Call("call_" + secrets.token_hex(8), parsed["name"],
-                args if isinstance(args, dict) else {"value": args})
+def stopped_note(rounds: int) -> str:
+    return f"\n[Tool calls stopped: {rounds} rounds.]"
 
 
-def _run_one(call: Call, by_name: dict[str, Tool], host: ToolHost,
-             approve: Callable[[Call], bool]) -> ToolResult:
+def assistant_turn(text: str, calls: list[Call]) -> dict:
+    """An answer that called tools, as the next round's prompt has it."""
+    return {"role": "assistant", "content": text, "tool_calls": [
+        {"id": c.id, "type": "function", "function": {"name": c.tool, "arguments": c.arguments}}
+        for c in calls]}
+
+
+def tool_turn(call: Call) -> dict:
+    """A call's result, as the next round's prompt has it."""
+    return {"role": "tool", "tool_call_id": call.id, "content": call.result.text}
+
+
+def read_calls(engine, done, functions: list[dict]) -> list[Call]:
+    """The calls an answer (`Finished`) made, each read by the model's parser
+    (one that cannot be read is a call of tool "?": an error result)."""
+    return [call for raw in done.tool_calls for call in _calls(engine, raw, functions)]
+
+
+def check(call: Call, by_name: dict[str, Tool]) -> ToolResult | None:
+    """Why `call` cannot run (an error result the model sees), or None; sets
+    its server. Checked before anyone is asked to approve it."""
     tool = by_name.get(call.tool)
     if call.tool == "?":
         return ToolResult("The call could not be read (cut short, or not the tool-call "
@@ -109,10 +108,50 @@ def _run_one(call: Call, by_name: dict[str, Tool], host: ToolHost,
     problem = _schema_problem(tool.schema, call.arguments)
     if problem:
         return ToolResult(f"The arguments do not fit {tool.name}'s schema: {problem}", True)
+    return None
+
+
+DENIED = "The user did not allow this call."
+
+
+def tool_choice_of(choice: str | None):
+    """The first round's tool_choice: auto / required / none, or a tool's name."""
+    if choice in (None, "auto", "required", "none"):
+        return choice or "auto"
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _calls(engine, raw: str, functions) -> list[Call]:
+    """The calls in one raw tool-call text (a parser may read several)."""
+    unread = [Call("call_" + secrets.token_hex(8), "?", {"_raw": raw})]
+    try:
+        parsed = engine.parse_tool_call(raw, functions)
+    except Exception:
+        return unread
+    out = []
+    for one in parsed if isinstance(parsed, list) else [parsed]:
+        if not isinstance(one, dict) or not isinstance(one.get("name"), str):
+            return unread
+        args = one.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {"_raw": args}
+        out.append(Call("call_" + secrets.token_hex(8), one["name"],
+                        args if isinstance(args, dict) else {"value": args}))
+    return out or unread
+
+
+def _run_one(call: Call, by_name: dict[str, Tool], host: ToolHost,
+             approve: Callable[[Call], bool]) -> ToolResult:
+    problem = check(call, by_name)
+    if problem is not None:
+        return problem
     call.approved = bool(approve(call))
     if not call.approved:
-        return ToolResult("The user did not allow this call.", True)
-    return host.call(tool.server, tool.name, call.arguments)
+        return ToolResult(DENIED, True)
+    return host.call(call.server, call.tool, call.arguments)
 
 
 def _schema_problem(schema: dict, arguments: dict) -> str | None:
