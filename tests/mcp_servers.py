@@ -10,6 +10,7 @@ a line that is not JSON-RPC on stdout before serving."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -52,6 +53,34 @@ def build(kind: str):
         os._exit(3)
 
     return app
+
+
+@contextlib.contextmanager
+def http_server(kind: str = "weather"):
+    """A Streamable HTTP server of `kind` on a free port of this machine,
+    started in its own process; yields its URL once it accepts connections."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, __file__, "http", str(port), kind],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(600):  # until it accepts connections (it starts in ~1 s)
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -61,8 +61,8 @@ def _internal(name: str) -> str | None:
     return None
 
 
-APP_ROOMS = ("ui", "conversation", "store", "models", "connections", "scheduler", "chat",
-             "window")
+APP_ROOMS = ("ui", "conversation", "store", "models", "connections", "scheduler", "tools",
+             "chat", "window")
 
 
 def _room(module: str) -> str:
@@ -95,9 +95,11 @@ ALLOWED = {
     "app.models": {"app.ui", "app.store", "engine", "engine.models"},
     "app.connections": {"app.ui", "app.store", "engine", "server"},
     "app.scheduler": {"app.ui", "engine"},
-    "app.chat": {"app.ui", "app.conversation", "app.store", "engine"},
+    # MCP servers for chats: their settings (keyring), the host, a chat's Tools button.
+    "app.tools": {"app.ui", "app.connections", "toolhost"},
+    "app.chat": {"app.ui", "app.conversation", "app.store", "app.tools", "engine", "toolhost"},
     "app.window": {"app.ui", "app.conversation", "app.store", "app.models",
-                   "app.connections", "app.scheduler", "app.chat", "engine"},
+                   "app.connections", "app.scheduler", "app.tools", "app.chat", "engine"},
     "app": {f"app.{room}" for room in APP_ROOMS} | {"engine", "engine.models", "server",
                                                     "toolhost"},
 }

@@ -10,13 +10,9 @@ generate --mcp` printing the call and its result."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from toolhost import loop
@@ -32,21 +28,10 @@ def stdio(name="weather", kind="weather") -> ServerSpec:
 
 @pytest.fixture(scope="module")
 def http_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, SERVERS, "http", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/mcp"
-    for _ in range(300):  # until it accepts connections (it starts in ~1 s)
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    from tests.mcp_servers import http_server as started
+
+    with started() as url:
+        yield url
 
 
 def test_the_config_format_and_its_refusals():

@@ -16,6 +16,7 @@ from app.chat.attachment_bar import AttachmentLoader
 from app.chat.chat_history import show_version
 from app.chat.chat_tab import ChatTab
 from app.chat.prompt_prep import PromptPreparer
+from app.chat.tool_rounds import ToolRounds
 from app.conversation.saving import save_answer, save_question
 
 
@@ -45,6 +46,7 @@ class ChatRequests(QObject):
         self._preparer.ready.connect(self._start)
         self._loader = AttachmentLoader(self)
         self._loader.loaded.connect(self._attached)
+        self.rounds = ToolRounds(self, window)  # tool calls and their servers (issue 36)
         bridge = window.bridge
         bridge.tokens.connect(self._on_tokens)
         bridge.drafted.connect(self._on_drafted)
@@ -68,8 +70,11 @@ class ChatRequests(QObject):
             params=t.stored_settings()))
         tab.model_defaults_requested.connect(lambda t=tab: window.engine is not None and (
             t.apply_model_defaults(window.engine.generation_defaults.as_dict())))
+        self.rounds.adopt(tab)  # its Tools button and the approvals it asks
 
-    def submit(self, tab: ChatTab, messages: list[dict[str, str]]) -> None:
+    def submit(self, tab: ChatTab, messages: list[dict], next_round: bool = False) -> None:
+        """Prepare and start the tab's request (`next_round`: the answer goes
+        on after its tool calls' results)."""
         engine = self._window.engine
         if engine is None:
             tab.fail("The model is still loading.")
@@ -80,7 +85,9 @@ class ChatRequests(QObject):
             grammar = tab.settings_row.grammar()
         except ValueError:
             grammar = None  # said when the request starts (_start)
-        self._preparer.start(tab, engine, messages, tab.conversation.continue_from, grammar)
+        tools, tool_choice = self.rounds.offer(tab, next_round)
+        self._preparer.start(tab, engine, messages, tab.conversation.continue_from, grammar,
+                             tools, tool_choice)
 
     def attach(self, tab: ChatTab, paths: list[str]) -> None:
         """Read files for `tab` off the GUI thread and count their tokens with
@@ -97,7 +104,9 @@ class ChatRequests(QObject):
 
     def stop(self, tab: ChatTab) -> None:
         engine = self._window.engine
-        if self._preparer.cancel(tab):  # still being tokenised: it never started
+        if self.rounds.active(tab):  # a tool call asked about or running
+            self.rounds.stop(tab)
+        elif self._preparer.cancel(tab):  # still being tokenised: it never started
             tab.fail("Stopped before it started.")
         elif engine is not None and tab.conversation.request_id:
             engine.cancel(tab.conversation.request_id)
@@ -105,6 +114,7 @@ class ChatRequests(QObject):
     def forget(self, tab: ChatTab) -> None:
         """The tab is closing: nothing more streams into it."""
         self._preparer.cancel(tab)
+        self.rounds.forget(tab)
         self._tab_of = {r: t for r, t in self._tab_of.items() if t is not tab}
 
     def label(self, event) -> str:
@@ -145,7 +155,7 @@ class ChatRequests(QObject):
         save_question(window.store, tab.chat_id, conversation)
         tab.set_versions(window.store.versions(tab.chat_id))
         tab.show_context(len(handle.request.prompt_ids), window.engine.context_length)
-        if sum(m["role"] == "user" for m in messages) == 1:
+        if sum(m["role"] == "user" for m in messages) == 1 and messages[-1]["role"] == "user":
             window.retitle(tab, title_from(messages[-1]["content"]))
         self._title_of[handle.request_id] = tab.title
         self._chat_of[handle.request_id] = tab.chat_id
@@ -179,6 +189,7 @@ class ChatRequests(QObject):
             tab.show_context(finished.prompt_tokens + finished.output_tokens,
                              window.engine.context_length)
         save_answer(window.store, answer_id, tab.conversation, finished)
+        self.rounds.after_answer(tab, finished)  # its tool calls, if it made any
 
     def bring_forward(self, request_id: str) -> None:
         """A request picked in the dock: its chat comes forward at its answer."""

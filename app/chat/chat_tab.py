@@ -20,6 +20,8 @@ from app.chat.chat_versions import ChatVersions
 from app.chat.composer import Composer
 from app.ui.plain_text import plain
 from app.chat.transcript import Transcript
+from app.tools.approval import ApprovalBar
+from app.tools.tools_menu import ChatTools
 
 
 class ChatTab(ChatVersions, ChatStream, QWidget):
@@ -64,11 +66,15 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.footer.setMinimumWidth(120)
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         buttons = self._build_buttons()
+        self.approval = ApprovalBar()  # a tool call waiting for the user (app/tools)
+        self.tool_choices = ChatTools()  # the chat's tools on, always allowed (its params)
+        self.tools_button = None  # installed by the window's requests (install_tools)
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addWidget(self.settings_row)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.edit_row)
+        layout.addWidget(self.approval)
         layout.addWidget(self.attachment_bar)
         layout.addWidget(self.composer)
         layout.addWidget(self.footer)  # its own row: one line beside the buttons was six
@@ -152,6 +158,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.edit_button.clicked.connect(self._edit)
         buttons = QHBoxLayout()
         buttons.addWidget(self.attach_button)
+        self._buttons = buttons
         buttons.addStretch(1)
         buttons.addWidget(self.edit_button)
         buttons.addWidget(self.regenerate_button)
@@ -241,18 +248,40 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         return self.settings_row.sampling()
 
     def stored_settings(self) -> dict:
-        """What is stored with the chat: nothing while it follows the model."""
-        return self.settings_row.stored()
+        """What is stored with the chat: nothing while it follows the model
+        (its tool choices aside)."""
+        stored = self.settings_row.stored()
+        tools = self.tool_choices.as_params()
+        return {**stored, "tools": tools} if tools else stored
 
     def apply_settings(self, system_prompt: str, params: dict) -> None:
+        params = dict(params)
+        self.tool_choices = ChatTools.from_params(params.pop("tools", None))
+        if self.tools_button is not None:
+            self.tools_button.set_choices(self.tool_choices)
         self.settings_row.apply(system_prompt, params)
+
+    def install_tools(self, button) -> None:
+        """The chat's Tools button (app/tools/tools_menu.py), beside Attach."""
+        self.tools_button = button
+        button.set_choices(self.tool_choices)
+        self._buttons.insertWidget(1, button)
+
+    @property
+    def tools_usable(self) -> bool:
+        """The loaded model can call tools (tool turns go to it as such)."""
+        return self.tools_button is not None and self.tools_button.reason is None
+
+    def set_tools_busy(self, busy: bool) -> None:
+        """Between an answer's tool calls and the next round: Stop stops them."""
+        self._set_streaming(busy)
 
     def apply_model_defaults(self, defaults: dict) -> None:
         self.settings_row.apply_model_defaults(defaults)
 
-    def prompt_messages(self) -> list[dict[str, str]]:
+    def prompt_messages(self) -> list[dict]:
         """The messages to send: the system prompt (if any) and the chat."""
-        return self.conversation.prompt(self.system_prompt.text().strip())
+        return self.conversation.prompt(self.system_prompt.text().strip(), self.tools_usable)
 
     def show_context(self, used: int, context_length: int) -> None:
         self.conversation.context_used = used
@@ -263,7 +292,8 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     # ---- engine feedback (GUI thread) ---------------------------------------
     @property
     def is_streaming(self) -> bool:
-        return self.conversation.is_streaming
+        """An answer is being written or its tool calls run (Stop stops it)."""
+        return self.conversation.busy
 
     def set_ready(self, ready: bool) -> None:
         """Enable sending once a model is loaded."""
@@ -276,7 +306,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         super().changeEvent(event)
 
     def showEvent(self, event):  # noqa: N802
-        if self._stale and self.is_streaming:
+        if self._stale and self.conversation.is_streaming:
             self.transcript.show_streaming(self.stream_markdown(), self.stream_drafted())
         self._stale = False
         super().showEvent(event)
@@ -292,13 +322,16 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.transcript.show_messages(conversation.messages,
                                       conversation.shown_footers(self.INTERRUPTED),
                                       self.message_actions, self.version)
-        if self.is_streaming:
+        if self.conversation.is_streaming:
             self.transcript.show_streaming(self.stream_markdown(), self.stream_drafted())
 
     def _on_action(self, kind: str, index: int) -> None:
         messages = self.conversation.messages
         if kind == "think":  # open / fold the thoughts
             if self.conversation.toggle_thinking(index):
+                self.render()
+        elif kind == "toolfold":  # a long tool result, opened or folded
+            if self.conversation.toggle_thinking(index, "tool_open"):
                 self.render()
         elif kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])

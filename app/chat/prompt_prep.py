@@ -19,6 +19,8 @@ class PromptJob:
     messages: list[dict[str, str]]
     prefix: str | None  # an interrupted answer being continued: its text so far
     grammar: Any = None  # the chat's answer format: built here, found cached at submit
+    tools: list[dict] | None = None  # offered to the model (a chat's tools on)
+    tool_choice: Any = None  # "auto", "required" (a grammar forces a call), ...
 
 
 class PromptPreparer(QObject):
@@ -35,8 +37,8 @@ class PromptPreparer(QObject):
         self._finished.connect(self._on_finished)
 
     def start(self, tab, engine, messages, prefix: str | None = None,
-              grammar=None) -> PromptJob:
-        job = PromptJob(tab, engine, messages, prefix, grammar)
+              grammar=None, tools: list[dict] | None = None, tool_choice=None) -> PromptJob:
+        job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice)
         self._jobs[id(tab)] = job
         threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
         return job
@@ -51,7 +53,8 @@ class PromptPreparer(QObject):
     def _work(self, job: PromptJob) -> None:
         try:  # the engine renders its template here, or hands the chat to its server
             result: Any = job.engine.prepare(job.messages, continue_from=job.prefix,
-                                             grammar=job.grammar)
+                                             grammar=job.grammar, tools=job.tools or None,
+                                             tool_choice=job.tool_choice)
         except EngineError as e:
             result = e
         except Exception as e:  # a tokenizer bug must not kill the thread silently

@@ -27,7 +27,7 @@ from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
                            QTextDocumentFragment, QTextFormat)
 from PySide6.QtWidgets import QTextBrowser
 
-from app.chat import draft_tint
+from app.chat import draft_tint, tool_blocks
 from app.conversation import thinking
 from app.conversation.attach_files import describe_record, split_message
 from app.ui.highlight import CodeHighlighter
@@ -182,13 +182,34 @@ class Transcript(Slices, QTextBrowser):
         if keep_scroll and at_bottom:
             bar.setValue(bar.maximum())
 
+    def replace_last(self, index: int, message: dict, footer: str | None,
+                     actions: list[tuple[str, str]] | None = None) -> None:
+        """Render the last message (`index`) again, in place: a tool call's
+        block as its status changes (asked, running, its result)."""
+        start = self.message_starts.get(index)
+        if start is None or self._stream_start is not None:
+            self.add_message(index, message, footer, actions)
+            return
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = self._end_cursor()
+        cursor.setPosition(start, QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        self._render(cursor, index, message, footer, actions, None, separate=False)
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
     def _render(self, cursor: QTextCursor, index: int, message: dict, footer: str | None,
                 actions: list[tuple[str, str]] | None,
-                version: tuple[int, int] | None) -> int:
+                version: tuple[int, int] | None, separate: bool = True) -> int:
         """Write message `index` at `cursor` (the end of this view's document,
         or of a slice's); returns where it starts there."""
-        self._separate(cursor)
+        if separate:
+            self._separate(cursor)
         start = cursor.position()
+        if message["role"] == "tool":  # outside text: plain, never Markdown
+            tool_blocks.render(self, cursor, index, message, list(actions or []))
+            return start
         user = message["role"] == "user"
         content = message["content"]
         files = (message.get("attachments") or []) if user else []
@@ -204,7 +225,9 @@ class Transcript(Slices, QTextBrowser):
                        "shown here; the whole message is kept and sent.*")
             if not any(kind == "copymsg" for kind, _ in actions):
                 actions.append(("copymsg", "Copy the whole message"))
-        body = self._with_copy_links(content) or "*(nothing was written)*"
+        called = not user and not content and (message.get("tool") or {}).get("calls")
+        body = self._with_copy_links(content) or (
+            "*(calls a tool)*" if called else "*(nothing was written)*")
         reasoning = "" if user else message.get("reasoning") or ""
         if reasoning:  # a reasoning model's thoughts: one line that opens them
             self._render_thoughts(cursor, index, message, reasoning, bool(content))

@@ -263,7 +263,10 @@ class RemoteLanesDialog(QDialog):
         super().accept()
 
 
-def open_remote_lanes(window) -> RemoteLanesDialog:
+def open_remote_lanes(window, applied=None) -> RemoteLanesDialog:
+    """The dialog, open; `applied(engine)` when it applies lanes."""
     dialog = RemoteLanesDialog(window)
+    if applied is not None:
+        dialog.applied.connect(applied)
     dialog.open()
     return dialog

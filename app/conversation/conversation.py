@@ -9,6 +9,7 @@ request cannot start, the branch shown before comes back (`fail`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -16,7 +17,11 @@ from app.conversation import thinking
 from app.conversation.attach_files import join_message
 from app.conversation.stats import format_footer
 
-Message = dict  # {"role", "content", "id", "interrupted", "reasoning", "attachments", ...}
+Message = dict  # {"role", "content", "id", "interrupted", "reasoning", "attachments", "tool", ...}
+
+# A tool turn's outcome (Message["tool"]["status"]); "asking" and "running"
+# while the call waits for the user or for its server.
+TOOL_STATUSES = ("asking", "running", "result", "error", "denied", "stopped", "refused")
 
 
 class Answer:
@@ -54,6 +59,7 @@ class Conversation:
         self.resend_without_user = False  # a regenerate or continue: the user turn is stored
         self.continue_from: str | None = None  # an interrupted answer being continued
         self.answer_format: str | None = None  # "json": the answer is shown formatted
+        self.tools_busy = False  # between an answer's tool calls and the next round
         # The shown branch before an edit or regenerate was sent: back if it fails.
         self._before: tuple[list[Message], dict[int, str]] | None = None
         self._clock = clock
@@ -61,18 +67,47 @@ class Conversation:
     # ---- what is shown --------------------------------------------------------------
     @property
     def is_streaming(self) -> bool:
+        """An answer is being written."""
         return self.answer is not None
+
+    @property
+    def busy(self) -> bool:
+        """An answer is being written, or its tool calls run: the chat waits."""
+        return self.answer is not None or self.tools_busy
 
     @property
     def streaming_text(self) -> str | None:
         """The answer's text so far; None when no answer is being written."""
         return self.answer.text if self.answer is not None else None
 
-    def prompt(self, system: str = "") -> list[dict[str, str]]:
-        """The messages to send: the system prompt (if any) and the chat."""
-        return ([{"role": "system", "content": system}] if system else []) + [
-            {"role": m["role"], "content": m["content"]} for m in self.messages
-            if m["content"] or m["role"] == "user"]  # an answer cut before its first token
+    def prompt(self, system: str = "", tools: bool = False) -> list[dict]:
+        """The messages to send: the system prompt (if any) and the chat.
+        Tool turns go as OpenAI's tool_calls and tool messages when `tools`
+        (the model has a tool-call format); otherwise as plain text (an
+        answer saying what it called, the result as the next turn)."""
+        out = [{"role": "system", "content": system}] if system else []
+        for m in self.messages:
+            calls = (m.get("tool") or {}).get("calls") if m["role"] == "assistant" else None
+            if m["role"] == "tool":
+                call = m.get("tool") or {}
+                if call.get("status") in ("asking", "running"):
+                    continue  # not answered yet
+                out.append({"role": "tool", "tool_call_id": call.get("id", ""),
+                            "content": m["content"]} if tools else
+                           {"role": "user", "content": f"[Result of {call.get('name', '?')}]\n"
+                                                       f"{m['content']}"})
+            elif calls:
+                out.append({"role": "assistant", "content": m["content"], "tool_calls": [
+                    {"id": c.get("id", ""), "type": "function",
+                     "function": {"name": c.get("name", ""), "arguments": c.get("arguments")}}
+                    for c in calls]} if tools else
+                    {"role": "assistant", "content": "\n".join(
+                        [m["content"]] * bool(m["content"]) + [
+                            f"[Called {c.get('name', '?')}({json.dumps(c.get('arguments'))})]"
+                            for c in calls])})
+            elif m["content"] or m["role"] == "user":  # an answer cut before its first token
+                out.append({"role": m["role"], "content": m["content"]})
+        return out
 
     def last(self, role: str) -> int | None:
         return next((i for i in range(len(self.messages) - 1, -1, -1)
@@ -109,6 +144,9 @@ class Conversation:
     @staticmethod
     def actions(message: Message) -> list[tuple[str, str]]:
         """The links under a message: (kind, label)."""
+        if message["role"] == "tool":  # no result yet: nothing to copy
+            waiting = (message.get("tool") or {}).get("status") in ("asking", "running")
+            return [] if waiting else [("copymsg", "Copy result")]
         if message["role"] == "user":
             actions = [("edit", "Edit")]
         elif message.get("interrupted"):
@@ -117,12 +155,13 @@ class Conversation:
             actions = [("regen", "Regenerate")]
         return actions + [("copymsg", "Copy")]
 
-    def toggle_thinking(self, index: int) -> bool:
-        """Open / fold a message's thoughts; False if there is no such message."""
+    def toggle_thinking(self, index: int, what: str = "thinking_open") -> bool:
+        """Open / fold a message's thoughts (or, `what` "tool_open", a tool's
+        long result); False if there is no such message."""
         if not 0 <= index < len(self.messages):
             return False
         message = self.messages[index]
-        message["thinking_open"] = not message.get("thinking_open")
+        message[what] = not message.get(what)
         return True
 
     # ---- what the user does ---------------------------------------------------------
@@ -141,7 +180,7 @@ class Conversation:
     def regenerate(self, index: int) -> bool:
         """Answer again from the conversation before answer `index`: a new
         version of that answer (the old one and what followed it stay, ‹ ›)."""
-        if (self.is_streaming or not 0 <= index < len(self.messages)
+        if (self.busy or not 0 <= index < len(self.messages)
                 or self.messages[index]["role"] != "assistant"):
             return False
         self._branch_at(index)
@@ -153,7 +192,7 @@ class Conversation:
         """Go on writing interrupted answer `index` (the last message) from
         where it stopped. Returns why not, or None when it goes on."""
         message = self.messages[index] if 0 <= index < len(self.messages) else None
-        if self.is_streaming or message is None or not message.get("interrupted"):
+        if self.busy or message is None or not message.get("interrupted"):
             return ""
         if index != len(self.messages) - 1:
             return "Only the last answer can be continued; regenerate this one."
@@ -170,7 +209,7 @@ class Conversation:
         """User message `index` to edit: nothing changes until it is sent
         (then it is a new version of that message). The message to put in
         the composer, or None when it cannot be edited."""
-        if (self.is_streaming or not 0 <= index < len(self.messages)
+        if (self.busy or not 0 <= index < len(self.messages)
                 or self.messages[index]["role"] != "user"):
             return None
         self.editing = index
@@ -249,6 +288,33 @@ class Conversation:
         self._end_request()
         return put_back
 
+    # ---- tool turns (issue 36) ----------------------------------------------------------
+    def record_calls(self, index: int, calls: list[dict]) -> None:
+        """Answer `index` called these tools ({"id", "name", "server",
+        "arguments"}): their results follow it, then the next round."""
+        self.messages[index]["tool"] = {"calls": [dict(c) for c in calls]}
+        self.tools_busy = True
+
+    def add_tool_turn(self, call: dict, status: str = "asking") -> int:
+        """A call's block, before its result; returns its index."""
+        self.messages.append({"role": "tool", "content": "",
+                              "tool": {**call, "status": status, "error": False}})
+        return len(self.messages) - 1
+
+    def set_tool_result(self, index: int, text: str, status: str, error: bool) -> None:
+        message = self.messages[index]
+        message["content"] = text
+        message["tool"] = {**message["tool"], "status": status, "error": bool(error)}
+
+    def next_round(self) -> None:
+        """The results are in: the answer goes on, as a new message after them."""
+        self.tools_busy = False
+        self.resend_without_user = True  # nothing new from the user to store
+        self.answer = Answer()
+
+    def end_tools(self) -> None:
+        self.tools_busy = False
+
     def _end_request(self) -> None:
         self.answer = None
         self.request_id = None
@@ -261,7 +327,7 @@ class Conversation:
     def show_history(self, messages: list[Message], footers: dict[int, str],
                      versions: dict[int, list[int]], context_used: int | None = None) -> bool:
         """Show another branch (‹ ›), as the store has it. False while streaming."""
-        if self.is_streaming:
+        if self.busy:
             return False
         self.editing = None
         self.messages = [dict(m) for m in messages]

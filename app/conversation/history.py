@@ -30,7 +30,7 @@ def history_of(stored: list[Any], versions: dict[int, list[int]]) -> History:
                  "interrupted": m.role == "assistant" and not m.complete,
                  "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s"),
                  "attachments": (m.stats or {}).get("attachments"),
-                 "format": (m.stats or {}).get("format")}
+                 "format": (m.stats or {}).get("format"), "tool": m.tool}
                 for m in stored]
     footers = {i: m.stats["footer"] for i, m in enumerate(stored)
                if m.stats and m.stats.get("footer")}

@@ -320,6 +320,13 @@ class SchedulerDock(QWidget):
                 card.setToolTip(engine.describe_lanes().get(sample.lane, ""))
             card.show_sample(sample, *self.plots.latest(sample.lane))
 
+    def tool_waited(self, row: str, label: str, tool: str, start: float, end: float,
+                    reason: str) -> None:
+        """A chat waited on a tool call (app/chat/tool_rounds.py): its bar and log line."""
+        self.timeline.tool_wait(row, label, tool, start, end, reason)
+        self.timeline_view.refresh()
+        self.add_decision(end, label, "tool", "", reason, "")
+
     def add_decision(self, when: float, tab: str, phase: str, lane: str, reason: str,
                      request_id: str) -> None:
         row = self.log.rowCount()

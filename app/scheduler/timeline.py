@@ -24,14 +24,17 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QScrollArea, QToolButton, QT
 from app.ui.plain_text import tip
 
 MAX_TRACKS = 300
-LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60", "disk": "#8e44ad"}
+LANE_COLORS = {"gpu": "#2e86de", "cpu": "#e67e22", "remote": "#27ae60", "disk": "#8e44ad",
+               "tool": "#95a5a6"}
 SPANS_S = (10, 30, 60, 120, 300, 600, 1800, 3600)  # the zoom steps, seconds shown
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
 
 @dataclass(slots=True)
 class Segment:
-    phase: str  # "prefill", "decode", or "restore" (KV read back from disk, lane "disk")
+    # "prefill", "decode", "restore" (KV read back from disk, lane "disk"), or
+    # "tool" (a chat waiting on a tool call: asked, then run; lane "tool")
+    phase: str
     lane: str
     start: float
     end: float | None = None
@@ -93,6 +96,17 @@ class Timeline:
             return
         track.close(at)
         track.segments.append(Segment(phase, lane, at, reason=reason))
+
+    def tool_wait(self, row: str, label: str, tool: str, start: float, end: float,
+                  reason: str) -> None:
+        """A chat waited on a tool call (asking the user, then the call) from
+        `start` to `end`: a bar on the chat's row between its answers."""
+        key = f"tool:{row}:{start}"
+        self.tracks[key] = Track(key, f"{label} · {tool}", row,
+                                 [Segment("tool", "tool", start, end, reason)], finished="tool")
+        self.rows.setdefault(row, label)
+        while len(self.tracks) > MAX_TRACKS:
+            self.tracks.pop(next(iter(self.tracks)))
 
     def migrated(self, request_id: str, to_lane: str, at: float, reason: str = "") -> None:
         track = self.tracks.get(request_id)
@@ -296,11 +310,13 @@ class TimelineView(QWidget):
         now = self.now()
         lines = [track.label]
         for s in track.segments:
-            what = ("read from disk" if s.phase == "restore"
-                    else f"{s.phase} on {s.lane.upper()}")
+            what = ("read from disk" if s.phase == "restore" else "waiting on a tool"
+                    if s.phase == "tool" else f"{s.phase} on {s.lane.upper()}")
             lines.append(f"{what}, {(s.end or now) - s.start:.1f} s"
                          + (f": {s.reason}" if s.reason and s is seg else ""))
-        if track.finished:
+        if track.finished == "tool":
+            lines.append(seg.reason if seg is not None else "")
+        elif track.finished:
             lines.append(track.note or f"finished ({track.finished}) in "
                          f"{track.end(now) - track.start:.1f} s")
         if track.drafted:
@@ -361,7 +377,9 @@ class TimelinePanel(QWidget):
         self.follow.setToolTip("Keep the present at the right edge (drag the timeline to "
                                "look back; double-click it to follow again)")
         self.span = QLabel()
-        self.key = QLabel("pale: prefill · solid: decode · blue GPU, orange CPU, green remote")
+        self.key = QLabel("pale: prefill · solid: decode · blue GPU, orange CPU, green remote, "
+                          "purple read from disk, grey waiting on a tool")
+        self.key.setWordWrap(True)
         self.key.setWordWrap(True)
         self.zoom_out.clicked.connect(lambda: view.zoom(1.25))
         self.zoom_in.clicked.connect(lambda: view.zoom(0.8))

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.bridge.lane_sample.connect(self.scheduler.on_lane_sample)
         self.bridge.lane_failed.connect(self.scheduler.show_lane_failed)
         RequestFeed(self.scheduler, self.bridge, self.requests.label)
+        self.requests.rounds.waited.connect(self.scheduler.tool_waited)
         self.scheduler.request_selected.connect(self.requests.bring_forward)
 
     def _follow_session(self) -> None:
@@ -147,9 +148,7 @@ class MainWindow(QMainWindow):
 
     def open_remote_lanes(self) -> RemoteLanesDialog:
         """Engine > Remote lanes…: the window shows the lanes it applies."""
-        dialog = open_remote_lanes(self)
-        dialog.applied.connect(self.show_lanes)
-        return dialog
+        return open_remote_lanes(self, self.show_lanes)
 
     def _on_model_failed(self, message: str) -> None:
         """The previous engine (if any) stays: the status bar says which."""
@@ -294,6 +293,7 @@ class MainWindow(QMainWindow):
         save_layout(self)
         saving.detach()  # this window is going; the store may outlive it
         self.bridge.detach()
+        self.requests.rounds.close()  # stdio tool servers end with the app
         self.session.shut()
         super().closeEvent(event)
 

@@ -31,6 +31,11 @@ class Menus(QObject):
         bar = window.menuBar()
         self._chat_menu(bar.addMenu("&Chat"))
         self._engine_menu(bar.addMenu("&Engine"))
+        tools = bar.addMenu("&Tools")
+        self.tool_servers_action = self._action(tools, "MCP servers…", "",
+                                                window.requests.rounds.open_servers)
+        self.tool_servers_action.setToolTip("Tool servers (MCP) whose tools chats can offer "
+                                            "the model; each call asks you first")
         view = bar.addMenu("&View")  # a closed dock comes back from here
         for dock in (window.chats_dock, window.scheduler_dock):
             view.addAction(dock.toggleViewAction())

@@ -1,0 +1,148 @@
+"""The window's MCP host (toolhost.host.ToolHost) for the GUI thread:
+listing starts the servers on a worker thread (a server may take seconds
+to start, or never), calls run on the host's loop, and both come back as
+signals. Servers start on first use (a chat's Tools button opened, a call),
+stop when removed or changed in Tools > MCP servers…, and at quit."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QStandardPaths, Qt, Signal
+
+from toolhost.host import Tool, ToolHost, ToolResult
+
+from app.tools import servers as config
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A call on its way: `cancel()` stops it (Stop)."""
+
+    server: str
+    tool: str
+    future: concurrent.futures.Future | None = None
+    cancelled: bool = field(default=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.future is not None:
+            self.future.cancel()
+
+
+def log_dir() -> Path:
+    """Where stdio servers' stderr is kept (one file a server)."""
+    base = QStandardPaths.writableLocation(QStandardPaths.AppLocalDataLocation) or str(
+        Path.home() / ".tandem")
+    return Path(base) / "mcp-logs"
+
+
+class ToolService(QObject):
+    listed = Signal()  # `tools` and `notes` changed
+    call_done = Signal(object, object)  # Ticket, ToolResult
+    _listed = Signal(object, object, int)  # from the worker: tools, notes, generation
+    _done = Signal(object, object)
+
+    def __init__(self, store, parent: QObject | None = None, logs: Path | None = None):
+        super().__init__(parent)
+        self.store = store
+        self.settings = config.load(store)
+        self.tools: list[Tool] = []
+        self.notes: dict[str, str] = {}  # server -> what went wrong
+        self.listing = False
+        self._logs = logs or log_dir()
+        self._host: ToolHost | None = None
+        self._generation = 0  # a listing started before a reconfigure is stale
+        self._lock = threading.Lock()  # one listing or reconfigure on the host at a time
+        self._listed.connect(self._on_listed)
+        # Queued even from this thread: a result never arrives inside call().
+        self._done.connect(self.call_done.emit, Qt.QueuedConnection)
+
+    # ---- configuration -------------------------------------------------------------
+    def configure(self, settings: config.ToolSettings) -> None:
+        """Settings saved in the dialog: servers removed or changed stop now."""
+        self.settings = settings
+        self._generation += 1
+        self.tools = [t for t in self.tools if settings.entry(t.server) is not None]
+        self.notes = {k: v for k, v in self.notes.items() if settings.entry(k) is not None}
+        self.listed.emit()
+        self.refresh()
+
+    def asks(self, server: str) -> bool:
+        entry = self.settings.entry(server)
+        return entry is None or entry.ask
+
+    def log_path(self, server: str) -> Path:
+        return self._logs / f"{server}.log"
+
+    # ---- listing -------------------------------------------------------------------
+    def refresh(self, retry: bool = False) -> None:
+        """List every server's tools, starting those not running, off the GUI
+        thread (`retry`: servers that stopped or failed are started again)."""
+        if not self.settings.servers and self._host is None:
+            self.tools, self.notes = [], {}
+            self.listed.emit()
+            return
+        self.listing = True
+        self.listed.emit()
+        generation, settings = self._generation, self.settings
+        threading.Thread(target=self._list, args=(settings, generation, retry),
+                         name="mcp-list", daemon=True).start()
+
+    def _list(self, settings, generation: int, retry: bool) -> None:
+        with self._lock:
+            specs, missing = config.specs(settings)
+            try:
+                self._logs.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass  # the host says it when a server's log cannot be opened
+            if self._host is None:
+                self._host = ToolHost(specs, log_dir=self._logs, call_s=settings.call_s)
+            else:
+                self._host.call_s = settings.call_s
+                self._host.set_specs(specs)
+            if retry:
+                for spec in specs:
+                    self._host.retry(spec.name)
+            tools = self._host.tools()
+            notes = {**dict(self._host.notes), **missing}
+        self._listed.emit(tools, notes, generation)
+
+    def _on_listed(self, tools, notes, generation: int) -> None:
+        if generation != self._generation:
+            return  # reconfigured since: that listing's own result follows
+        self.tools, self.notes, self.listing = list(tools), dict(notes), False
+        self.listed.emit()
+
+    # ---- calls ---------------------------------------------------------------------
+    def call(self, server: str, tool: str, arguments: dict) -> Ticket:
+        """Start a call; `call_done(ticket, result)` follows on the GUI thread
+        (also when cancelled: a "stopped" result)."""
+        ticket = Ticket(server, tool)
+        host = self._host
+        if host is None:
+            self._done.emit(ticket, ToolResult(f"The tool server {server} is not running.",
+                                               True))
+            return ticket
+        ticket.future = host.start_call(server, tool, arguments)
+        ticket.future.add_done_callback(lambda future: self._done.emit(ticket, _outcome(future)))
+        return ticket
+
+    def close(self) -> None:
+        """Stop every server (at quit)."""
+        with self._lock:
+            host, self._host = self._host, None
+        if host is not None:
+            host.close()
+
+
+def _outcome(future: concurrent.futures.Future) -> ToolResult:
+    if future.cancelled():
+        return ToolResult("Stopped by the user while it ran.", True)
+    try:
+        return future.result()
+    except Exception as e:  # the host returns results; this is a bug's last net
+        return ToolResult(f"The call failed: {type(e).__name__}: {e}", True)
