@@ -133,6 +133,10 @@ class ChatRequests(QObject):
             return
         try:
             if isinstance(prepared, EngineError):
+                if self.rounds.spelled(job, prepared):  # tool turns as plain text, again
+                    self._preparer.start(tab, job.engine, self.rounds.flat(tab), job.prefix,
+                                         job.grammar, job.tools, job.tool_choice, flat=True)
+                    return
                 raise prepared
             try:  # JSON asked for in the chat's settings: held to it token by token
                 grammar = tab.settings_row.grammar()

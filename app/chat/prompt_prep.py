@@ -21,6 +21,7 @@ class PromptJob:
     grammar: Any = None  # the chat's answer format: built here, found cached at submit
     tools: list[dict] | None = None  # offered to the model (a chat's tools on)
     tool_choice: Any = None  # "auto", "required" (a grammar forces a call), ...
+    flat: bool = False  # the chat's tool turns sent as plain text (ToolRounds.spelled)
 
 
 class PromptPreparer(QObject):
@@ -37,8 +38,9 @@ class PromptPreparer(QObject):
         self._finished.connect(self._on_finished)
 
     def start(self, tab, engine, messages, prefix: str | None = None,
-              grammar=None, tools: list[dict] | None = None, tool_choice=None) -> PromptJob:
-        job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice)
+              grammar=None, tools: list[dict] | None = None, tool_choice=None,
+              flat: bool = False) -> PromptJob:
+        job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice, flat)
         self._jobs[id(tab)] = job
         threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
         return job

@@ -134,6 +134,21 @@ class ToolRounds(QObject):
         first = state.round_no == 0 and tab.tool_choices.require
         return loop.functions_of(state.tools), "required" if first else "auto"
 
+    # ---- a prompt the engine refused -------------------------------------------------
+    @staticmethod
+    def spelled(job, error) -> bool:
+        """The prompt was refused because a tool call in the chat spells one
+        of the model's control tokens (a model told so by a tool's result,
+        say): a call's arguments go into the template as they are, so the
+        chat could never go on. Sent once more with its tool turns as plain
+        text (message text is data: it may spell anything)."""
+        return (not job.flat and "control tokens" in str(error)
+                and any(m.get("tool_calls") for m in job.messages))
+
+    @staticmethod
+    def flat(tab) -> list[dict]:
+        return tab.conversation.prompt(tab.system_prompt.text().strip(), tools=False)
+
     # ---- an answer ended -------------------------------------------------------------
     def after_answer(self, tab, finished) -> bool:
         """The answer just kept (the conversation's last message) called
