@@ -97,6 +97,7 @@ if __name__ == "__main__":
         print("this is not JSON-RPC", flush=True)
         kind = "weather"
     server = build(kind)
+    print(f"tandem-test server pid {os.getpid()}", file=sys.stderr, flush=True)  # its log
     if transport == "stdio":
         server.run()
     else:

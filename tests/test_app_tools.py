@@ -199,8 +199,57 @@ def test_stop_cancels_a_running_call_and_faults_are_notes(qtbot, tool_model, db,
         assert crashed["tool"]["status"] == "error" and crashed["tool"]["error"]
         assert tab.conversation.messages[-1]["role"] == "assistant"
         assert "Error:" in tab.transcript.toPlainText()
+
+        # A call that hangs past the time limit (a setting): an error result.
+        service = _configure(window, _weather(ask=False), call_s=2)
+        tab.tool_choices.on = {"weather/slow"}
+        _send(qtbot, tab, "Hang")
+        qtbot.waitUntil(lambda: not tab.is_streaming, timeout=60_000)
+        hung = _results(tab)[0]
+        assert hung["tool"]["status"] == "error" and "within 2 s" in hung["content"]
+        assert service.settings.call_s == 2
     finally:
         window.close()
+
+
+def test_servers_start_on_first_use_log_and_stop_when_removed(qtbot, window):
+    """A stdio server starts when a chat's Tools menu first needs it, its
+    stderr goes to the log the dialog opens, and removing it ends it."""
+    import os
+    import re
+
+    service = _configure(window, _weather(), _weather("many", "many"),
+                         _weather("garbage", "garbage"))
+    assert not service.tools and not service.listing  # nothing started yet
+    tab = window.current_tab()
+    tab.tools_button.set_unavailable(None)  # the tiny model has no tool format: menu only
+    tab.tools_button.menu_.aboutToShow.emit()
+    qtbot.waitUntil(lambda: not service.listing and bool(service.tools), timeout=60_000)
+    assert len([t for t in service.tools if t.server == "many"]) == 128
+    assert "500 tools" in service.notes["many"]
+    assert any(t.server == "garbage" for t in service.tools)  # a bad line, said in its log
+    log = service.log_path("weather").read_text()
+    pid = int(re.findall(r"server pid (\d+)", log)[-1])  # (the log is appended to)
+    os.kill(pid, 0)  # running
+    _configure(window, _weather("many", "many"))
+    qtbot.waitUntil(lambda: not service.listing, timeout=60_000)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return os.waitpid(pid, os.WNOHANG)[0] == pid if _is_child(pid) else False
+
+    qtbot.waitUntil(gone, timeout=30_000)
+    assert {t.server for t in service.tools} == {"many"}
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().split()[3] == str(__import__("os").getpid())
+    except OSError:
+        return False
 
 
 def test_a_model_without_a_tool_format_says_why(window):

@@ -96,7 +96,7 @@ ALLOWED = {
     "app.connections": {"app.ui", "app.store", "engine", "server"},
     "app.scheduler": {"app.ui", "engine"},
     # MCP servers for chats: their settings (keyring), the host, a chat's Tools button.
-    "app.tools": {"app.ui", "app.connections", "toolhost"},
+    "app.tools": {"app.ui", "app.store", "app.connections", "toolhost"},
     "app.chat": {"app.ui", "app.conversation", "app.store", "app.tools", "engine", "toolhost"},
     "app.window": {"app.ui", "app.conversation", "app.store", "app.models",
                    "app.connections", "app.scheduler", "app.tools", "app.chat", "engine"},

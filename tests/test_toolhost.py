@@ -131,8 +131,10 @@ def test_faults_are_notes_and_error_results(tmp_path):
         assert host.call("weather", "get_weather", {"city": "Rome"}).text == "sunny in Rome"
         crashed = host.call("weather", "crash", {})
         assert crashed.is_error
-        after = host.call("weather", "get_weather", {"city": "Rome"})
-        assert after.is_error  # the server is gone: said, not raised
+        assert host.notes["weather"].startswith("stopped")  # said, not raised
+        # The next call starts it again.
+        assert host.call("weather", "get_weather", {"city": "Rome"}).text == "sunny in Rome"
+        assert "weather" not in host.notes
         assert host.call("missing", "x", {}).is_error
     finally:
         host.close()
@@ -203,3 +205,35 @@ def test_tandem_generate_mcp_prints_the_call_and_its_result(tool_engine, tmp_pat
                      "--max-tokens", "40", "Clear the screen"]) == 0
     err = capsys.readouterr().err
     assert "\\x1b[2J\\x1b]0;pwned\\x07cleared" in err and "\x1b" not in err
+
+
+def test_a_call_of_an_invented_tool_or_with_bad_arguments_is_an_error_result():
+    """Checked before anyone is asked: what the model sees (and the user)."""
+    from toolhost.host import Tool
+
+    tools = {"get_weather": Tool("weather", "get_weather", "", {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+        "required": ["city"]})}
+    invented = loop.check(loop.Call("c1", "launch_rockets", {}), tools)
+    assert invented.is_error and "no tool named 'launch_rockets'" in invented.text
+    assert "get_weather" in invented.text
+    bad = loop.Call("c2", "get_weather", {"city": "Atlantis"})
+    said = loop.check(bad, tools)
+    assert said.is_error and "do not fit get_weather's schema" in said.text
+    assert bad.server == "weather"
+    unread = loop.check(loop.Call("c3", "?", {"_raw": "{"}), tools)
+    assert unread.is_error and "could not be read" in unread.text
+    assert loop.check(loop.Call("c4", "get_weather", {"city": "Oslo"}), tools) is None
+
+
+def test_tandem_generate_mcp_calls_an_http_server(tool_engine, http_server, tmp_path, capsys):
+    from app import cli
+
+    _, path = tool_engine
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"remote": {"url": http_server}}}))
+    assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
+                     "--force-tool", "get_weather", "--allow-tools", "get_weather",
+                     "--tool-rounds", "1", "--max-tokens", "80", "Weather in Oslo?"]) == 0
+    err = capsys.readouterr().err
+    assert "→ get_weather(" in err and "← result: sunny in " in err

@@ -25,6 +25,7 @@ MAX_TOOLS = 128  # per server; more are left out, with a note
 MAX_RESULT_CHARS = 32_000  # of a tool's result, for the model and the transcript
 START_S = 30.0
 CALL_S = 60.0
+STOPPED = "stopped"  # a note's start: the server ran, then stopped (started again on use)
 
 
 @dataclass(frozen=True)
@@ -92,24 +93,38 @@ class ToolHost:
     def start_call(self, server: str, name: str, arguments: dict) -> concurrent.futures.Future:
         """Start a call; the future gives its ToolResult (never an exception).
         Cancelling the future cancels the call (Stop)."""
+        return asyncio.run_coroutine_threadsafe(self._call(server, name, arguments), self._loop)
+
+    async def _call(self, server: str, name: str, arguments: dict) -> ToolResult:
+        if server not in self._sessions and server in self.specs and \
+                self.notes.get(server, "").startswith(STOPPED):
+            # It ran, then stopped (crashed, closed its pipe): started again for this call.
+            self.notes.pop(server, None)
+            try:
+                await asyncio.wait_for(self._start(self.specs[server]), self.start_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                self.notes[server] = f"did not start within {self.start_s:g} s"
         session = self._sessions.get(server)
         if session is None:
-            done: concurrent.futures.Future = concurrent.futures.Future()
-            done.set_result(ToolResult(
-                f"The tool server {server} is not running"
-                + (f": {self.notes[server]}" if server in self.notes else "."), True))
-            return done
-        return asyncio.run_coroutine_threadsafe(self._call(session, name, arguments),
-                                                self._loop)
-
-    async def _call(self, session, name: str, arguments: dict) -> ToolResult:
+            return ToolResult(f"The tool server {server} is not running"
+                              + (f": {self.notes[server]}" if server in self.notes else "."),
+                              True)
         try:
             result = await asyncio.wait_for(session.call_tool(name, arguments), self.call_s)
         except (asyncio.TimeoutError, TimeoutError):
             return ToolResult(f"{name} did not answer within {self.call_s:g} s.", True)
         except Exception as e:  # a crash, garbage, a closed pipe: an error the model sees
+            if _closed(e):  # the session is dead: let it go (the next call starts it again)
+                self._drop(server, f"{STOPPED}: {_said(e)}")
             return ToolResult(f"{name} failed: {type(e).__name__}: {e}", True)
         return _result(result)
+
+    def _drop(self, server: str, note: str) -> None:
+        self._sessions.pop(server, None)
+        self.notes[server] = note
+        stop = self._stops.get(server)
+        if stop is not None:
+            stop.set()  # its task closes the transport (a stdio server's process ends)
 
     def running(self, server: str) -> bool:
         return server in self._sessions
@@ -177,6 +192,7 @@ class ToolHost:
         """Open the server's session, list its tools, keep it until stopped."""
         from mcp import ClientSession
 
+        session, stop = None, self._stops[spec.name]
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = (await stack.enter_async_context(
@@ -187,14 +203,15 @@ class ToolHost:
                 self._tools[spec.name] = self._checked(spec.name, listed.tools)
                 self._sessions[spec.name] = session
                 ready.set_result(True)
-                await self._stops[spec.name].wait()
+                await stop.wait()
         except BaseException as e:  # noqa: BLE001 (said, never raised on the loop)
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
-            else:
-                self.notes[spec.name] = f"stopped: {_said(e)}"
+            elif self._tasks.get(spec.name) is asyncio.current_task():  # not restarted since
+                self.notes[spec.name] = f"{STOPPED}: {_said(e)}"
         finally:
-            self._sessions.pop(spec.name, None)
+            if session is not None and self._sessions.get(spec.name) is session:
+                self._sessions.pop(spec.name, None)
 
     async def _transport(self, spec: ServerSpec, stack: contextlib.AsyncExitStack):
         if spec.kind == "stdio":
@@ -237,6 +254,14 @@ def _result(result) -> ToolResult:
         cut = len(text) - MAX_RESULT_CHARS
         text = text[:MAX_RESULT_CHARS] + f"\n[… {cut:,} more characters cut by Tandem]"
     return ToolResult(text, bool(getattr(result, "is_error", False)))
+
+
+def _closed(e: BaseException) -> bool:
+    """The session's connection is gone (the server crashed or closed its pipe)."""
+    import anyio
+
+    return isinstance(e, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError,
+                          ConnectionError)) or "Connection closed" in str(e)
 
 
 def _said(e: BaseException) -> str:

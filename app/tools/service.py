@@ -11,10 +11,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QStandardPaths, Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 
 from toolhost.host import Tool, ToolHost, ToolResult
 
+from app.store.journal import cache_dir
 from app.tools import servers as config
 
 
@@ -34,10 +35,8 @@ class Ticket:
 
 
 def log_dir() -> Path:
-    """Where stdio servers' stderr is kept (one file a server)."""
-    base = QStandardPaths.writableLocation(QStandardPaths.AppLocalDataLocation) or str(
-        Path.home() / ".tandem")
-    return Path(base) / "mcp-logs"
+    """Where stdio servers' stderr is kept (one file a server): the cache folder."""
+    return cache_dir() / "mcp-logs"
 
 
 class ToolService(QObject):
@@ -63,13 +62,15 @@ class ToolService(QObject):
 
     # ---- configuration -------------------------------------------------------------
     def configure(self, settings: config.ToolSettings) -> None:
-        """Settings saved in the dialog: servers removed or changed stop now."""
+        """Settings saved in the dialog: servers removed or changed stop now;
+        none starts before a chat needs it."""
         self.settings = settings
         self._generation += 1
         self.tools = [t for t in self.tools if settings.entry(t.server) is not None]
         self.notes = {k: v for k, v in self.notes.items() if settings.entry(k) is not None}
         self.listed.emit()
-        self.refresh()
+        if self._host is not None:  # in use: removed or changed servers stop now
+            self.refresh()
 
     def asks(self, server: str) -> bool:
         entry = self.settings.entry(server)
