@@ -40,7 +40,7 @@ def test_a_large_import_parses_off_the_gui_thread_and_opens(qtbot, window, tmp_p
 
 def test_a_large_bad_file_is_refused_with_a_dialog(qtbot, window, tmp_path, monkeypatch):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"messages": [{"role": "tool", "content": "x" * 2_000_000}]}))
+    path.write_text(json.dumps({"messages": [{"role": "robot", "content": "x" * 2_000_000}]}))
     warned = []
     monkeypatch.setattr(chat_files.QMessageBox, "warning",
                         staticmethod(lambda parent, title, text: warned.append(text)))

@@ -210,3 +210,43 @@ def test_the_stats_line_says_what_drafts_did():
     assert "drafted" not in format_footer(done)
     done.drafted, done.accepted_drafts = 30, 9
     assert "drafted 30, accepted 9" in format_footer(done)
+
+
+def _tool_chat() -> Conversation:
+    calls = [{"id": "c1", "name": "get_weather", "server": "w", "arguments": {"city": "Oslo"}},
+             {"id": "c2", "name": "get_time", "server": "w", "arguments": {}}]
+    conversation = Conversation([{"role": "user", "content": "Weather and time?"},
+                                 {"role": "assistant", "content": "Checking."}])
+    conversation.record_calls(1, calls)
+    for done, (call, text) in enumerate(zip(calls, ("sunny", "noon"))):
+        index = conversation.add_tool_turn(call)
+        sent = conversation.prompt(tools=True)
+        assert sum(m["role"] == "tool" for m in sent) == done  # asked: not sent yet
+        conversation.set_tool_result(index, text, "result", False)
+    conversation.next_round()
+    return conversation
+
+
+def test_tool_turns_go_to_a_tool_model_as_calls_and_results():
+    conversation = _tool_chat()
+    assert conversation.busy and conversation.resend_without_user
+    prompt = conversation.prompt("Be brief.", tools=True)
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "tool", "tool"]
+    assert prompt[2]["tool_calls"][0] == {"id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"city": "Oslo"}}}
+    assert [(m["tool_call_id"], m["content"]) for m in prompt[3:]] == [("c1", "sunny"),
+                                                                        ("c2", "noon")]
+
+
+def test_tool_turns_go_to_a_model_without_tools_as_alternating_text():
+    """A model with no tool format (or tools off): what was called and what
+    came back, as text, the roles still alternating."""
+    conversation = _tool_chat()
+    conversation.messages.append({"role": "user", "content": "Thanks. Tomorrow?"})
+    prompt = conversation.prompt(tools=False)
+    assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
+    assert prompt[1]["content"] == ('Checking.\n[Called get_weather({"city": "Oslo"})]\n'
+                                    "[Called get_time({})]")
+    assert prompt[2]["content"] == ("[Result of get_weather]\nsunny\n\n[Result of get_time]\n"
+                                    "noon\n\nThanks. Tomorrow?")
+    assert all(set(m) == {"role", "content"} for m in prompt)

@@ -58,6 +58,10 @@ class _Loop:
     def by_name(self) -> dict[str, Tool]:
         return {t.name: t for t in self.tools}
 
+    def key(self, call: loop.Call) -> str:
+        """The call's tool as the chat's choices name it (server/tool)."""
+        return key(call.server, self.original.get(call.tool, call.tool))
+
 
 class ToolRounds(QObject):
     """One per window, beside ChatRequests (app/chat/chat_requests.py)."""
@@ -201,8 +205,7 @@ class ToolRounds(QObject):
             self._finish(tab, pending, ToolResult(STOPPED_BEFORE, True), "stopped")
         elif pending.problem is not None:
             self._finish(tab, pending, pending.problem, "refused")
-        elif key(call.server, call.tool) in tab.tool_choices.always or \
-                not self.service.asks(call.server):
+        elif state.key(call) in tab.tool_choices.always or not self.service.asks(call.server):
             self._run(tab, pending)
         else:
             pending.index = conversation.add_tool_turn(_shown(call), "asking")
@@ -219,7 +222,7 @@ class ToolRounds(QObject):
             self._finish(tab, pending, ToolResult(loop.DENIED, True), "denied")
             return
         if answer == "always":
-            tab.tool_choices.always.add(key(call.server, call.tool))
+            tab.tool_choices.always.add(state.key(call))
             tab.settings_changed.emit()  # stored with the chat
         self._run(tab, pending)
 

@@ -92,10 +92,15 @@ class Conversation:
                 call = m.get("tool") or {}
                 if call.get("status") in ("asking", "running"):
                     continue  # not answered yet
-                out.append({"role": "tool", "tool_call_id": call.get("id", ""),
-                            "content": m["content"]} if tools else
-                           {"role": "user", "content": f"[Result of {call.get('name', '?')}]\n"
-                                                       f"{m['content']}"})
+                if tools:
+                    out.append({"role": "tool", "tool_call_id": call.get("id", ""),
+                                "content": m["content"]})
+                else:  # results in one user turn: roles still alternate
+                    text = f"[Result of {call.get('name', '?')}]\n{m['content']}"
+                    if out and out[-1].get("flat"):
+                        out[-1]["content"] += "\n\n" + text
+                    else:
+                        out.append({"role": "user", "content": text, "flat": True})
             elif calls:
                 out.append({"role": "assistant", "content": m["content"], "tool_calls": [
                     {"id": c.get("id", ""), "type": "function",
@@ -105,8 +110,12 @@ class Conversation:
                         [m["content"]] * bool(m["content"]) + [
                             f"[Called {c.get('name', '?')}({json.dumps(c.get('arguments'))})]"
                             for c in calls])})
+            elif m["role"] == "user" and out and out[-1].get("flat"):  # after results
+                out[-1]["content"] += "\n\n" + m["content"]
             elif m["content"] or m["role"] == "user":  # an answer cut before its first token
                 out.append({"role": m["role"], "content": m["content"]})
+        for message in out:
+            message.pop("flat", None)
         return out
 
     def last(self, role: str) -> int | None:
