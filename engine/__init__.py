@@ -38,6 +38,8 @@ _PUBLIC = {
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
     "release_saved_kv": "runtime.kv_owners",
     "load_embedding_model": "models.embedding",
+    "ChatImage": "images", "ImageBudget": "images", "decode_image": "images",
+    "decode_data_url": "images",
 }
 
 __all__ = sorted(_PUBLIC)

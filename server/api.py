@@ -34,7 +34,8 @@ from starlette.routing import Route
 from engine import Finished, Token
 
 from .access_log import AccessLog
-from .bodies import Completion, completion, parse_json
+from .bodies import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, Completion, completion,
+                     parse_json)
 from .embeddings import embeddings_route
 from .errors import APIError, http_error, server_fault
 from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  # noqa: F401
@@ -47,7 +48,14 @@ from .trust import RequestGate
 
 
 def _parse(data: bytes, chat: bool, defaults: dict) -> Completion:
-    return completion(parse_json(data), chat, defaults)
+    """A chat request may be up to MAX_IMAGE_BODY_BYTES when it carries images
+    (data: URLs); any other request is held to MAX_BODY_BYTES."""
+    job = completion(parse_json(data, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES),
+                     chat, defaults)
+    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in job.messages or ()):
+        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a chat request "
+                       f"with images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
+    return job
 
 
 def _usage(done: Finished) -> dict:
@@ -142,7 +150,8 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
     """/v1/chat/completions and /v1/completions: key, body, model, slot,
     prepare and submit; then the answer whole, or streamed."""
     check_key(request, state)
-    job = await state.run(_parse, await read_body(request), chat,
+    job = await state.run(_parse, await read_body(request, MAX_IMAGE_BODY_BYTES if chat else
+                                                  MAX_BODY_BYTES), chat,
                           state.engine.generation_defaults.as_dict())
     slot, handle = await admit(state, request, job)
     reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),

@@ -9,11 +9,14 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from engine import EngineError, Grammar, SamplingParams
+from engine import EngineError, Grammar, ImageBudget, SamplingParams, decode_data_url
 
 from .errors import APIError
 
 MAX_BODY_BYTES = 4 << 20
+# A chat request carrying images (data: URLs) may be this large: a few phone
+# photos, base64 (issue 37); without images the limit above holds.
+MAX_IMAGE_BODY_BYTES = 64 << 20
 MAX_NESTING = 64  # JSON deeper than this is refused before it is parsed
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -34,9 +37,9 @@ class Completion:
     tool_choice: object = None
 
 
-def parse_json(data: bytes) -> dict:
-    if len(data) > MAX_BODY_BYTES:
-        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+def parse_json(data: bytes, limit: int = MAX_BODY_BYTES) -> dict:
+    if len(data) > limit:
+        raise APIError(413, f"Request body over {limit >> 20} MiB.")
     if _nesting(data) > MAX_NESTING:
         raise APIError(400, f"The body is nested more than {MAX_NESTING} levels deep.")
     try:
@@ -270,10 +273,49 @@ def _is_text(s: str) -> bool:
 def _messages(messages) -> list[dict[str, str]]:
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "messages must be a non-empty list.", param="messages")
-    return [_message(i, m) for i, m in enumerate(messages)]
+    budget = ImageBudget()  # the request's images together
+    return [_message(i, m, budget) for i, m in enumerate(messages)]
 
 
-def _message(i: int, m) -> dict:
+def _parts(field: str, role: str, parts: list, budget: ImageBudget) -> tuple[str, list, list]:
+    """Content parts: text, and images (`image_url` with a data: URL) in a
+    user message, each decoded and checked here, on the worker thread. The
+    text joined, the parts in order ({"type": "text"} or {"type": "image",
+    "index"}), and the images."""
+    texts, order, images = [], [], []
+    for j, part in enumerate(parts):
+        where = f"{field}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+            order.append({"type": "text", "text": part["text"]})
+            continue
+        if kind != "image_url":
+            raise APIError(400, f"{where}: only text parts ({{'type': 'text', 'text': '...'}}) "
+                           "and image parts ({'type': 'image_url', 'image_url': {'url': "
+                           "'data:image/png;base64,...'}}) are supported.", param=where)
+        if role != "user":
+            raise APIError(400, f"{where}: images are read in user messages only.",
+                           param=where)
+        value = part.get("image_url")
+        url = value.get("url") if isinstance(value, dict) else value
+        if not isinstance(url, str):
+            raise APIError(400, f"{where}.image_url needs a url (a data: URL).",
+                           param=f"{where}.image_url")
+        try:
+            budget.count()
+            if url[:8].lower().startswith(("http://", "https://")):
+                raise EngineError("Image URLs are not fetched by this server (start it with "
+                                  "--allow-image-urls to allow it); send the image as a "
+                                  "data: URL (data:image/png;base64,...).", "bad-argument")
+            images.append(decode_data_url(url, f"The image in {where}", budget))
+        except EngineError as e:
+            raise APIError(400, str(e), param=f"{where}.image_url") from None
+        order.append({"type": "image", "index": len(images) - 1})
+    return "".join(texts), order, images
+
+
+def _message(i: int, m, budget: ImageBudget | None = None) -> dict:
     field = f"messages[{i}]"
     if isinstance(m, dict) and m.get("role") == "developer":  # OpenAI's newer name
         m = {**m, "role": "system"}
@@ -284,18 +326,17 @@ def _message(i: int, m) -> dict:
     calls = m.get("tool_calls") if m["role"] == "assistant" else None
     if content is None and calls:
         content = ""  # an assistant turn that only called tools
-    if isinstance(content, list):  # content parts: text only
-        if not all(isinstance(p, dict) and p.get("type") == "text"
-                   and isinstance(p.get("text"), str) for p in content):
-            raise APIError(400, f"{field}.content: only text parts ({{'type': 'text', "
-                           f"'text': '...'}}) are supported.", param=f"{field}.content")
-        content = "".join(p["text"] for p in content)
+    order, images = None, []
+    if isinstance(content, list):  # content parts: text, and images in a user turn
+        content, order, images = _parts(field, m["role"], content, budget or ImageBudget())
     if not isinstance(content, str):
         raise APIError(400, f"{field}.content must be text.", param=f"{field}.content")
     if not _is_text(content):
         raise APIError(400, f"{field}.content is not valid text (an unpaired surrogate).",
                        param=f"{field}.content")
     out = {"role": m["role"], "content": content}
+    if images:  # the engine reads them only with a vision model (capabilities.images)
+        out["images"], out["parts"] = images, order
     if calls is not None:
         out["tool_calls"] = _tool_calls(field, calls)
     if m["role"] == "tool":

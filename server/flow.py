@@ -77,16 +77,16 @@ def check_key(request: Request, state: ServerState) -> None:
                        code="invalid_api_key")
 
 
-async def read_body(request: Request) -> bytes:
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body, refused with 413 as soon as it passes the limit."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+    if declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"Request body over {limit >> 20} MiB.")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB.")
+        if size > limit:
+            raise APIError(413, f"Request body over {limit >> 20} MiB.")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -103,6 +103,10 @@ def _submit(state: ServerState, request: Request, job: Completion):
             prepared = engine.prepare_prompt(job.prompt, grammar=job.params.grammar)
             return engine.submit(prepared, job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
+        if any(m.get("images") for m in job.messages) and not engine.capabilities.images:
+            raise APIError(400, f"The model {state.ids[0]} cannot read "
+                           "images: it is a text model. Load a vision model (Qwen2.5-VL, "
+                           "SmolVLM, Gemma 3, ...) to send images.", param="messages")
         prepared = engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
                                   grammar=job.params.grammar)
         return engine.submit(prepared, job.params, tab_id=f"api:{who}")

@@ -55,7 +55,7 @@ def test_the_bodies_that_leaked_slots_are_400s_and_leak_nothing(served):
             "stream_options"),
            ("/v1/completions", {"prompt": "a\udfffb"}, "prompt"),
            (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
-            "messages[0].content"),
+            "messages[0].content[0]"),
            (CHAT, {"messages": HELLO, "max_tokens": "many"}, "max_tokens"),
            (CHAT, {"messages": HELLO, "temperature": True}, "temperature"),
            (CHAT, {"messages": HELLO, "stream": "yes"}, "stream")]

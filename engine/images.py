@@ -1,0 +1,157 @@
+"""Images in chats (issue 37): bytes from outside (an API's data: URL, a
+file the user attached) decoded and checked before any model sees them.
+
+An image is refused, saying why, when it is not a PNG, JPEG, WebP or GIF
+(its bytes are read, never its declared type), is damaged or truncated,
+has more than `MAX_PIXELS` pixels (read from its header, before anything
+is decoded: a decompression bomb never decodes), or its encoded bytes pass
+`MAX_IMAGE_BYTES`. A request holds at most `MAX_IMAGES` images and
+`MAX_REQUEST_PIXELS` pixels in all (`ImageBudget`, counted before
+decoding). A GIF gives its first frame; a photo's
+EXIF orientation is applied; everything becomes RGB. Resizing to what a
+model takes is the model's processor's work.
+
+`ChatImage.digest` names the decoded pixels (BLAKE2b over size and RGB bytes):
+the same image twice is the same key, a different image of the same size
+is not. No MLX here: the server checks images on its worker threads and
+the app on its own."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import re
+import warnings
+from dataclasses import dataclass, field
+
+from .core.errors import EngineError
+
+MAX_IMAGE_BYTES = 20 << 20  # one image, encoded
+MAX_PIXELS = 50_000_000  # one image: a 48-megapixel phone photo passes
+MAX_IMAGES = 16  # one request
+MAX_REQUEST_PIXELS = 100_000_000  # one request, decoded (3 bytes a pixel)
+FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)"
+                       r"(?P<b64>;base64)?,", re.IGNORECASE)
+
+
+@dataclass(frozen=True, eq=False)
+class ChatImage:
+    """A decoded, checked image (RGB)."""
+
+    pixels: object = field(repr=False)  # a PIL.Image.Image in RGB mode
+    width: int
+    height: int
+    format: str  # png, jpeg, webp, gif
+    digest: str  # BLAKE2b of the size and the RGB bytes
+
+    @property
+    def megapixels(self) -> float:
+        return self.width * self.height / 1e6
+
+
+def _bad(why: str) -> EngineError:
+    return EngineError(why, "bad-argument")
+
+
+def decode_image(data: bytes, what: str = "The image",
+                 budget: ImageBudget | None = None) -> ChatImage:
+    """`data` (a file's bytes) as a checked ChatImage (counted against the
+    request's `budget` before it is decoded); EngineError says why not."""
+    from PIL import Image as PILImage
+    from PIL import ImageOps
+
+    if len(data) > MAX_IMAGE_BYTES:
+        raise _bad(f"{what} is {len(data) / 2**20:.1f} MiB; an image is at most "
+                   f"{MAX_IMAGE_BYTES >> 20} MiB.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+        try:
+            image = PILImage.open(io.BytesIO(data))  # reads the header only
+        except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
+            raise _bad(f"{what} has more than {MAX_PIXELS / 1e6:.0f} megapixels.") from None
+        except (OSError, ValueError, SyntaxError):
+            raise _bad(f"{what} is not an image Tandem reads (PNG, JPEG, WebP or GIF).") \
+                from None
+        kind = FORMATS.get(image.format or "")
+        if kind is None:
+            raise _bad(f"{what} is a {image.format or 'file of an unknown kind'}; Tandem reads "
+                       "PNG, JPEG, WebP and GIF images.")
+        width, height = image.size
+        if width < 1 or height < 1:
+            raise _bad(f"{what} has no pixels.")
+        if width * height > MAX_PIXELS:
+            raise _bad(f"{what} is {width}x{height} ({width * height / 1e6:.0f} megapixels); "
+                       f"an image is at most {MAX_PIXELS / 1e6:.0f} megapixels.")
+        if budget is not None:
+            budget.take(width, height)
+        try:
+            image.seek(0)  # a GIF's (or an animated WebP's) first frame
+            image.load()
+            if kind == "jpeg":
+                image = ImageOps.exif_transpose(image)  # a phone photo the right way up
+            rgb = _rgb(image)
+        except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
+            raise _bad(f"{what} has more than {MAX_PIXELS / 1e6:.0f} megapixels.") from None
+        except (OSError, ValueError, SyntaxError, EOFError) as e:
+            raise _bad(f"{what} is damaged or cut short ({kind}: {e}).") from None
+    digest = hashlib.blake2b(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes(),
+                             digest_size=16).hexdigest()
+    return ChatImage(rgb, rgb.width, rgb.height, kind, digest)
+
+
+def _rgb(image):
+    """RGB; transparency over white (as a viewer shows it on a page)."""
+    from PIL import Image as PILImage
+
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and
+                                              "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        white = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return PILImage.alpha_composite(white, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def decode_data_url(url: str, what: str = "The image",
+                    budget: ImageBudget | None = None) -> ChatImage:
+    """A `data:image/...;base64,...` URL as a checked ChatImage."""
+    found = _DATA_URL.match(url[:512])
+    if found is None:
+        raise _bad(f"{what} is not a data: URL (data:image/png;base64,...).")
+    mime = (found.group("mime") or "").lower()
+    if not mime.startswith("image/"):
+        raise _bad(f"{what} is a data: URL of {mime or 'no type'}, not an image.")
+    if not found.group("b64"):
+        raise _bad(f"{what}'s data: URL is not base64 (data:{mime};base64,...).")
+    payload = url[found.end():]
+    if len(payload) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
+        raise _bad(f"{what} is over {MAX_IMAGE_BYTES >> 20} MiB.")
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(f"{what}'s data: URL is not valid base64.") from None
+    return decode_image(data, what, budget)
+
+
+class ImageBudget:
+    """A request's images together: at most MAX_IMAGES, and MAX_REQUEST_PIXELS
+    in all, counted from each header before it is decoded."""
+
+    def __init__(self, images: int = MAX_IMAGES, pixels: int = MAX_REQUEST_PIXELS):
+        self.max_images, self.max_pixels = images, pixels
+        self.images = self.pixels = 0
+
+    def count(self) -> None:
+        """One more image part (before its bytes are read)."""
+        self.images += 1
+        if self.images > self.max_images:
+            raise _bad(f"The request has more than {self.max_images} images; at most "
+                       f"{self.max_images} are read in one request.")
+
+    def take(self, width: int, height: int) -> None:
+        self.pixels += width * height
+        if self.pixels > self.max_pixels:
+            raise _bad(f"The request's images have over {self.max_pixels / 1e6:.0f} "
+                       "megapixels in all.")
