@@ -31,7 +31,10 @@ def render_messages(tokenizer, messages: list[dict], tools: list[dict] | None = 
                 f"(U+{ord(content[e.start]):04X}) at character {e.start}.",
                 "bad-argument") from None
     if tools or any(m.get("tool_calls") for m in messages):
-        spelled = json.dumps([tools, [m.get("tool_calls") for m in messages]])
+        # As the template will spell them: non-ASCII kept (DeepSeek's control
+        # tokens are full-width; escaped as \uXXXX they would never match).
+        spelled = json.dumps([tools, [m.get("tool_calls") for m in messages]],
+                             ensure_ascii=False, default=str)
         hit = next((s for s in special_strings(tokenizer) if s in spelled), None)
         if hit is not None:
             raise EngineError(f"A tool definition or call contains {hit!r}, one of the "

@@ -312,6 +312,23 @@ def test_the_servers_dialog_imports_mcp_json_and_keeps_secrets_in_the_keyring(
     dialog._remove()
     dialog._save()
     assert ("Tandem", "mcp:files:env:TOKEN") not in memory_keyring.saved
+    # Renamed, a server's kept secrets move with it; a field that cannot be
+    # read (an unbalanced quote) refuses Save, saying so.
+    dialog = window.requests.rounds.open_servers()
+    dialog.list.setCurrentRow(0)
+    dialog.name.setText("mynotes")
+    dialog.name.editingFinished.emit()
+    dialog._save()
+    assert memory_keyring.saved[("Tandem", "mcp:mynotes:header:Authorization")] == "Bearer t"
+    assert ("Tandem", "mcp:notes:header:Authorization") not in memory_keyring.saved
+    dialog = window.requests.rounds.open_servers()
+    dialog._add()
+    dialog.command.setText("npx")
+    dialog.args.setText('-y "unclosed')
+    dialog._save()
+    assert dialog.isVisible() and "No closing quotation" in dialog.message.text()
+    assert [s.name for s in config.load(window.store).servers] == ["mynotes"]
+    dialog.reject()
     # A plain-http URL to another machine is refused, saying why.
     dialog = window.requests.rounds.open_servers()
     dialog.import_text('{"mcpServers": {"x": {"url": "http://192.0.2.1/mcp"}}}')

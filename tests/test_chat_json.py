@@ -93,6 +93,7 @@ def test_openai_style_tool_calls_import_as_tool_turns(store):
     shown = store.messages(import_chat(store, json.dumps(plain).encode()))
     assert [m.role for m in shown] == ["user", "assistant", "tool", "assistant"]
     assert shown[1].content == "" and shown[1].tool["calls"][0]["name"] == "get_weather"
+    assert shown[1].tool["calls"][0]["arguments"] == {"city": "Oslo"}  # JSON text, read
     assert shown[2].tool["name"] == "get_weather" and shown[2].tool["id"] == "call_1"
 
 

@@ -250,3 +250,16 @@ def test_tool_turns_go_to_a_model_without_tools_as_alternating_text():
     assert prompt[2]["content"] == ("[Result of get_weather]\nsunny\n\n[Result of get_time]\n"
                                     "noon\n\nThanks. Tomorrow?")
     assert all(set(m) == {"role", "content"} for m in prompt)
+
+
+def test_a_call_left_without_a_result_is_answered_in_the_prompt():
+    """The app quit (or the tab closed) while a call waited: the next prompt
+    still answers every call, so templates that require it render."""
+    conversation = Conversation([{"role": "user", "content": "Weather?"},
+                                 {"role": "assistant", "content": ""}])
+    conversation.record_calls(1, [{"id": "c1", "name": "get_weather", "arguments": {}}])
+    conversation.end_tools()
+    conversation.messages.append({"role": "user", "content": "Never mind."})
+    prompt = conversation.prompt(tools=True)
+    assert [m["role"] for m in prompt] == ["user", "assistant", "tool", "user"]
+    assert prompt[2]["tool_call_id"] == "c1" and "did not run" in prompt[2]["content"]

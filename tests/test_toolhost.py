@@ -237,3 +237,16 @@ def test_tandem_generate_mcp_calls_an_http_server(tool_engine, http_server, tmp_
                      "--tool-rounds", "1", "--max-tokens", "80", "Weather in Oslo?"]) == 0
     err = capsys.readouterr().err
     assert "→ get_weather(" in err and "← result: sunny in " in err
+
+
+def test_odd_arguments_and_broken_schemas_never_break_the_loop():
+    """A parser that reads Python literals (sets, bytes) gives arguments JSON
+    cannot carry: made JSON values. A server's broken schema (a bad $ref):
+    the server judges the call."""
+    from toolhost.host import Tool
+
+    plain = loop._plain({"x": {1, 2}, "b": b"\x00", "n": 1})
+    assert json.loads(json.dumps(plain)) == plain and plain["n"] == 1
+    broken = {"get": Tool("s", "get", "", {"type": "object",
+                                           "properties": {"x": {"$ref": "#/nowhere"}}})}
+    assert loop.check(loop.Call("c", "get", {"x": 1}), broken) is None

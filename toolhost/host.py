@@ -58,6 +58,7 @@ class ToolHost:
         self._tools: dict[str, list[Tool]] = {}
         self._stops: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task] = {}
+        self._starting: dict[str, asyncio.Future] = {}  # a start in progress, per server
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host",
                                         daemon=True)
@@ -180,11 +181,21 @@ class ToolHost:
             await asyncio.sleep(0.02)
 
     async def _start(self, spec: ServerSpec) -> None:
+        """Start `spec`'s session (on the loop's thread): one start per
+        server at a time, a second caller waits for the first's."""
+        starting = self._starting.get(spec.name)
+        if starting is not None and not starting.done():
+            with contextlib.suppress(Exception):  # the first caller says what went wrong
+                await asyncio.shield(starting)
+            return
         ready: asyncio.Future = self._loop.create_future()
+        self._starting[spec.name] = ready
         self._stops[spec.name] = asyncio.Event()
         self._tasks[spec.name] = self._loop.create_task(self._hold(spec, ready))
         try:
-            await ready
+            await asyncio.shield(ready)
+        except asyncio.CancelledError:
+            raise
         except Exception as e:
             self.notes[spec.name] = _said(e)
 

@@ -139,8 +139,17 @@ def _calls(engine, raw: str, functions) -> list[Call]:
             except ValueError:
                 args = {"_raw": args}
         out.append(Call("call_" + secrets.token_hex(8), one["name"],
-                        args if isinstance(args, dict) else {"value": args}))
+                        _plain(args if isinstance(args, dict) else {"value": args})))
     return out or unread
+
+
+def _plain(value) -> dict:
+    """Arguments as JSON values only: a parser that reads Python literals
+    (sets, bytes, complex numbers) gives what JSON cannot carry; shown as text."""
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return {"_raw": str(value)[:4000]}
 
 
 def _run_one(call: Call, by_name: dict[str, Tool], host: ToolHost,
@@ -161,6 +170,6 @@ def _schema_problem(schema: dict, arguments: dict) -> str | None:
         jsonschema.validate(arguments, schema)
     except jsonschema.ValidationError as e:
         return e.message
-    except jsonschema.SchemaError:
-        return None  # the server's schema is broken: let the server judge
+    except Exception:  # a broken schema (a bad $ref, an unknown format): the server judges
+        return None
     return None

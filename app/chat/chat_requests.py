@@ -87,7 +87,7 @@ class ChatRequests(QObject):
             grammar = None  # said when the request starts (_start)
         tools, tool_choice = self.rounds.offer(tab, next_round)
         self._preparer.start(tab, engine, messages, tab.conversation.continue_from, grammar,
-                             tools, tool_choice)
+                             tools, tool_choice, next_round=next_round)
 
     def attach(self, tab: ChatTab, paths: list[str]) -> None:
         """Read files for `tab` off the GUI thread and count their tokens with
@@ -129,13 +129,15 @@ class ChatRequests(QObject):
     def _start(self, job, prepared) -> None:
         window, tab, messages = self._window, job.tab, job.messages
         if job.engine is not window.engine:  # another model was loaded meanwhile
-            self.submit(tab, messages)
+            self.submit(tab, tab.prompt_messages() if job.next_round else messages,
+                        next_round=job.next_round)
             return
         try:
             if isinstance(prepared, EngineError):
                 if self.rounds.spelled(job, prepared):  # tool turns as plain text, again
                     self._preparer.start(tab, job.engine, self.rounds.flat(tab), job.prefix,
-                                         job.grammar, job.tools, job.tool_choice, flat=True)
+                                         job.grammar, job.tools, job.tool_choice, flat=True,
+                                         next_round=job.next_round)
                     return
                 raise prepared
             try:  # JSON asked for in the chat's settings: held to it token by token

@@ -22,6 +22,7 @@ class PromptJob:
     tools: list[dict] | None = None  # offered to the model (a chat's tools on)
     tool_choice: Any = None  # "auto", "required" (a grammar forces a call), ...
     flat: bool = False  # the chat's tool turns sent as plain text (ToolRounds.spelled)
+    next_round: bool = False  # the answer going on after its tool calls' results
 
 
 class PromptPreparer(QObject):
@@ -39,8 +40,9 @@ class PromptPreparer(QObject):
 
     def start(self, tab, engine, messages, prefix: str | None = None,
               grammar=None, tools: list[dict] | None = None, tool_choice=None,
-              flat: bool = False) -> PromptJob:
-        job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice, flat)
+              flat: bool = False, next_round: bool = False) -> PromptJob:
+        job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice, flat,
+                        next_round)
         self._jobs[id(tab)] = job
         threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
         return job

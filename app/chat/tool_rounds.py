@@ -103,6 +103,9 @@ class ToolRounds(QObject):
         tab.install_tools(button)
         tab.approval.decided.connect(lambda answer, t=tab: self._decided(t, answer))
         self.show_engine(tab, self._window.engine)
+        service = self.service
+        if tab.tool_choices.on and not service.tools and not service.listing:
+            service.refresh()  # its tools are on: their servers start now, not at Send
 
     @staticmethod
     def unavailable(engine) -> str | None:
@@ -133,7 +136,7 @@ class ToolRounds(QObject):
                 return None, None
             self._loops[tab] = _Loop.of(tools)
         state = self._loops.get(tab)
-        if state is None:
+        if state is None or not tab.tools_usable:  # (a model without tools loaded since)
             return None, None
         first = state.round_no == 0 and tab.tool_choices.require
         return loop.functions_of(state.tools), "required" if first else "auto"
@@ -157,6 +160,22 @@ class ToolRounds(QObject):
     def after_answer(self, tab, finished) -> bool:
         """The answer just kept (the conversation's last message) called
         tools: run them, and True (the chat stays busy until the next round)."""
+        return bool(self._guarded(tab, self._after_answer, tab, finished))
+
+    def _guarded(self, tab, step, *args):
+        """A step of the loop; if it fails (a bug, a parser's odd output), the
+        loop ends, saying so, and the chat is never left busy."""
+        try:
+            return step(*args)
+        except Exception as e:  # noqa: BLE001 (said in the chat, the chat usable)
+            self._loops.pop(tab, None)
+            tab.approval.hide()
+            tab.conversation.end_tools()
+            tab.set_tools_busy(False)
+            tab.footer.setText(f"⚠ The tool calls stopped: {type(e).__name__}: {e}")
+            return None
+
+    def _after_answer(self, tab, finished) -> bool:
         state, conversation = self._loops.get(tab), tab.conversation
         index = len(conversation.messages) - 1
         if state is None or not finished.tool_calls or finished.reason not in ("stop", "length") \
@@ -213,6 +232,9 @@ class ToolRounds(QObject):
             tab.approval.ask(call.server, call.tool, call.arguments)
 
     def _decided(self, tab, answer: str) -> None:
+        self._guarded(tab, self._decide, tab, answer)
+
+    def _decide(self, tab, answer: str) -> None:
         state = self._loops.get(tab)
         pending = state.current if state is not None else None
         if pending is None or pending.ticket is not None or state.stopping:
@@ -244,8 +266,8 @@ class ToolRounds(QObject):
             pending = state.current
             if pending is not None and pending.ticket is ticket:
                 stopped = getattr(ticket, "cancelled", False)
-                self._finish(tab, pending, result, "stopped" if stopped else
-                             "error" if result.is_error else "result")
+                self._guarded(tab, self._finish, tab, pending, result, "stopped" if stopped
+                              else "error" if result.is_error else "result")
                 return
 
     def _finish(self, tab, pending: _Pending, result: ToolResult, status: str) -> None:
@@ -277,7 +299,7 @@ class ToolRounds(QObject):
         conversation = tab.conversation
         message = conversation.messages[index]
         tab.transcript.replace_last(index, message, conversation.footers.get(index),
-                                    tab.message_actions(index, message))
+                                    tab.message_actions(index, message), tab.version(index))
 
     def _round_over(self, tab, state: _Loop) -> None:
         conversation = tab.conversation

@@ -183,19 +183,20 @@ class Transcript(Slices, QTextBrowser):
             bar.setValue(bar.maximum())
 
     def replace_last(self, index: int, message: dict, footer: str | None,
-                     actions: list[tuple[str, str]] | None = None) -> None:
+                     actions: list[tuple[str, str]] | None = None,
+                     version: tuple[int, int] | None = None) -> None:
         """Render the last message (`index`) again, in place: a tool call's
         block as its status changes (asked, running, its result)."""
         start = self.message_starts.get(index)
         if start is None or self._stream_start is not None:
-            self.add_message(index, message, footer, actions)
+            self.add_message(index, message, footer, actions, version=version)
             return
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         cursor.setPosition(start, QTextCursor.KeepAnchor)
         cursor.removeSelectedText()
-        self._render(cursor, index, message, footer, actions, None, separate=False)
+        self._render(cursor, index, message, footer, actions, version, separate=False)
         if at_bottom:
             bar.setValue(bar.maximum())
 

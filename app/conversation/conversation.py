@@ -9,13 +9,13 @@ request cannot start, the branch shown before comes back (`fail`)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
 from app.conversation import thinking
 from app.conversation.attach_files import join_message
 from app.conversation.stats import format_footer
+from app.conversation.tool_turns import prompt_messages
 
 Message = dict  # {"role", "content", "id", "interrupted", "reasoning", "attachments", "tool", ...}
 
@@ -81,42 +81,9 @@ class Conversation:
         return self.answer.text if self.answer is not None else None
 
     def prompt(self, system: str = "", tools: bool = False) -> list[dict]:
-        """The messages to send: the system prompt (if any) and the chat.
-        Tool turns go as OpenAI's tool_calls and tool messages when `tools`
-        (the model has a tool-call format); otherwise as plain text (an
-        answer saying what it called, the result as the next turn)."""
-        out = [{"role": "system", "content": system}] if system else []
-        for m in self.messages:
-            calls = (m.get("tool") or {}).get("calls") if m["role"] == "assistant" else None
-            if m["role"] == "tool":
-                call = m.get("tool") or {}
-                if call.get("status") in ("asking", "running"):
-                    continue  # not answered yet
-                if tools:
-                    out.append({"role": "tool", "tool_call_id": call.get("id", ""),
-                                "content": m["content"]})
-                else:  # results in one user turn: roles still alternate
-                    text = f"[Result of {call.get('name', '?')}]\n{m['content']}"
-                    if out and out[-1].get("flat"):
-                        out[-1]["content"] += "\n\n" + text
-                    else:
-                        out.append({"role": "user", "content": text, "flat": True})
-            elif calls:
-                out.append({"role": "assistant", "content": m["content"], "tool_calls": [
-                    {"id": c.get("id", ""), "type": "function",
-                     "function": {"name": c.get("name", ""), "arguments": c.get("arguments")}}
-                    for c in calls]} if tools else
-                    {"role": "assistant", "content": "\n".join(
-                        [m["content"]] * bool(m["content"]) + [
-                            f"[Called {c.get('name', '?')}({json.dumps(c.get('arguments'))})]"
-                            for c in calls])})
-            elif m["role"] == "user" and out and out[-1].get("flat"):  # after results
-                out[-1]["content"] += "\n\n" + m["content"]
-            elif m["content"] or m["role"] == "user":  # an answer cut before its first token
-                out.append({"role": m["role"], "content": m["content"]})
-        for message in out:
-            message.pop("flat", None)
-        return out
+        """The messages to send: the system prompt (if any) and the chat,
+        tool turns as the model takes them (app/conversation/tool_turns.py)."""
+        return prompt_messages(self.messages, system, tools)
 
     def last(self, role: str) -> int | None:
         return next((i for i in range(len(self.messages) - 1, -1, -1)

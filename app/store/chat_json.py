@@ -222,6 +222,14 @@ def _openai_tool(m: dict, role: str, i: int, names: dict[str, str]) -> dict[str,
             function = raw.get("function") if isinstance(raw, dict) else None
             if not isinstance(function, dict):
                 _fail(f"Message {i} has a tool call without a function.")
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):  # OpenAI sends them as JSON text
+                try:
+                    parsed = json.loads(arguments) if arguments.strip() else {}
+                except (ValueError, RecursionError):
+                    parsed = None
+                if isinstance(parsed, dict):
+                    function = {**function, "arguments": parsed}
             call = _call({"id": raw.get("id"), **function}, i)
             names[call["id"]] = call["name"]
             out.append(call)

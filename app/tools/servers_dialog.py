@@ -49,6 +49,7 @@ class ServersDialog(QDialog):
         settings = service.settings
         self._entries = list(settings.servers)
         self._secrets: dict[tuple[str, str, str], str] = {}
+        self._stored_as: dict[str, str] = {}  # a renamed server -> its name in the keyring
         self.list = QListWidget()
         self.list.currentRowChanged.connect(self._show)
         add = QPushButton("Add")
@@ -183,8 +184,9 @@ class ServersDialog(QDialog):
         self._showing = False
         self._fill_status()
 
-    def _apply(self) -> None:
-        """The form's fields into the entry shown (checked on Save)."""
+    def _apply(self, strict: bool = False) -> None:
+        """The form's fields into the entry shown (checked on Save: `strict`
+        raises ConfigError where the fields cannot be read)."""
         row = self.list.currentRow()
         if getattr(self, "_showing", False) or not 0 <= row < len(self._entries):
             return
@@ -194,14 +196,13 @@ class ServersDialog(QDialog):
             env = _pairs(self.env.toPlainText(), "=")
             headers = _pairs(self.headers.toPlainText(), ":")
         except (ValueError, ConfigError) as e:
-            self.message.setText(f"⚠ {e}")
+            self.message.setText(f"⚠ {old.name}: {e}")
+            if strict:
+                raise ConfigError(f"{old.name}: {e}") from None
             return
         name = self.name.text().strip()
-        if name != old.name:  # renamed: a kept secret moves with it
-            for kind, pairs in (("env", env), ("header", headers)):
-                for k, v in pairs.items():
-                    if v == config.KEPT:
-                        pairs[k] = keys.get(config.secret_name(old.name, kind, k)) or ""
+        if name != old.name:  # renamed: its kept secrets are read from the old name on Save
+            self._stored_as[name] = self._stored_as.pop(old.name, old.name)
         entry = config.ServerEntry(name, self.command.text().strip(), args,
                                    self.url.text().strip(), tuple(env), tuple(headers),
                                    self.ask.isChecked())
@@ -269,7 +270,7 @@ class ServersDialog(QDialog):
     # ---- saving ------------------------------------------------------------------------
     def settings(self) -> config.ToolSettings:
         """What Save would store; ConfigError says what is wrong first."""
-        self._apply()
+        self._apply(strict=True)
         names = [e.name for e in self._entries]
         if len(set(names)) != len(names):
             raise ConfigError("Two servers have the same name.")
@@ -287,6 +288,11 @@ class ServersDialog(QDialog):
         secrets = {k: v for k, v in self._secrets.items()
                    if (e := settings.entry(k[0])) is not None and
                    k[2] in (e.env_names if k[1] == "env" else e.header_names)}
+        for (server, kind, name), value in list(secrets.items()):
+            stored = self._stored_as.get(server, server)
+            if value == config.KEPT and stored != server:  # renamed: the value moves
+                secrets[(server, kind, name)] = keys.get(
+                    config.secret_name(stored, kind, name)) or ""
         session_only = config.save(self.service.store, settings, secrets)
         if session_only:
             QMessageBox.information(self, "MCP servers", "No system keyring here: "

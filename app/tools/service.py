@@ -7,6 +7,7 @@ stop when removed or changed in Tools > MCP servers…, and at quit."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class ToolService(QObject):
         self._logs = logs or log_dir()
         self._host: ToolHost | None = None
         self._generation = 0  # a listing started before a reconfigure is stale
+        self._closed = False  # the window closed: no listing starts a host again
         self._lock = threading.Lock()  # one listing or reconfigure on the host at a time
         self._listed.connect(self._on_listed)
         # Queued even from this thread: a result never arrives inside call().
@@ -69,7 +71,7 @@ class ToolService(QObject):
         self.tools = [t for t in self.tools if settings.entry(t.server) is not None]
         self.notes = {k: v for k, v in self.notes.items() if settings.entry(k) is not None}
         self.listed.emit()
-        if self._host is not None:  # in use: removed or changed servers stop now
+        if self._host is not None or self.listing:  # in use: changed servers stop now
             self.refresh()
 
     def asks(self, server: str) -> bool:
@@ -94,7 +96,18 @@ class ToolService(QObject):
                          name="mcp-list", daemon=True).start()
 
     def _list(self, settings, generation: int, retry: bool) -> None:
+        try:
+            tools, notes = self._listing(settings, retry)
+        except Exception as e:  # the host closed under it (quit), or a bug: said
+            tools, notes = [], {"tool servers": f"could not be listed: {e}"}
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the window (and this object) went
+                self._listed.emit(tools, notes, generation)
+
+    def _listing(self, settings, retry: bool):
         with self._lock:
+            if self._closed:
+                return [], {}
             specs, missing = config.specs(settings)
             try:
                 self._logs.mkdir(parents=True, exist_ok=True)
@@ -108,9 +121,9 @@ class ToolService(QObject):
             if retry:
                 for spec in specs:
                     self._host.retry(spec.name)
-            tools = self._host.tools()
-            notes = {**dict(self._host.notes), **missing}
-        self._listed.emit(tools, notes, generation)
+            host = self._host
+        tools = host.tools()  # outside the lock: close() never waits for a slow start
+        return tools, {**dict(host.notes), **missing}
 
     def _on_listed(self, tools, notes, generation: int) -> None:
         if generation != self._generation:
@@ -133,9 +146,9 @@ class ToolService(QObject):
         return ticket
 
     def close(self) -> None:
-        """Stop every server (at quit)."""
-        with self._lock:
-            host, self._host = self._host, None
+        """Stop every server (at quit); a listing under way ends with nothing."""
+        self._closed = True
+        host, self._host = self._host, None
         if host is not None:
             host.close()
 
