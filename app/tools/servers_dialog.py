@@ -86,7 +86,8 @@ class ServersDialog(QDialog):
         self.message = plain(QLabel(""))
         self.message.setWordWrap(True)
         where = QLabel(keys.where("after a restart, enter the environment values and headers "
-                                  "again."))
+                                  "again.") + " Commands, arguments and URLs are kept in "
+                       "Tandem's settings: put keys and tokens in Environment or Headers.")
         where.setWordWrap(True)
         buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self._save)
