@@ -220,16 +220,26 @@ def _folder_defaults(source: str) -> GenerationDefaults:
 def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     import mlx_lm
 
+    from .vision import load_vision, refusal, served_here, vision_type
+
     path = Path(source)
+    kind = vision_type(path) if path.is_dir() else None
     if path.is_dir():
         _check_folder(path)
     try:
-        model, tokenizer, config = mlx_lm.load(source, return_config=True)
+        if served_here(kind):  # a vision model mlx-vlm serves (engine/models/vision.py)
+            model, tokenizer, config = load_vision(source)
+        else:
+            model, tokenizer, config = mlx_lm.load(source, return_config=True)
+    except EngineError:
+        raise
     except Exception as e:
         if not path.exists():  # a repo id: the hub or its local cache failed
             raise EngineError(
                 f"Cannot load {source} from Hugging Face (offline, not cached, or not a "
                 f"model repo): {e}", "download-failed") from e
+        if kind is not None and "not supported" in str(e):
+            raise refusal(kind) from e
         raise _folder_error(source, e) from e
     check_finite(model, path.name or source)
     stop_ids = set(tokenizer.eos_token_ids or ())
@@ -237,7 +247,9 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
     for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
         if name in vocab:
             stop_ids.add(vocab[name])
-    context = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    context = int(config.get("max_position_embeddings") or text.get("max_position_embeddings")
+                  or config.get("max_seq_len") or 4096)
     weight_format = "quantized" if "quantization" in config else str(
         config.get("torch_dtype", "float32"))
     return LoadedModel(model=model, tokenizer=tokenizer, label=label, source=source,

@@ -1,0 +1,86 @@
+"""Vision models through the engine (issue 37): a SmolVLM-family model
+loads through mlx-vlm (engine/models/vision.py) and the lanes serve it as
+the text model they run: its answers are mlx-vlm's own, token for token,
+alone and in a continuous batch of different prompts; the memory plan
+counts its vision tower; a vision family Tandem cannot run is refused
+naming it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from engine import Engine, EngineError, LaneSpec, SamplingParams, load_model
+from tests.vision_models import build_smolvlm
+
+PROMPTS = ["the quick brown fox", "hello world, how are you today?",
+           "Tandem batches chats on the CPU and the GPU.", "café 東京 🙂"]
+
+
+@pytest.fixture(scope="module")
+def smolvlm(tmp_path_factory):
+    return build_smolvlm(tmp_path_factory.mktemp("smolvlm") / "model")
+
+
+@pytest.fixture(scope="module")
+def vision_engine(smolvlm):
+    engine = Engine(load_model(str(smolvlm)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    assert engine.wait_ready(120)
+    yield engine
+    engine.close()
+
+
+def _greedy(n=10) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0.0)
+
+
+def test_a_vision_model_answers_text_as_mlx_vlm_does(vision_engine, smolvlm):
+    from mlx_vlm import generate
+    from mlx_vlm.utils import load
+
+    vlm, processor = load(str(smolvlm))
+    stops = vision_engine.model_info.stop_token_ids
+    for text in PROMPTS:
+        prepared = vision_engine.prepare([{"role": "user", "content": text}])
+        handle = vision_engine.submit(prepared, _greedy())
+        handle.result(120)
+        ours = list(handle.request.output_ids)
+        prompt = processor.tokenizer.decode(prepared.prompt_ids)
+        theirs = generate(vlm, processor, prompt, max_tokens=10, temperature=0.0,
+                          verbose=False).token_ids
+        # The same tokens; the engine ends at any of the model's stop tokens
+        # (mlx-vlm only at the config's eos).
+        assert ours == theirs[:len(ours)]
+        assert len(ours) == 10 or theirs[len(ours) - 1] in stops
+
+
+def test_its_text_requests_batch_and_reuse_their_prefix(vision_engine):
+    solo = [vision_engine.submit([{"role": "user", "content": p}], _greedy(12)).result(120)
+            for p in PROMPTS]
+    together = [vision_engine.submit([{"role": "user", "content": p}], _greedy(12))
+                for p in PROMPTS]
+    done = [h.result(120) for h in together]
+    assert [d.text for d in done] == [s.text for s in solo]
+    assert all(d.cached_tokens > 0 for d in done)  # the same prompts again: warm
+
+
+def test_the_memory_plan_counts_the_vision_tower(vision_engine):
+    from mlx.utils import tree_flatten
+
+    vlm = vision_engine.model_info.model.vlm
+    tower = sum(a.nbytes for _, a in tree_flatten(vlm.vision_model.parameters()))
+    language = sum(a.nbytes for _, a in tree_flatten(vlm.language_model.parameters()))
+    assert tower > 0
+    assert vision_engine.memory_plan.shared_weight_bytes >= tower + language
+
+
+def test_a_vision_family_tandem_cannot_run_is_refused_by_name(smolvlm, tmp_path):
+    other = tmp_path / "paligemma"
+    shutil.copytree(smolvlm, other)
+    config = json.loads((other / "config.json").read_text())
+    config["model_type"] = "paligemma"
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EngineError, match="'paligemma' is a vision model Tandem cannot run"):
+        load_model(str(other))
