@@ -354,6 +354,7 @@ class Engine:
         model's template has a tool-call format."""
         return Capabilities(modes=self._modes(), remote_lanes=True, renders_locally=True,
                             logprobs=True, grammars=True, tools=self.tool_format is not None,
+                            images=getattr(self.model_info.model, "reads_images", False),
                             drafts=any(lane.runner.batch.drafts is not None
                                        for lane in self.lanes.values()))
 
@@ -376,6 +377,8 @@ class Engine:
         offered, shaped, calls = plan_tools(self.tool_format, tools, tool_choice,
                                             SamplingParams(grammar=grammar),
                                             self.tokenizer._tokenizer)
+        if any(m.get("images") for m in messages or () if isinstance(m, dict)):
+            return self._prepare_images(messages, offered, shaped, calls, continue_from)
         ids = self.render(messages or [], offered)
         if continue_from:
             ids += list(self.tokenizer.encode(continue_from, add_special_tokens=False))
@@ -383,6 +386,24 @@ class Engine:
             self.prepare_grammar(shaped.grammar)
         return Prepared(list(messages or []), ids, shaped.grammar, continue_from or None,
                         offered, calls)
+
+    def _prepare_images(self, messages, offered, shaped, calls, continue_from) -> Prepared:
+        """A chat with images, through the vision model's processor
+        (engine/models/vision.py): its key ids and VisionInputs."""
+        from .models.chat_template import special_strings
+        from .models.vision import render_with_images
+
+        if not self.capabilities.images:
+            raise EngineError(f"{self.model_info.label} cannot read images: it is a text "
+                              "model. Load a vision model to send images.", "bad-argument")
+        if offered or continue_from:
+            raise EngineError("Tools and continuing an answer do not go with images yet.",
+                              "bad-argument")
+        keys, vision = render_with_images(self.model_info.model, messages, self.vocab_size,
+                                          special_strings(self.tokenizer._tokenizer))
+        if shaped.grammar is not None:
+            self.prepare_grammar(shaped.grammar)
+        return Prepared(list(messages), keys, shaped.grammar, None, offered, calls, vision)
 
     def prepare_prompt(self, prompt: str | list[int], *,
                        grammar: Grammar | None = None) -> Prepared:
@@ -481,7 +502,9 @@ class Engine:
         ids = list(prepared.prompt_ids)
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
-        check_ids(ids, self.vocab_size)
+        vision = getattr(prepared, "vision", None)
+        model_ids = vision.model_ids if vision is not None else ids  # (ids: its cache keys)
+        check_ids(model_ids, self.vocab_size)
         # A bad grammar is the caller's error; it is built off the lanes (on
         # the builder's thread, waited for; `prepare` built it already), and
         # a lane only copies it.
@@ -491,7 +514,7 @@ class Engine:
                 f"The conversation is {len(ids)} tokens long, more than the model's context "
                 f"of {self.context_length} tokens. Start a new chat or shorten it.",
                 "prompt-too-long")
-        request = Request(prompt_ids=ids, params=params, tab_id=tab_id)
+        request = Request(prompt_ids=ids, params=params, tab_id=tab_id, vision=vision)
         if params.prediction:
             request.prediction_ids = self.tokenizer.encode(params.prediction,
                                                            add_special_tokens=False)
@@ -499,7 +522,7 @@ class Engine:
         request.cached_tokens = self.prefix_cache.cached_length(ids, limit=len(ids) - 1)
         request.prefix_note = self.prefix_cache.off_reason
         request.text = TextStream(self.tokenizer, params.stop,
-                                  self.thinking_format if thinking else None, ids,
+                                  self.thinking_format if thinking else None, model_ids,
                                   prepared.call_format)
         return request
 

@@ -66,6 +66,10 @@ class Prepared:
     continue_from: str | None = None
     tools: list[dict] | None = None
     call_format: Any = None
+    # Images (engine/models/vision.py's VisionInputs): then `prompt_ids` are
+    # the prefix-cache keys (each image token an id past the vocabulary,
+    # from its image's digest) and the model reads `vision.model_ids`.
+    vision: Any = None
 
 
 @runtime_checkable

@@ -84,3 +84,98 @@ def test_a_vision_family_tandem_cannot_run_is_refused_by_name(smolvlm, tmp_path)
     (other / "config.json").write_text(json.dumps(config))
     with pytest.raises(EngineError, match="'paligemma' is a vision model Tandem cannot run"):
         load_model(str(other))
+
+
+def _image(color) -> "object":
+    import io
+
+    from PIL import Image
+
+    from engine import decode_image
+
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), color).save(out, "PNG")
+    return decode_image(out.getvalue())
+
+
+RED, GREEN = (200, 30, 30), (20, 200, 30)
+
+
+def _asking(image, text="What is it?") -> list[dict]:
+    return [{"role": "user", "content": text, "images": [image],
+             "parts": [{"type": "image", "index": 0}, {"type": "text", "text": text}]}]
+
+
+def _tokens(engine, messages, n=8) -> tuple[list[int], object]:
+    handle = engine.submit(engine.prepare(messages), _greedy(n))
+    done = handle.result(120)
+    return list(handle.request.output_ids), done
+
+
+def test_an_image_request_reads_its_image_as_mlx_vlm_does(vision_engine, smolvlm):
+    from mlx_vlm import generate
+    from mlx_vlm.utils import load
+
+    assert vision_engine.capabilities.images
+    vlm, processor = load(str(smolvlm))
+    prompt = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
+        add_generation_prompt=True, tokenize=False)
+    answers = {}
+    for color in (RED, GREEN):
+        image = _image(color)
+        ours, _ = _tokens(vision_engine, _asking(image))
+        theirs = generate(vlm, processor, prompt, image=[image.pixels], max_tokens=8,
+                          temperature=0.0, verbose=False).token_ids
+        assert ours == theirs[:len(ours)] and len(ours) > 0
+        answers[color] = ours
+    assert answers[RED] != answers[GREEN]
+
+
+def test_the_same_image_is_a_prefix_hit_and_a_different_one_a_miss(vision_engine):
+    block = vision_engine.prefix_cache.block_size
+    first = vision_engine.prepare(_asking(_image(RED), "Describe the picture, please."))
+    image_at = first.vision.model_ids.index(vision_engine.model_info.model.processor
+                                            .image_token_id)
+    _tokens(vision_engine, _asking(_image(RED), "Describe the picture, please."))
+    _, again = _tokens(vision_engine, _asking(_image(RED), "Describe the picture, please."))
+    assert again.cached_tokens > image_at  # past the image: its KV reused
+    _, other = _tokens(vision_engine, _asking(_image(GREEN), "Describe the picture, please."))
+    assert other.cached_tokens <= image_at // block * block  # only the text before it
+
+
+def test_an_image_request_decodes_in_a_batch_beside_text_requests(vision_engine):
+    image = _image(GREEN)
+    solo = [_tokens(vision_engine, m, 12)[0] for m in (
+        _asking(image, "Look."), [{"role": "user", "content": PROMPTS[0]}],
+        [{"role": "user", "content": PROMPTS[3]}])]
+    handles = [vision_engine.submit(vision_engine.prepare(m), _greedy(12)) for m in (
+        _asking(image, "Look."), [{"role": "user", "content": PROMPTS[0]}],
+        [{"role": "user", "content": PROMPTS[3]}])]
+    for handle in handles:
+        handle.result(120)
+    assert [list(h.request.output_ids) for h in handles] == solo
+
+
+def test_the_api_answers_an_image_with_a_vision_model(vision_engine):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from tests.test_server import Served
+
+    served = Served(vision_engine)
+    try:
+        out = io.BytesIO()
+        Image.new("RGB", (64, 48), RED).save(out, "PNG")
+        url = "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+        answer = served.client().chat.completions.create(model="tiny", max_tokens=8,
+                                                         temperature=0, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": "What is it?"}]}])
+        ours, done = _tokens(vision_engine, _asking(_image(RED)))
+        assert answer.choices[0].message.content == done.text
+        assert answer.usage.completion_tokens == len(ours)
+    finally:
+        served.stop()

@@ -103,7 +103,7 @@ class Director:
         # Logprobs and grammars come from a local lane's forward pass; a
         # remote lane does not do them (yet), so such a request stays here.
         local_only = local_only or (request.params.needs_local_lane
-                                    and request.messages is None)
+                                    and request.messages is None) or request.vision is not None
         with self.lock:
             views = [v for v in self.views(lambda lane: lane.fits_alone(request))
                      if not (local_only and v.is_remote)]

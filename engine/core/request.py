@@ -56,6 +56,9 @@ class Request:
     # Output tokens a remote lane streamed before it failed: the request goes
     # on locally with them appended to `prompt_ids` (they still count as output).
     carried: int = 0
+    # Images (engine/models/vision.py's VisionInputs): `prompt_ids` are then
+    # prefix-cache keys; the model reads `vision.model_ids` and embeddings.
+    vision: Any = None
     # A chat for a remote model (engine/remote_model.py): the server applies
     # its own template to these; `prompt_ids` then only counts (estimated).
     messages: list | None = None

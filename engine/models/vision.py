@@ -18,7 +18,9 @@ vision type is refused naming it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -56,8 +58,23 @@ def refusal(kind: str) -> EngineError:
         "Qwen2-VL / Qwen2.5-VL / Qwen3-VL and Gemma 3 through mlx-lm.", "unsupported-model")
 
 
+@dataclass(eq=False)
+class VisionInputs:
+    """A request's images, as its model reads them: the prompt's real ids
+    (image tokens where the images go), the processor's pixel arrays, and
+    the prompt's embeddings with the images' features merged in, computed
+    once on the lane that prefills it."""
+
+    model_ids: list[int]
+    pixels: dict = field(repr=False)
+    images: int
+    embeddings: object = field(default=None, repr=False)
+
+
 class VisionTextModel(nn.Module):
     """An mlx-vlm model as a lane runs a text model."""
+
+    reads_images = True  # Engine.capabilities.images
 
     def __init__(self, vlm: nn.Module, processor=None):
         super().__init__()
@@ -82,6 +99,78 @@ class VisionTextModel(nn.Module):
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
         out = self.language(inputs, inputs_embeds=input_embeddings, cache=cache)
         return getattr(out, "logits", out)
+
+    def embed(self, vision: VisionInputs) -> mx.array:
+        """The prompt's embeddings with its images' features merged in (1, n,
+        hidden), computed once and kept with the request."""
+        if vision.embeddings is None:
+            ids = mx.array([vision.model_ids])
+            vision.embeddings = self.vlm.get_input_embeddings(ids, **vision.pixels).inputs_embeds
+        return vision.embeddings
+
+
+def image_messages(messages: list[dict]) -> list[dict]:
+    """Messages as the processor's chat template takes them: a message with
+    images has its parts in order ({"type": "image"} / {"type": "text"})."""
+    out = []
+    for m in messages:
+        parts = m.get("parts")
+        content = [{"type": "image"} if p["type"] == "image" else
+                   {"type": "text", "text": p["text"]} for p in parts] if parts else m["content"]
+        out.append({k: v for k, v in m.items() if k not in ("images", "parts", "content")}
+                   | {"content": content})
+    return out
+
+
+def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
+                       specials: list[str]) -> tuple[list[int], VisionInputs]:
+    """A chat with images: (its prefix-cache key ids, its VisionInputs).
+
+    The key ids are the prompt's ids with each image token replaced by an id
+    past the vocabulary derived from its image's digest and its place in
+    it: the same image (and the text before it) is a prefix-cache hit, a
+    different image of the same size is not. Message text that spells a
+    control token is refused (with images the processor tokenizes the
+    template's output whole)."""
+    from ..core.errors import EngineError
+
+    processor = model.processor
+    images = [image for m in messages for image in m.get("images") or ()]
+    for i, m in enumerate(messages, start=1):
+        texts = [p.get("text", "") for p in m.get("parts") or ()] or [m.get("content") or ""]
+        hit = next((s for t in texts for s in specials if s and s in t), None)
+        if hit is not None:
+            raise EngineError(f"Message {i} contains {hit!r}, one of the model's control "
+                              "tokens; remove it to send images with it.", "bad-argument")
+    prompt = processor.apply_chat_template(image_messages(messages), add_generation_prompt=True,
+                                           tokenize=False)
+    token = getattr(processor, "image_token", "<image>")
+    if prompt.count(token) != len(images):
+        raise EngineError(f"The chat template placed {prompt.count(token)} images for "
+                          f"{len(images)} sent.", "bad-argument")
+    pixels = [image.pixels for image in images]
+    inputs = processor(text=[prompt], images=[pixels], return_tensors="np")
+    model_ids = [int(t) for t in inputs["input_ids"][0].tolist()]
+    image_id = processor.image_token_id
+    counts = [int((processor(text=[token], images=[[p]], return_tensors="np")["input_ids"]
+                   == image_id).sum()) for p in pixels]
+    if sum(counts) != model_ids.count(image_id):
+        raise EngineError("The images' tokens do not add up; this model's processor is not "
+                          "supported yet.", "unsupported-model")
+    keys, at = [], 0
+    owner = [k for k, n in enumerate(counts) for _ in range(n)]
+    for token_id in model_ids:
+        if token_id == image_id:
+            k = owner[at]
+            place = at - sum(counts[:k])
+            digest = hashlib.blake2b(f"{images[k].digest}:{place}".encode(), digest_size=8)
+            keys.append(vocab + int.from_bytes(digest.digest(), "big") % (1 << 24))
+            at += 1
+        else:
+            keys.append(token_id)
+    arrays = {k: v for k, v in inputs.items() if k in ("pixel_values", "pixel_attention_mask",
+                                                         "image_grid_thw")}
+    return keys, VisionInputs(model_ids, arrays, len(images))
 
 
 def load_vision(source: str):

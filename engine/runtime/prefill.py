@@ -26,19 +26,29 @@ def run_chunk(model: nn.Module, prefill: Prefill, start: int, n: int) -> mx.arra
     returns the logits of the chunk's last position."""
     request = prefill.request
     chunk = mx.array(request.prompt_ids[start : start + n])[None]
+    # Images (engine/models/vision.py): the prompt's embeddings, the images'
+    # features merged in, are the model's input (its ids are cache keys).
+    embeds = model.embed(request.vision)[:, start : start + n] \
+        if request.vision is not None else None
     if start + n == request.num_prompt and n > SPLIT_LAST_TOKEN_ABOVE:
         # Only the last position's logits are needed: run the rest apart so
         # the vocabulary projection is computed for one token (MLX never
         # evaluates the unused logits of the first call).
-        model(chunk[:, :-1], cache=prefill.caches)
+        model(chunk[:, :-1], cache=prefill.caches, **_embedded(embeds, slice(None, -1)))
         chunk = chunk[:, -1:]
-    return model(chunk, cache=prefill.caches)[:, -1, :]
+        embeds = embeds[:, -1:] if embeds is not None else None
+    return model(chunk, cache=prefill.caches, **_embedded(embeds, slice(None)))[:, -1, :]
+
+
+def _embedded(embeds, part: slice) -> dict:
+    return {} if embeds is None else {"input_embeddings": embeds[:, part]}
 
 
 def whole_cold(prefill: Prefill, start: int, size: int) -> bool:
     """A chunk that is a whole prompt (of 2 or more tokens) into empty plain
     KV caches: one that can be prefilled in a batch with others."""
     return (start == 0 and size == prefill.request.num_prompt and size >= 2
+            and prefill.request.vision is None  # (images: its own embeddings, alone)
             and all(type(c) is KVCache and c.keys is None for c in prefill.caches))
 
 
