@@ -29,9 +29,6 @@ import mlx.nn as nn
 from ..core.errors import EngineError
 
 SERVED = {"smolvlm": "SmolVLM", "idefics3": "Idefics3"}
-# Vision families whose language model mlx-lm loads (text only, for now).
-TEXT_VIA_MLX_LM = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3", "kimi_vl",
-                   "lfm2-vl"}
 
 
 def vision_type(path: Path) -> str | None:
