@@ -179,3 +179,18 @@ def test_the_api_answers_an_image_with_a_vision_model(vision_engine):
         assert answer.usage.completion_tokens == len(ours)
     finally:
         served.stop()
+
+
+def test_penalties_and_drafts_read_the_image_tokens_not_the_cache_keys(vision_engine):
+    """A repetition penalty's window and the lookup drafter cover the image:
+    they read the model's ids (the image token), never the cache keys past
+    the vocabulary, and the answer is the one without drafts."""
+    messages = _asking(_image(RED), "Hi")
+    params = SamplingParams(max_tokens=12, temperature=0.0, repetition_penalty=1.3,
+                            repetition_context_size=64)
+    handle = vision_engine.submit(vision_engine.prepare(messages), params)
+    done = handle.result(120)
+    assert done.reason in ("stop", "length") and handle.request.output_ids
+    window = handle.request.recent_ids(64)
+    image_token = vision_engine.model_info.model.processor.image_token_id
+    assert image_token in window and max(window) < vision_engine.vocab_size

@@ -195,8 +195,7 @@ class DraftPlanner:
         # A request's drafter (LookupDrafter over its prompt and prediction;
         # a draft model's, engine/runtime/draft_model.py; the simulator
         # gives its own, of a set acceptance).
-        self.drafter = drafter or (lambda r: LookupDrafter(
-            r.vision.model_ids if r.vision is not None else r.prompt_ids, r.prediction_ids))
+        self.drafter = drafter or (lambda r: LookupDrafter(r.model_ids, r.prediction_ids))
         self.costs = WidthCost()
         self.prior = DraftPolicy().acceptance
         self.width = 0  # the planned verifying step's width past each row's token

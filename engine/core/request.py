@@ -88,16 +88,24 @@ class Request:
 
     @property
     def all_ids(self) -> list[int]:
+        """Prompt and answer as cache keys (with images, the prompt's are keys)."""
         return self.prompt_ids + self.output_ids
 
+    @property
+    def model_ids(self) -> list[int]:
+        """The prompt as the model reads it: with images, the processor's ids
+        (image tokens), not the cache keys in `prompt_ids`; same length."""
+        return self.vision.model_ids if self.vision is not None else self.prompt_ids
+
     def recent_ids(self, count: int) -> list[int]:
-        """The last `count` tokens of prompt and answer (without copying the rest)."""
+        """The last `count` tokens of prompt and answer as the model read them
+        (repetition penalties), without copying the rest."""
         if count <= 0:
             return []
         out = self.output_ids
         if count <= len(out):
             return out[-count:]
-        return self.prompt_ids[-(count - len(out)):] + out
+        return self.model_ids[-(count - len(out)):] + out
 
     def note_lane(self, phase: str, lane: str) -> None:
         if not self.lane_history or self.lane_history[-1] != (phase, lane):

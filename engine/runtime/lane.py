@@ -116,8 +116,8 @@ class Lane(SchedulerState):
         mode = request.params.drafter or self.scheduler.config.drafts
         model = self.draft_model
         if mode == "model" and model is not None:
-            return ModelDrafter(model, request.prompt_ids, self.vocab, self.draft_site)
-        return LookupDrafter(_model_ids(request), request.prediction_ids)
+            return ModelDrafter(model, request.model_ids, self.vocab, self.draft_site)
+        return LookupDrafter(request.model_ids, request.prediction_ids)
 
     def _draft_lanes(self) -> dict[str, str]:
         """Where this lane's draft model may run: in hybrid mode any serving
@@ -360,8 +360,3 @@ class Lane(SchedulerState):
         self.runner.drop_all()
         for request in requests:
             self.director.finish(request, reason, self.name, error=error)
-
-
-def _model_ids(request: Request) -> list[int]:
-    """The prompt as the model reads it (with images, its ids are cache keys)."""
-    return request.vision.model_ids if request.vision is not None else request.prompt_ids

@@ -140,7 +140,7 @@ class ModelRunner:
         masks = (row_masks([matcher], logits.shape[-1],
                            lambda _, why: setattr(request, "failure", why))
                  if matcher is not None else None)
-        prefill.first = sample_rows(logits, [prefill.sampler], lambda _, n: request.prompt_ids[-n:],
+        prefill.first = sample_rows(logits, [prefill.sampler], lambda _, n: request.model_ids[-n:],
                                     masks=masks)
         if prefill.sampler.wants_logprobs:  # evaluated with it (runner.run)
             mx.async_eval(pending_arrays([prefill.sampler]))
