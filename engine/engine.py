@@ -443,6 +443,8 @@ class Engine:
             self.restorer.submit(request)
             return handle
         lane, routed = self.director.place(request)  # raises when it can never fit
+        if request.vision is not None:  # the timeline says "prefill (2 images)"
+            routed = dataclasses.replace(routed, images=request.vision.images)
         if request.restore_note:  # its prefix is on disk, but prefilling it is sooner
             routed = dataclasses.replace(routed, reason=f"{request.restore_note}; "
                                                         f"{routed.reason}")

@@ -158,3 +158,21 @@ def test_kv_read_back_from_disk_is_its_own_bar_before_the_prefill(qtbot):
     image = v.grab().toImage()
     assert image.pixelColor(int(v.x_of(950.0)), _row_y(v, 0)).name() == \
         v.color("disk", "restore").name()
+
+
+def test_a_prefill_of_images_and_a_tool_wait_say_what_they_are(qtbot):
+    """Issue 37: "prefill (2 images)"; issue 36: a chat waiting on a tool."""
+    timeline = Timeline()
+    timeline.routed("r1", "Photo", "prefill", "gpu", 990.0, "cold prompt: GPU", row="1",
+                    images=2)
+    timeline.routed("r1", "Photo", "decode", "gpu", 992.0, row="1")
+    timeline.finished("r1", "stop", 994.0)
+    timeline.tool_wait("1", "Photo", "get_weather", 994.0, 996.0,
+                       "tool get_weather (weather): asked 1.5 s, ran 0.50 s")
+    view = _shown(qtbot, timeline, {"gpu": "gpu"})
+    track, seg = view.hit(view.x_of(991.0), _row_y(view, 0))
+    assert "prefill (2 images) on GPU" in view.describe(track, seg)
+    tool, seg = view.hit(view.x_of(995.0), _row_y(view, 0))
+    shown = view.describe(tool, seg)
+    assert "waiting on a tool" in shown and "asked 1.5 s, ran 0.50 s" in shown
+    assert view.color("tool", "tool").name() == "#95a5a6"

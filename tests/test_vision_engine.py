@@ -194,3 +194,18 @@ def test_penalties_and_drafts_read_the_image_tokens_not_the_cache_keys(vision_en
     window = handle.request.recent_ids(64)
     image_token = vision_engine.model_info.model.processor.image_token_id
     assert image_token in window and max(window) < vision_engine.vocab_size
+
+
+def test_an_image_prefill_is_routed_saying_its_images(vision_engine):
+    from engine import Routed
+
+    seen = []
+    unsubscribe = vision_engine.subscribe(lambda e: isinstance(e, Routed) and seen.append(e))
+    try:
+        handle = vision_engine.submit(vision_engine.prepare(_asking(_image(RED))), _greedy(2))
+        handle.result(120)
+    finally:
+        unsubscribe()
+    prefill = [e for e in seen if e.request_id == handle.request_id and e.phase == "prefill"]
+    assert prefill and prefill[0].images == 1
+    assert handle.request.vision.embeddings is None  # dropped once prefilled

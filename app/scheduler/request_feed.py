@@ -29,7 +29,8 @@ class RequestFeed(QObject):
         dock.timeline.routed(event.request_id, self._label(event) or event.request_id,
                              event.phase, event.lane, event.time, event.reason,
                              row=event.tab_id or event.request_id,
-                             restored=(event.restored_tokens, event.restore_s or 0.0))
+                             restored=(event.restored_tokens, event.restore_s or 0.0),
+                             images=getattr(event, "images", 0))
         dock.timeline_view.refresh()
         dock.add_decision(event.time, self._label(event), event.phase, event.lane,
                           event.reason, event.request_id)

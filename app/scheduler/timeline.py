@@ -39,6 +39,7 @@ class Segment:
     start: float
     end: float | None = None
     reason: str = ""  # why the router put it there
+    images: int = 0  # a prefill that encodes images: "prefill (2 images)"
 
 
 @dataclass(slots=True)
@@ -76,7 +77,7 @@ class Timeline:
 
     def routed(self, request_id: str, label: str, phase: str, lane: str, at: float,
                reason: str = "", row: str | None = None,
-               restored: tuple[int, float] = (0, 0.0)) -> None:
+               restored: tuple[int, float] = (0, 0.0), images: int = 0) -> None:
         """`restored`: tokens read back from disk before this decision, and
         the seconds that took (drawn as a restore bar ending at `at`)."""
         track = self.tracks.get(request_id)
@@ -95,7 +96,7 @@ class Timeline:
                 track.segments[-1].lane == lane and track.segments[-1].end is None:
             return
         track.close(at)
-        track.segments.append(Segment(phase, lane, at, reason=reason))
+        track.segments.append(Segment(phase, lane, at, reason=reason, images=images))
 
     def tool_wait(self, row: str, label: str, tool: str, start: float, end: float,
                   reason: str) -> None:
@@ -310,8 +311,9 @@ class TimelineView(QWidget):
         now = self.now()
         lines = [track.label]
         for s in track.segments:
+            images = f" ({s.images} image{'s' * (s.images != 1)})" if s.images else ""
             what = ("read from disk" if s.phase == "restore" else "waiting on a tool"
-                    if s.phase == "tool" else f"{s.phase} on {s.lane.upper()}")
+                    if s.phase == "tool" else f"{s.phase}{images} on {s.lane.upper()}")
             lines.append(f"{what}, {(s.end or now) - s.start:.1f} s"
                          + (f": {s.reason}" if s.reason and s is seg else ""))
         if track.finished == "tool":

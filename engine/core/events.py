@@ -43,6 +43,7 @@ class Routed(Event):
     # of its prompt's tokens, in how long (the timeline draws that phase).
     restored_tokens: int = 0
     restore_s: float | None = None
+    images: int = 0  # images its prefill encodes (a vision model's request)
 
 
 @dataclass(slots=True, frozen=True)

@@ -137,6 +137,8 @@ class ModelRunner:
         """Sample the request's first output token from its last prompt logits."""
         matcher = prefill.sampler.matcher
         request = prefill.request
+        if request.vision is not None:  # prefilled: its merged embeddings are not needed again
+            request.vision.embeddings = None
         masks = (row_masks([matcher], logits.shape[-1],
                            lambda _, why: setattr(request, "failure", why))
                  if matcher is not None else None)
