@@ -109,7 +109,7 @@ SMOLVLM_TEMPLATE = (
     "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
 
 
-def build_smolvlm(path: Path, seed: int = 0) -> Path:
+def build_smolvlm(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
     """A tiny SmolVLM (Idefics3: a SigLIP tower, a pixel-shuffle connector, a
     llama): 2 text layers, 2 vision layers; an image is one 56x56 tile (no
     splitting): 16 patches, 4 image tokens."""
@@ -120,15 +120,14 @@ def build_smolvlm(path: Path, seed: int = 0) -> Path:
     tokenizer.add_special_tokens({"additional_special_tokens": SMOLVLM_TOKENS})
     tokenizer.chat_template = SMOLVLM_TEMPLATE
     tokenizer.save_pretrained(path)
-    hidden = 64
     config = {
         "model_type": "smolvlm", "architectures": ["SmolVLMForConditionalGeneration"],
         "image_token_id": tokenizer.convert_tokens_to_ids("<image>"), "scale_factor": 2,
         "vocab_size": len(tokenizer), "torch_dtype": "float32",
         "eos_token_id": tokenizer.convert_tokens_to_ids("<end_of_utterance>"),
         "text_config": {
-            "model_type": "llama", "hidden_size": hidden, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": layers,
             "rms_norm_eps": 1e-5, "vocab_size": len(tokenizer), "rope_theta": 10000.0,
             "max_position_embeddings": 4096, "tie_word_embeddings": False},
         "vision_config": {
