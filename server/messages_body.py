@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from engine import EngineError, ImageBudget, decode_data_url
+
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
 
@@ -73,6 +75,7 @@ def _messages(messages) -> list[dict]:
         raise APIError(400, f"messages: more than {MAX_MESSAGES}.", param="messages")
     out: list[dict] = []
     called: set[str] = set()
+    budget = ImageBudget()  # the request's images together (engine/images.py)
     for i, m in enumerate(messages):
         field = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
@@ -86,7 +89,7 @@ def _messages(messages) -> list[dict]:
             raise APIError(400, f"{field}.content must be text or a list of blocks.",
                            param=f"{field}.content")
         out += (_assistant(field, content, called) if role == "assistant"
-                else _user(field, content, called))
+                else _user(field, content, called, budget))
     return out
 
 
@@ -117,13 +120,39 @@ def _assistant(field: str, blocks: list, called: set[str]) -> list[dict]:
     return [turn]
 
 
-def _user(field: str, blocks: list, called: set[str]) -> list[dict]:
-    results, text = [], []
+def _image(where: str, block: dict, budget: ImageBudget):
+    """An image block ({"source": {"type": "base64", "media_type", "data"}}),
+    decoded and checked (engine/images.py); a URL source is not fetched."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    try:
+        budget.count()
+        if kind == "url":
+            raise EngineError("Image URLs are not fetched by this server; send the image as "
+                              "base64 ({'type': 'base64', 'media_type': 'image/png', "
+                              "'data': ...}).", "bad-argument")
+        media, data = (source.get("media_type"), source.get("data")) if kind == "base64" \
+            else (None, None)
+        if not (isinstance(media, str) and isinstance(data, str)):
+            raise EngineError("An image block needs a source {'type': 'base64', "
+                              "'media_type': 'image/png', 'data': ...}.", "bad-argument")
+        return decode_data_url(f"data:{media};base64,{data}", f"The image in {where}", budget)
+    except EngineError as e:
+        raise APIError(400, f"{where}: {e}", param=where) from None
+
+
+def _user(field: str, blocks: list, called: set[str],
+          budget: ImageBudget | None = None) -> list[dict]:
+    results, text, images, order = [], [], [], []
     for j, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
         where = f"{field}.content[{j}]"
         if kind == "text" and isinstance(block.get("text"), str) and _is_text(block["text"]):
             text.append(block["text"])
+            order.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            images.append(_image(where, block, budget or ImageBudget()))
+            order.append({"type": "image", "index": len(images) - 1})
         elif kind == "tool_result":
             call_id, content = block.get("tool_use_id"), block.get("content", "")
             if not isinstance(call_id, str) or call_id not in called:
@@ -137,14 +166,15 @@ def _user(field: str, blocks: list, called: set[str]) -> list[dict]:
             if block.get("is_error"):
                 content = f"Error: {content}"
             results.append({"role": "tool", "tool_call_id": call_id, "content": content})
-        elif kind in ("image", "document", "search_result"):
-            raise APIError(400, f"{where}: this model takes text only ({kind} blocks are not "
-                                "supported).", param=where)
+        elif kind in ("document", "search_result"):
+            raise APIError(400, f"{where}: {kind} blocks are not supported.", param=where)
         else:
             raise APIError(400, f"{where}: a user turn holds text and tool_result blocks, not "
                                 f"{kind!r}.", param=where)
-    return results + ([{"role": "user", "content": "".join(text)}] if text or not results
-                      else [])
+    turn = {"role": "user", "content": "".join(text)}
+    if images:  # read by a vision model only (the engine's capabilities.images)
+        turn["images"], turn["parts"] = images, order
+    return results + ([turn] if text or images or not results else [])
 
 
 def _function_tools(tools):

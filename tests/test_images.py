@@ -166,3 +166,23 @@ def test_the_api_refuses_each_bad_image_and_answers_on(served):
     answer = client.chat.completions.create(model="tiny", max_tokens=4, messages=[
         {"role": "user", "content": [{"type": "text", "text": "hello"}]}])
     assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_messages_api_refuses_images_a_text_model_cannot_read(served):
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(_encoded(_picture(),
+                                                                           "PNG")).decode()}}
+    with pytest.raises(anthropic.BadRequestError, match="cannot read images"):
+        claude.messages.create(model="tiny", max_tokens=4, messages=[
+            {"role": "user", "content": [block, {"type": "text", "text": "?"}]}])
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                       "data": base64.b64encode(b"not a png").decode()}}
+    with pytest.raises(anthropic.BadRequestError, match="not an image Tandem reads"):
+        claude.messages.create(model="tiny", max_tokens=4, messages=[
+            {"role": "user", "content": [bad]}])
+    answer = claude.messages.create(model="tiny", max_tokens=4, messages=[
+        {"role": "user", "content": "hello"}])
+    assert answer.stop_reason in ("end_turn", "max_tokens")

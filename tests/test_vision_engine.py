@@ -209,3 +209,35 @@ def test_an_image_prefill_is_routed_saying_its_images(vision_engine):
     prefill = [e for e in seen if e.request_id == handle.request_id and e.phase == "prefill"]
     assert prefill and prefill[0].images == 1
     assert handle.request.vision.embeddings is None  # dropped once prefilled
+
+
+def test_the_messages_api_reads_an_image_block(vision_engine):
+    """Anthropic's image block (base64 source) through the official SDK, to
+    the vision model; a URL source is refused saying why."""
+    import base64
+    import io
+
+    import anthropic
+    from PIL import Image
+
+    from tests.test_server import Served
+
+    served = Served(vision_engine)
+    try:
+        out = io.BytesIO()
+        Image.new("RGB", (64, 48), RED).save(out, "PNG")
+        claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": base64.b64encode(out.getvalue()).decode()}}
+        answer = claude.messages.create(model="tiny", max_tokens=8, messages=[
+            {"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}])
+        _, done = _tokens(vision_engine, _asking(_image(RED)))
+        assert answer.content[0].text == done.text
+        with pytest.raises(anthropic.BadRequestError, match="not fetched"):
+            claude.messages.create(model="tiny", max_tokens=8, messages=[{
+                "role": "user", "content": [
+                    {"type": "image", "source": {"type": "url",
+                                                 "url": "https://example.org/a.png"}},
+                    {"type": "text", "text": "?"}]}])
+    finally:
+        served.stop()
