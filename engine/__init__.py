@@ -39,7 +39,7 @@ _PUBLIC = {
     "release_saved_kv": "runtime.kv_owners",
     "load_embedding_model": "models.embedding",
     "ChatImage": "images", "ImageBudget": "images", "decode_image": "images",
-    "decode_data_url": "images",
+    "decode_data_url": "images", "decode_base64": "images",
 }
 
 __all__ = sorted(_PUBLIC)

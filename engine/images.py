@@ -125,13 +125,19 @@ def decode_data_url(url: str, what: str = "The image",
         raise _bad(f"{what} is a data: URL of {mime or 'no type'}, not an image.")
     if not found.group("b64"):
         raise _bad(f"{what}'s data: URL is not base64 (data:{mime};base64,...).")
-    payload = url[found.end():]
+    return decode_base64(url[found.end():], what, budget)
+
+
+def decode_base64(payload: str, what: str = "The image",
+                  budget: ImageBudget | None = None) -> ChatImage:
+    """An image's bytes in base64 (a data: URL's payload, an Anthropic image
+    block's data) as a checked ChatImage; too long is refused before decoding."""
     if len(payload) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
         raise _bad(f"{what} is over {MAX_IMAGE_BYTES >> 20} MiB.")
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise _bad(f"{what}'s data: URL is not valid base64.") from None
+        raise _bad(f"{what} is not valid base64.") from None
     return decode_image(data, what, budget)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from engine import EngineError, ImageBudget, decode_data_url
+from engine import EngineError, ImageBudget, decode_base64
 
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
@@ -136,7 +136,10 @@ def _image(where: str, block: dict, budget: ImageBudget):
         if not (isinstance(media, str) and isinstance(data, str)):
             raise EngineError("An image block needs a source {'type': 'base64', "
                               "'media_type': 'image/png', 'data': ...}.", "bad-argument")
-        return decode_data_url(f"data:{media};base64,{data}", f"The image in {where}", budget)
+        if not media.lower().startswith("image/"):
+            raise EngineError(f"An image block's media_type is {media[:40]!r}, not an image.",
+                              "bad-argument")
+        return decode_base64(data, f"The image in {where}", budget)
     except EngineError as e:
         raise APIError(400, f"{where}: {e}", param=where) from None
 
