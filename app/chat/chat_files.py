@@ -77,6 +77,7 @@ class ChatImporter(QObject):
         super().__init__(window)
         self.window = window
         self.running = 0
+        self._notes: dict[Path, list[str]] = {}  # what an import left out (images), said once open
         self._parsed.connect(self._on_parsed)
         self._written.connect(self._on_written)
 
@@ -104,6 +105,7 @@ class ChatImporter(QObject):
         if isinstance(result, Exception):
             self._refused(path, result)
             return
+        self._notes[path] = result.get("notes") or []
         if window.store.is_closed:  # the window closed meanwhile: nothing is written
             self.running -= 1
             self.done.emit(None)
@@ -149,6 +151,7 @@ class ChatImporter(QObject):
 
     def _refused(self, path: Path, e: Exception) -> None:
         self.running -= 1
+        self._notes.pop(path, None)
         self.window.statusBar().clearMessage()
         _refuse(self.window, path, e)
         self.done.emit(None)
@@ -156,7 +159,9 @@ class ChatImporter(QObject):
     def _opened(self, path: Path, chat_id: int, count: int, history=None) -> None:
         window = self.window
         window.sidebar.refresh()
-        window.statusBar().showMessage(f"Imported {path.name}: {count:,} messages.", 5_000)
+        notes = " ".join(self._notes.pop(path, []))
+        window.statusBar().showMessage(f"Imported {path.name}: {count:,} messages. {notes}",
+                                       15_000 if notes else 5_000)
         # Opened a turn of the event loop later (a 1 ms timer: Qt runs a 0 ms
         # one before the timers that are due), so refreshing the list and
         # making the tab are two shorter stalls, not one long one.
@@ -208,6 +213,9 @@ def import_file(window, path: str | Path) -> int | None:
     chat_id = write_chat(window.store, parsed)
     window.sidebar.refresh()
     window.open_chat(chat_id)
+    if parsed.get("notes"):  # images it could not read
+        window.statusBar().showMessage(f"Imported {path.name}. {' '.join(parsed['notes'])}",
+                                       15_000)
     return chat_id
 
 

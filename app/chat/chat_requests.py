@@ -63,6 +63,8 @@ class ChatRequests(QObject):
         tab.send_requested.connect(lambda messages, t=tab: self.submit(t, messages))
         tab.stop_requested.connect(lambda t=tab: self.stop(t))
         tab.attach_requested.connect(lambda paths, t=tab: self.attach(t, paths))
+        tab.image_requested.connect(lambda name, data, t=tab: self.attach_image(t, name, data))
+        tab.set_image_store(window.store)  # its images' thumbnails and bytes
         tab.version_requested.connect(lambda message_id, t=tab: show_version(window, t,
                                                                              message_id))
         tab.settings_changed.connect(lambda t=tab: window.store.update_chat(
@@ -87,7 +89,21 @@ class ChatRequests(QObject):
             grammar = None  # said when the request starts (_start)
         tools, tool_choice = self.rounds.offer(tab, next_round)
         self._preparer.start(tab, engine, messages, tab.conversation.continue_from, grammar,
-                             tools, tool_choice, next_round=next_round)
+                             tools, tool_choice, next_round=next_round,
+                             images=self._image_bytes(tab, messages))
+
+    def _image_bytes(self, tab: ChatTab, messages: list[dict]) -> dict[str, bytes | None]:
+        """The bytes of the prompt's images, by digest: the question just
+        attached has them, the chat's earlier ones are in the store (read
+        here: the store is the GUI thread's; decoding is the preparer's)."""
+        fresh = {i.digest: i.data for i in tab.conversation.sending_images if i.data}
+        wanted = {r["digest"] for m in messages for r in m.get("images") or ()}
+        return {d: fresh.get(d) or self._window.store.image_data(d) for d in wanted}
+
+    def attach_image(self, tab: ChatTab, name: str, data: bytes) -> None:
+        """An image pasted or dropped as data: checked off the GUI thread."""
+        tab.attachment_bar.pending += 1
+        self._loader.load_image(tab, name, data)
 
     def attach(self, tab: ChatTab, paths: list[str]) -> None:
         """Read files for `tab` off the GUI thread and count their tokens with
@@ -137,7 +153,7 @@ class ChatRequests(QObject):
                 if self.rounds.spelled(job, prepared):  # tool turns as plain text, again
                     self._preparer.start(tab, job.engine, self.rounds.flat(tab), job.prefix,
                                          job.grammar, job.tools, job.tool_choice, flat=True,
-                                         next_round=job.next_round)
+                                         next_round=job.next_round, images=job.images)
                     return
                 raise prepared
             try:  # JSON asked for in the chat's settings: held to it token by token

@@ -18,6 +18,7 @@ from app.chat.chat_settings import ChatSettings
 from app.chat.chat_stream import ChatStream
 from app.chat.chat_versions import ChatVersions
 from app.chat.composer import Composer
+from app.conversation.chat_images import MAX_MESSAGE_IMAGES, ImageFile, without_images
 from app.ui.plain_text import plain
 from app.chat.transcript import Transcript
 from app.tools.approval import ApprovalBar
@@ -32,6 +33,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
 
     send_requested = Signal(object)
     attach_requested = Signal(list)  # local paths to read and attach
+    image_requested = Signal(str, bytes)  # an image pasted or dropped as data: (name, bytes)
     stop_requested = Signal()
     settings_changed = Signal()  # system prompt or sampling settings edited
     model_defaults_requested = Signal()  # "Model defaults": show the model's again
@@ -47,9 +49,13 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.chat_id = chat_id
         self.conversation = conversation or Conversation()
         self._stale = False
-        self._draft: tuple[str, list] = ("", [])  # the composer before an edit, back on Esc
+        # The composer before an edit (words, files, images), back on Esc.
+        self._draft: tuple[str, list, list] = ("", [], [])
+        self.image_store = None  # where a chat's images are kept (the window's ChatStore)
+        self.images_refusal: str | None = None  # why the model cannot read images, if it cannot
         header = self._build_header()
         self.transcript = Transcript()
+        self.transcript.thumbnails = self.thumbnail
         self.transcript.action.connect(self._on_action)
         self.transcript.open_requested.connect(self._open_link)
         self.transcript.refused.connect(self._refuse_link)
@@ -133,12 +139,13 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
 
     def _build_attachments(self) -> None:
         self.attach_button = QPushButton("Attach…")
-        self.attach_button.setToolTip("Attach text, code, Markdown or PDF files (or drop "
-                                      "them on the chat)")
+        self.attach_button.setToolTip("Attach images, text, code, Markdown or PDF files (or "
+                                      "drop them on the chat, or paste a screenshot)")
         self.attach_button.clicked.connect(self._choose_files)
         self.attachment_bar = AttachmentBar()
         self.attachment_bar.changed.connect(self.check_fit)
         self.composer.files_dropped.connect(self.attach_requested.emit)
+        self.composer.image_pasted.connect(lambda png: self._take_image("pasted image.png", png))
         self.setAcceptDrops(True)
 
     def _build_buttons(self) -> QHBoxLayout:
@@ -169,11 +176,15 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     # ---- user actions -----------------------------------------------------
     def send(self) -> None:
         text = self.composer.toPlainText().strip()
-        files = list(self.attachment_bar.files)
-        if (not text and not files) or not self.send_button.isEnabled() or self.is_streaming:
+        files, images = list(self.attachment_bar.files), list(self.attachment_bar.images)
+        if (not text and not files and not images) or not self.send_button.isEnabled() or \
+                self.is_streaming:
             return
         if self.attachment_bar.pending:
             self.footer.setText("Still reading the attached files…")
+            return
+        if images and self.images_refusal:  # said before anything is sent or stored
+            self.footer.setText(f"⚠ {self.images_refusal} Remove the images to send.")
             return
         if not self.check_fit():
             return
@@ -181,7 +192,7 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.composer.clear()
         self.attachment_bar.clear()
         conversation = self.conversation
-        if conversation.send(text, files):
+        if conversation.send(text, files, images):
             self._set_streaming(True)
             self.render()  # the branch changed: shown whole
         else:
@@ -195,29 +206,76 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
     def _choose_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(
             self, "Attach files", str(Path.home()),
-            "Text, code, Markdown and PDF (*.txt *.md *.markdown *.py *.js *.ts *.json *.yaml "
-            "*.yml *.toml *.csv *.html *.css *.c *.h *.cpp *.rs *.go *.java *.sh *.sql *.pdf);;"
+            "Images, text, code, Markdown and PDF (*.png *.jpg *.jpeg *.webp *.gif *.txt *.md "
+            "*.markdown *.py *.js *.ts *.json *.yaml *.yml *.toml *.csv *.html *.css *.c *.h "
+            "*.cpp *.rs *.go *.java *.sh *.sql *.pdf);;Images (*.png *.jpg *.jpeg *.webp *.gif);;"
             "All files (*)")
         if paths:
             self.attach_requested.emit(paths)
 
     def dragEnterEvent(self, event):  # noqa: N802
-        if Composer._files(event.mimeData()):
+        if Composer._files(event.mimeData()) or event.mimeData().hasImage():
             event.acceptProposedAction()
 
     def dropEvent(self, event):  # noqa: N802
         files = Composer._files(event.mimeData())
-        if files:
+        png = None if files else Composer.image_png(event.mimeData())
+        if files or png is not None:
             event.acceptProposedAction()
+        if files:
             self.attach_requested.emit(files)
+        elif png is not None:  # an image dragged from a page: its pixels, no file
+            self._take_image("dropped image.png", png)
+
+    def _take_image(self, name: str, png: bytes) -> None:
+        self.image_requested.emit(name, png)
 
     def attached(self, attachment) -> None:
-        """A file read for this chat: attached, or why it cannot be."""
-        self.attachment_bar.pending = max(self.attachment_bar.pending - 1, 0)
+        """A file or image read for this chat: attached, or why it cannot be."""
+        bar = self.attachment_bar
+        bar.pending = max(bar.pending - 1, 0)
         if attachment.error:
             self.footer.setText(f"⚠ {attachment.name} was not attached: {attachment.error}")
+        elif not isinstance(attachment, ImageFile):
+            bar.add(attachment)
+        elif len(bar.images) >= MAX_MESSAGE_IMAGES:
+            self.footer.setText(f"⚠ {attachment.name} was not attached: a message takes at "
+                                f"most {MAX_MESSAGE_IMAGES} images.")
         else:
-            self.attachment_bar.add(attachment)
+            bar.add_image(attachment)
+            if self.images_refusal:  # said now, not only at Send
+                self.footer.setText(f"⚠ {self.images_refusal}")
+
+    def set_image_reader(self, reads: bool, label: str) -> None:
+        """The loaded model reads images, or not (said when one is attached)."""
+        self.images_refusal = None if reads else (
+            f"{label} cannot read images: it is a text model. Load a vision model "
+            "(SmolVLM, Qwen2.5-VL, …) to send images.")
+
+    def set_image_store(self, store) -> None:
+        """Where this chat's images are kept: thumbnails and full size come from it."""
+        self.image_store = store
+        if any(m.get("images") for m in self.conversation.messages):
+            self.render()  # now with its thumbnails
+
+    def thumbnail(self, digest: str) -> bytes | None:
+        """An image's thumbnail: the question being sent has its own (it is
+        stored once its request starts), the chat's earlier ones are kept."""
+        fresh = next((i.thumb for i in self.conversation.sending_images
+                      if i.digest == digest and i.thumb), None)
+        if fresh is None and self.image_store is not None:
+            return self.image_store.thumbnail(digest)
+        return fresh
+
+    def show_image(self, number: int) -> None:
+        """An image in the transcript, full size (app/chat/image_viewer.py)."""
+        record = self.transcript.image_at(number)
+        if record is not None and self.image_store is not None:
+            from app.chat.image_viewer import ImageViewer
+
+            self._viewer = ImageViewer(record, self.image_store.image_data(record["digest"]),
+                                       self)
+            self._viewer.show()
 
     def check_fit(self) -> bool:
         """Whether the attached files fit in what the chat has left of the
@@ -280,8 +338,10 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         self.settings_row.apply_model_defaults(defaults)
 
     def prompt_messages(self) -> list[dict]:
-        """The messages to send: the system prompt (if any) and the chat."""
-        return self.conversation.prompt(self.system_prompt.text().strip(), self.tools_usable)
+        """The messages to send: the system prompt (if any) and the chat (its
+        images named in words when the model reads none)."""
+        messages = self.conversation.prompt(self.system_prompt.text().strip(), self.tools_usable)
+        return without_images(messages) if self.images_refusal else messages
 
     def show_context(self, used: int, context_length: int) -> None:
         self.conversation.context_used = used
@@ -333,6 +393,8 @@ class ChatTab(ChatVersions, ChatStream, QWidget):
         elif kind == "toolfold":  # a long tool result, opened or folded
             if self.conversation.toggle_thinking(index, "tool_open"):
                 self.render()
+        elif kind == "image":  # a thumbnail: the image, full size
+            self.show_image(index)
         elif kind == "copy" and 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
         elif kind == "copymsg" and 0 <= index < len(messages):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtGui import QTextCursor
 
 from app.conversation.attach_files import split_message
+from app.conversation.chat_images import ImageFile, records_of
 
 
 class ChatVersions:
@@ -58,7 +59,8 @@ class ChatVersions:
         until it is sent (then it is a new version of that message); Esc or
         Cancel edit puts back what the composer held."""
         was_editing = self.conversation.editing is not None
-        draft = (self.composer.toPlainText(), list(self.attachment_bar.files))
+        draft = (self.composer.toPlainText(), list(self.attachment_bar.files),
+                 list(self.attachment_bar.images))
         message = self.conversation.begin_edit(index)
         if message is None:
             return
@@ -79,17 +81,23 @@ class ChatVersions:
         if not self.conversation.end_edit():
             return False
         self.edit_row.setVisible(False)
-        text, files = self._draft
+        text, files, images = self._draft
         self.composer.setPlainText(text)
-        self.attachment_bar.set_files(files)
+        self.attachment_bar.set_files(files, images)
         self.composer.setFocus()
         return True
 
     def _put_back(self, message: dict) -> None:
-        """A user message back in the composer: its words, and its files attached."""
+        """A user message back in the composer: its words, and its files and
+        images attached (an image as kept: its thumbnail from the store)."""
         text, files = split_message(message["content"], message.get("attachments") or [])
+        store = self.image_store
+        images = [ImageFile(r["name"], b"", r["width"], r["height"], r["format"], r["digest"],
+                            (store.thumbnail(r["digest"]) if store is not None else None) or b"",
+                            kept_size=r["size"])
+                  for r in records_of(message)]
         self.composer.setPlainText(text)
-        self.attachment_bar.set_files(files)
+        self.attachment_bar.set_files(files, images)
 
     def set_versions(self, versions: dict[int, list[int]]) -> None:
         """The store's versions changed (an edit or regenerate was stored)."""

@@ -11,6 +11,8 @@ from PySide6.QtCore import QObject, Signal
 
 from engine import EngineError
 
+from app.conversation.chat_images import with_images
+
 
 @dataclass(eq=False)
 class PromptJob:
@@ -23,6 +25,7 @@ class PromptJob:
     tool_choice: Any = None  # "auto", "required" (a grammar forces a call), ...
     flat: bool = False  # the chat's tool turns sent as plain text (ToolRounds.spelled)
     next_round: bool = False  # the answer going on after its tool calls' results
+    images: dict | None = None  # the prompt's images' bytes by digest (decoded on the worker)
 
 
 class PromptPreparer(QObject):
@@ -40,9 +43,10 @@ class PromptPreparer(QObject):
 
     def start(self, tab, engine, messages, prefix: str | None = None,
               grammar=None, tools: list[dict] | None = None, tool_choice=None,
-              flat: bool = False, next_round: bool = False) -> PromptJob:
+              flat: bool = False, next_round: bool = False,
+              images: dict | None = None) -> PromptJob:
         job = PromptJob(tab, engine, messages, prefix, grammar, tools, tool_choice, flat,
-                        next_round)
+                        next_round, images)
         self._jobs[id(tab)] = job
         threading.Thread(target=self._work, args=(job,), name="tokenise", daemon=True).start()
         return job
@@ -56,11 +60,16 @@ class PromptPreparer(QObject):
 
     def _work(self, job: PromptJob) -> None:
         try:  # the engine renders its template here, or hands the chat to its server
-            result: Any = job.engine.prepare(job.messages, continue_from=job.prefix,
+            messages = job.messages
+            if any(m.get("images") for m in messages):  # decoded here: it takes a while
+                messages = with_images(messages, (job.images or {}).get)
+            result: Any = job.engine.prepare(messages, continue_from=job.prefix,
                                              grammar=job.grammar, tools=job.tools or None,
                                              tool_choice=job.tool_choice)
         except EngineError as e:
             result = e
+        except ValueError as e:  # an image gone from the store
+            result = EngineError(str(e), "bad-argument")
         except Exception as e:  # a tokenizer bug must not kill the thread silently
             result = EngineError(f"Cannot prepare the prompt: {e}", "bad-argument")
         self._finished.emit(job, result)

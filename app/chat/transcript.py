@@ -14,7 +14,9 @@ Built for long chats and hostile text:
   cannot know it, so its links can never trigger an action; they are offered
   to the user to open only when they are http or https (`open_requested`).
 - Markdown never loads a resource: no remote images, no local files, and raw
-  HTML in a message is shown as text.
+  HTML in a message is shown as text. The only pictures are the thumbnails
+  of images the user attached (issue 37), put in by the view itself from
+  the chat's store, each a link (`image`) that opens it full size.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from __future__ import annotations
 import json
 import secrets
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import (QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
-                           QTextDocumentFragment, QTextFormat)
+from PySide6.QtCore import Signal, QUrl
+from PySide6.QtGui import (QFont, QImage, QTextBlockFormat, QTextCharFormat, QTextCursor,
+                           QTextDocument, QTextDocumentFragment, QTextFormat, QTextImageFormat)
 from PySide6.QtWidgets import QTextBrowser
 
 from app.chat import draft_tint, tool_blocks
 from app.conversation import thinking
 from app.conversation.attach_files import describe_record, split_message
+from app.conversation.chat_images import describe as describe_image, records_of
 from app.ui.highlight import CodeHighlighter
 from app.ui.theme import is_dark
 from app.chat.transcript_slices import Slices, Starts
@@ -40,6 +43,7 @@ MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
 SHOWN_CHARS = 50_000
 ACTION_SCHEME = "tandem"
 SAFE_SCHEMES = ("http", "https")
+THUMB_SHOWN = 160  # a thumbnail's longest side in the transcript, in pixels
 
 
 class _InertDocument(QTextDocument):
@@ -136,6 +140,8 @@ class Transcript(Slices, QTextBrowser):
         # Copy links carry their block's index here; slices render out of
         # document order, so an index is where the block was appended.
         self.code_blocks: list[str] = []
+        self.images: list[dict] = []  # image links' records, by link number (as code_blocks)
+        self.thumbnails = None  # digest -> a thumbnail's PNG (the chat's store), or None
         self.message_starts = Starts()  # message index -> its document position
         self._stream_start: int | None = None  # where the streaming answer begins
         self._stable = 0  # how much of the streaming answer is rendered for good
@@ -241,6 +247,8 @@ class Transcript(Slices, QTextBrowser):
         for f in files:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(f"File: {describe_record(f)}", QTextCharFormat())
+        if user:
+            self._render_images(cursor, records_of(message))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         italic = QTextCharFormat()
         italic.setFontItalic(True)
@@ -258,6 +266,38 @@ class Transcript(Slices, QTextBrowser):
             self._link(cursor, kind, index, label)
         cursor.setCharFormat(QTextCharFormat())
         return start
+
+    def _render_images(self, cursor: QTextCursor, records: list[dict]) -> None:
+        """A message's images: a row of thumbnails, each a link to the image
+        full size; an image the store no longer has is named instead."""
+        if not records:
+            return
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        for record in records:
+            png = self.thumbnails(record["digest"]) if self.thumbnails is not None else None
+            image = QImage.fromData(png, "PNG") if png else QImage()
+            if image.isNull():
+                cursor.insertText(f"[image: {describe_image(record)} · not kept] ",
+                                  QTextCharFormat())
+                continue
+            self.images.append(record)
+            name = f"thumb:{record['digest']}"
+            for document in {cursor.document(), self.document()}:  # a slice's and the view's
+                document.addResource(QTextDocument.ImageResource, QUrl(name), image)
+            scale = min(1.0, THUMB_SHOWN / max(image.width(), image.height()))
+            fmt = QTextImageFormat()
+            fmt.setName(name)
+            fmt.setWidth(image.width() * scale)
+            fmt.setHeight(image.height() * scale)
+            fmt.setAnchor(True)
+            fmt.setAnchorHref(self.action_href("image", len(self.images) - 1))
+            fmt.setToolTip(describe_image(record))
+            cursor.insertImage(fmt)
+            cursor.insertText(" ", QTextCharFormat())
+
+    def image_at(self, number: int) -> dict | None:
+        """The record of image link `number`."""
+        return self.images[number] if 0 <= number < len(self.images) else None
 
     def _render_thoughts(self, cursor: QTextCursor, index: int, message: dict,
                          reasoning: str, answered: bool) -> None:

@@ -110,6 +110,7 @@ class Slices:
         self._slicer.stop()
         self.document().clear()
         self.code_blocks = []
+        self.images = []
         self.message_starts.clear()
         self._stream_start = None
         self._shown, self._footers = messages, footers

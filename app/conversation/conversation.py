@@ -60,6 +60,9 @@ class Conversation:
         self.continue_from: str | None = None  # an interrupted answer being continued
         self.answer_format: str | None = None  # "json": the answer is shown formatted
         self.tools_busy = False  # between an answer's tool calls and the next round
+        # The images of the question just sent (ImageFile, with their bytes),
+        # until it is stored (saving.save_question).
+        self.sending_images: list = []
         # The shown branch before an edit or regenerate was sent: back if it fails.
         self._before: tuple[list[Message], dict[int, str]] | None = None
         self._clock = clock
@@ -141,15 +144,20 @@ class Conversation:
         return True
 
     # ---- what the user does ---------------------------------------------------------
-    def send(self, text: str, files: list) -> bool:
-        """A question (with attached files): appended, and an answer begins.
+    def send(self, text: str, files: list, images: list | None = None) -> bool:
+        """A question (with attached files and images: ImageFile,
+        app/conversation/chat_images.py): appended, and an answer begins.
         True when an edit was sent (the branch changed: render it whole)."""
         branched = self.editing is not None
         if branched:  # the edit becomes a new version of that message
             index, self.editing = self.editing, None
             self._branch_at(index)
         content, record = join_message(text, files)
-        self.messages.append({"role": "user", "content": content, "attachments": record})
+        message = {"role": "user", "content": content, "attachments": record}
+        if images:
+            message["images"] = [image.record() for image in images]
+        self.messages.append(message)
+        self.sending_images = list(images or [])
         self.answer = Answer()
         return branched
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.conversation.chat_images import records_of
+
 
 @dataclass
 class History:
@@ -30,6 +32,7 @@ def history_of(stored: list[Any], versions: dict[int, list[int]]) -> History:
                  "interrupted": m.role == "assistant" and not m.complete,
                  "reasoning": m.reasoning, "thinking_s": (m.stats or {}).get("thinking_s"),
                  "attachments": (m.stats or {}).get("attachments"),
+                 "images": records_of(m.stats or {}),
                  "format": (m.stats or {}).get("format"), "tool": m.tool}
                 for m in stored]
     footers = {i: m.stats["footer"] for i, m in enumerate(stored)

@@ -15,12 +15,15 @@ def save_question(store, chat_id: int, conversation: Conversation) -> None:
     regenerate that makes it a new version (a branch), nothing deleted."""
     messages = conversation.messages
     if not conversation.resend_without_user:
-        files = messages[-1].get("attachments")
+        files, images = messages[-1].get("attachments"), messages[-1].get("images")
+        stats = ({"attachments": files} if files else {}) | ({"images": images} if images else {})
         messages[-1]["id"] = store.add_message(
             chat_id, "user", messages[-1]["content"],
-            parent_id=conversation.parent_id(len(messages) - 1),
-            stats={"attachments": files} if files else None)
+            parent_id=conversation.parent_id(len(messages) - 1), stats=stats or None,
+            images=[i for i in conversation.sending_images  # an edit's are kept already
+                    if i.data and any(r["digest"] == i.digest for r in images or ())])
     conversation.resend_without_user = False
+    conversation.sending_images = []
     if conversation.continue_from is None:
         conversation.answer_message_id = store.add_message(
             chat_id, "assistant", "", complete=False, parent_id=messages[-1]["id"])

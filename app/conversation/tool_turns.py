@@ -50,8 +50,10 @@ def prompt_messages(messages: list[dict], system: str = "", tools: bool = False)
                     for c in calls]
             out.append({"role": "assistant",
                         "content": "\n".join([m["content"]] * bool(m["content"]) + said)})
-        elif m["role"] == "user" and out and out[-1].get("flat"):  # after results
-            out[-1]["content"] += "\n\n" + m["content"]
+        elif m["role"] == "user" and out and out[-1].get("flat") and not m.get("images"):
+            out[-1]["content"] += "\n\n" + m["content"]  # after results
+        elif m["role"] == "user" and m.get("images"):  # made into image parts when sent
+            out.append({"role": "user", "content": m["content"], "images": m["images"]})
         elif m["content"] or m["role"] == "user":  # an answer cut before its first token
             out.append({"role": m["role"], "content": m["content"]})
     if tools and waiting and not _asking(messages):

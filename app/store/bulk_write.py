@@ -23,6 +23,7 @@ from typing import Any
 
 from .branch import branch_and_versions
 from .chats import Message, _message
+from .images import INSERT as INSERT_IMAGE, image_row
 from .writer import MOVED, describe, file_identity
 
 BUSY_TIMEOUT_MS = 5000  # another program's write lock: waited for this long, then refused
@@ -75,6 +76,7 @@ def write_chat(path: Path, identity: Identity, chat_id: int, first_id: int,
         if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             raise NotWritten("the database is not in WAL mode")
         db.execute("BEGIN IMMEDIATE")
+        db.executemany(INSERT_IMAGE, (image_row(i) for i in parsed.get("images") or ()))
         db.execute("INSERT INTO chats (id, title, system_prompt, params, created_at, "
                    "updated_at, leaf_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    (chat_id, parsed["title"], parsed["system_prompt"],

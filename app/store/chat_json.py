@@ -9,14 +9,20 @@ ids are renumbered, nothing in it can touch another chat.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sys
 from typing import Any
 
 from app.conversation.attach_files import file_record
+from app.conversation.chat_images import image_record, read_image_bytes, records_of
 
 FORMAT, VERSION = "tandem-chat", 1
-MAX_BYTES = 64 << 20  # a chat file larger than this is refused before it is read
+# A chat file larger than this is refused before it is read: a chat with a
+# few phone photos (base64 in the file) passes.
+MAX_BYTES = 256 << 20
+MAX_FILE_IMAGES = 1000
 MAX_MESSAGES = 100_000
 ROLES = ("user", "assistant", "system", "tool")
 STATUSES = ("result", "error", "denied", "stopped", "refused")  # a tool turn's outcome
@@ -39,6 +45,13 @@ def export_chat(store, chat_id: int) -> str:
     messages = store.all_messages(chat_id)
     # A draft model's path on this machine stays here (an import drops it too).
     params = {k: v for k, v in chat.params.items() if k != "drafts" or v == "off"}
+    formats = {r["digest"]: r["format"] for m in messages for r in records_of(m.stats or {})}
+    images = []
+    for digest, fmt in formats.items():  # each image once, as attached
+        data = store.image_data(digest)
+        if data is not None:
+            images.append({"digest": digest, "format": fmt,
+                           "data": base64.b64encode(data).decode("ascii")})
     return json.dumps({
         "format": FORMAT, "version": VERSION, "title": chat.title,
         "system_prompt": chat.system_prompt, "params": params,
@@ -47,6 +60,7 @@ def export_chat(store, chat_id: int) -> str:
                       "reasoning": m.reasoning, "complete": m.complete, "stats": m.stats,
                       "created_at": m.created_at, **({"tool": m.tool} if m.tool else {})}
                      for m in messages],
+        **({"images": images} if images else {}),
     }, ensure_ascii=False, indent=1)
 
 
@@ -67,10 +81,11 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     order where every parent comes first; raises ImportError_ saying why not."""
     doc = _chat_document(data)
     tree = doc.get("format") == FORMAT
+    images, notes = _images(doc.get("images")) if tree else ({}, [])
     messages, seen = [], set()
     names: dict[str, str] = {}  # a plain list's call ids -> their tools' names
     for i, m in enumerate(doc["messages"], start=1):
-        messages.append(_message(m, i, tree, seen, names))
+        messages.append(_message(m, i, tree, seen, names, images))
         seen.add(messages[-1]["id"])
     if not messages:
         _fail("The file has no messages.")
@@ -82,7 +97,8 @@ def parse_chat(data: bytes) -> dict[str, Any]:
             "system_prompt": system if isinstance(system, str) else "",
             "params": _params(doc.get("params")),
             "leaf": leaf if _is_int(leaf) and leaf in seen else messages[-1]["id"],
-            "messages": messages}
+            "messages": messages, "notes": notes,
+            "images": list({image.digest: image for image in images.values()}.values())}
     try:  # the rest of the text written: SQLite refuses lone surrogates
         json.dumps([chat["title"], chat["system_prompt"], chat["params"],
                     [(m["stats"], m["tool"]) for m in messages]],
@@ -121,7 +137,39 @@ def _chat_document(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str]) -> dict[str, Any]:
+def _images(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """A Tandem export's images ({digest, format, data: base64}), each read
+    and checked as an attached one is (app/conversation/chat_images.py): the
+    file's digest -> its ImageFile (whose digest is computed again). One
+    that cannot be read is left out, its messages without it, and said."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, list) or len(raw) > MAX_FILE_IMAGES:
+        _fail(f"The file's images are not a list of at most {MAX_FILE_IMAGES}.")
+    images, lost = {}, []
+    for n, item in enumerate(raw, start=1):
+        digest = item.get("digest") if isinstance(item, dict) else None
+        payload = item.get("data") if isinstance(item, dict) else None
+        if not isinstance(digest, str) or not isinstance(payload, str):
+            lost.append(f"image {n}: no digest or data")
+            continue
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            lost.append(f"image {n}: not base64")
+            continue
+        image = read_image_bytes(f"image {n}", data)
+        if image.error:
+            lost.append(f"image {n}: {image.error}")
+            continue
+        images[digest[:64]] = image
+    notes = [f"{len(lost)} of the file's images could not be read and were left out "
+             f"({'; '.join(lost[:3])[:300]})."] if lost else []
+    return images, notes
+
+
+def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str],
+             images: dict[str, Any] | None = None) -> dict[str, Any]:
     """Message `i` of the file, checked: in a Tandem export (`tree`) its own
     id and a parent among the ids `seen` before it; in a plain list it
     follows the message before (an OpenAI-style list's tool calls and tool
@@ -140,7 +188,7 @@ def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str]) -> di
     reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
     if not isinstance(reasoning, str):
         _fail(f"Message {i}'s thinking is not text.")
-    stats = _stats(m.get("stats"), len(content)) if tree else None
+    stats = _stats(m.get("stats"), len(content), images or {}) if tree else None
     if tree:
         mid, parent = m.get("id"), m.get("parent")
         if not _is_int(mid) or mid in seen:
@@ -275,7 +323,7 @@ def _params(raw: Any) -> dict:
     return params
 
 
-def _stats(raw: Any, length: int) -> dict | None:
+def _stats(raw: Any, length: int, images: dict[str, Any]) -> dict | None:
     """An answer's stats as the app writes them, each field checked: what does
     not fit is left out (a file cannot put a non-number where one is read)."""
     if not isinstance(raw, dict):
@@ -298,6 +346,15 @@ def _stats(raw: Any, length: int) -> dict | None:
         kept = [f for f in (file_record(f, length) for f in files[:100]) if f is not None]
         if kept:
             out["attachments"] = kept
+    pictures = raw.get("images")  # records of the images the file carries
+    if isinstance(pictures, list):
+        kept = []
+        for record in (image_record(r) for r in pictures[:100]):
+            image = images.get(record["digest"]) if record else None
+            if image is not None:  # as the image is, under its computed digest
+                kept.append(image.record() | {"name": record["name"]})
+        if kept:
+            out["images"] = kept
     lanes = raw.get("lanes")
     if isinstance(lanes, list) and all(isinstance(p, list) and len(p) == 2 and
                                        all(isinstance(x, str) for x in p) for p in lanes):
@@ -315,5 +372,5 @@ def write_chat(store, parsed: dict[str, Any]) -> int:
     """A new chat from parse_chat's checked chat; returns its id."""
     chat = store.create_chat(parsed["title"], system_prompt=parsed["system_prompt"],
                              params=parsed["params"])
-    store.add_tree(chat.id, parsed["messages"], parsed["leaf"])
+    store.add_tree(chat.id, parsed["messages"], parsed["leaf"], parsed.get("images"))
     return chat.id

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .journal import MARKER_KEY, Op, PendingJournal, journal_path
+from .images import FORGET_UNUSED, image_ops
 from .branch import branch_and_versions, read_branch
 from .tree import Links, newest_below, versions_of
 from .readonly import OPEN_WAIT_S, read_only_copy
@@ -267,7 +268,8 @@ class ChatStore:
         return chat
 
     def delete_chat(self, chat_id: int) -> None:
-        self._write([("DELETE FROM chats WHERE id = ?", (chat_id,))])
+        """The chat and its messages; its images unless another chat has them."""
+        self._write([("DELETE FROM chats WHERE id = ?", (chat_id,)), (FORGET_UNUSED, ())])
 
     # ---- messages -----------------------------------------------------------
     # A chat is a tree: a message's parent is the one it follows, an edited
@@ -276,9 +278,11 @@ class ChatStore:
     # deleted by an edit or a regenerate.
     def add_message(self, chat_id: int, role: str, content: str, complete: bool = True,
                     stats: dict[str, Any] | None = None, parent_id: Any = LEAF,
-                    tool: dict[str, Any] | None = None) -> int:
+                    tool: dict[str, Any] | None = None, images: list | None = None) -> int:
         """Add a message after `parent_id` (by default the end of the shown
-        path; None: a new first message) and show its path."""
+        path; None: a new first message) and show its path. `images`: the
+        images its stats list (ImageFile: app/conversation/chat_images.py),
+        kept once each, in the same transaction."""
         now = time.time()
         message_id = self._next_message
         self._next_message += 1
@@ -287,7 +291,7 @@ class ChatStore:
         parent = ("(SELECT COALESCE(leaf_id, (SELECT MAX(id) FROM messages WHERE chat_id = ?)) "
                   "FROM chats WHERE id = ?)", (chat_id, chat_id)) if parent_id is LEAF \
             else ("?", (parent_id,))
-        self._write([
+        self._write(image_ops(images) + [
             ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
              f"tool, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {parent[0]})",
              (message_id, chat_id, role, content, int(complete),
@@ -318,13 +322,15 @@ class ChatStore:
         self._write([(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?",
                       (*args, message_id))])
 
-    def add_tree(self, chat_id: int, messages: list[dict], leaf: int) -> dict[int, int]:
+    def add_tree(self, chat_id: int, messages: list[dict], leaf: int,
+                 images: list | None = None) -> dict[int, int]:
         """Add messages ({id, parent, role, content, reasoning, complete,
-        stats, tool}; parents first) in one transaction, renumbered; the branch
-        ending at `leaf` is shown. Returns the old id -> new id map."""
+        stats, tool}; parents first) and the `images` their stats list in one
+        transaction, renumbered; the branch ending at `leaf` is shown.
+        Returns the old id -> new id map."""
         now = time.time()
         new_id: dict[int, int] = {}
-        ops = []
+        ops = image_ops(images)
         for m in messages:
             new_id[m["id"]] = message_id = self._next_message
             self._next_message += 1
@@ -386,6 +392,17 @@ class ChatStore:
         leaf = newest_below(self._links(chat_id), message_id)
         self._write([("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf, chat_id))])
 
+    # ---- images (schema 5) ---------------------------------------------------------
+    def image_data(self, digest: str) -> bytes | None:
+        """An image's bytes as attached (None: not kept)."""
+        rows = self._read("SELECT data FROM images WHERE digest = ?", (digest,))
+        return bytes(rows[0]["data"]) if rows else None
+
+    def thumbnail(self, digest: str) -> bytes | None:
+        """An image's thumbnail (a PNG; None: not kept)."""
+        rows = self._read("SELECT thumb FROM images WHERE digest = ?", (digest,))
+        return bytes(rows[0]["thumb"]) if rows else None
+
     # ---- settings and tabs ----------------------------------------------------
     def setting(self, key: str, default: Any = None) -> Any:
         rows = self._read("SELECT value FROM settings WHERE key = ?", (key,))
@@ -421,6 +438,9 @@ class ChatStore:
             if m.reasoning:  # folded, as in the app
                 lines += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "",
                           "</details>", ""]
+            for image in (m.stats or {}).get("images") or () if m.stats else ():
+                if isinstance(image, dict):  # the picture stays in the app (and a JSON export)
+                    lines += [f"*[image: {_code(image.get('name') or 'image')}]*", ""]
             if m.content or not (m.tool or {}).get("calls"):
                 lines += [m.content, ""]
             if m.stats and m.stats.get("footer"):

@@ -14,6 +14,7 @@ write a change twice. The files are deleted whenever no change is waiting.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 Op = tuple[str, tuple]
 
 MARKER_KEY = "store.journal"
+BLOB = "$blob"  # a bytes argument, in base64
 MARKER_SQL = ("INSERT INTO settings (key, value) VALUES (?, ?) "
               "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 
@@ -90,7 +92,7 @@ class PendingJournal:
         returned); raises OSError if neither can be written."""
         if self.session is None:
             self.session = uuid.uuid4().hex
-        line = json.dumps({"seq": seq, "ops": [[sql, list(args)] for sql, args in ops]}) + "\n"
+        line = json.dumps({"seq": seq, "ops": _encoded(ops)}) + "\n"
         error: OSError | None = None
         for path in self.paths:
             head = "" if path in self._headed else json.dumps({"session": self.session}) + "\n"
@@ -117,8 +119,7 @@ class PendingJournal:
                 with open(tmp, "w", encoding="utf-8") as f:
                     f.write(json.dumps({"session": self.session}) + "\n")
                     for seq, ops in entries:
-                        f.write(json.dumps({"seq": seq, "ops": [[s, list(a)] for s, a in ops]})
-                                + "\n")
+                        f.write(json.dumps({"seq": seq, "ops": _encoded(ops)}) + "\n")
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -166,7 +167,8 @@ class PendingJournal:
                     file_session = item["session"]
                     session = session or file_session
                 elif file_session is not None and file_session == session:
-                    entries[int(item["seq"])] = [(sql, tuple(args)) for sql, args in item["ops"]]
+                    entries[int(item["seq"])] = [(sql, tuple(_decoded(a) for a in args))
+                                                 for sql, args in item["ops"]]
             if file_session is not None and file_session == session:
                 self._headed.add(path)
         self.session = session
@@ -185,6 +187,19 @@ class PendingJournal:
         self.forget()
         for path in self.paths:
             _unlink(path)
+
+
+def _encoded(ops: list[Op]) -> list:
+    """Ops as JSON takes them: bytes (an image's, schema 5) as {"$blob": base64}."""
+    return [[sql, [{BLOB: base64.b64encode(a).decode("ascii")}
+                   if isinstance(a, (bytes, bytearray, memoryview)) else a for a in args]]
+            for sql, args in ops]
+
+
+def _decoded(arg):
+    if isinstance(arg, dict) and isinstance(arg.get(BLOB), str):
+        return base64.b64decode(arg[BLOB])
+    return arg
 
 
 def _unlink(path: Path) -> None:

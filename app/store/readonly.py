@@ -78,6 +78,8 @@ def read_only_copy(path: str | Path) -> tuple[sqlite3.Connection, int]:
             there = {r[1] for r in source.execute(f"PRAGMA table_info({table})")}
             columns = ", ".join(r[1] for r in memory.execute(f"PRAGMA table_info({table})")
                                 if r[1] in there)  # an older file lacks the newer columns
+            if not columns:  # nor a newer table (images: schema 5)
+                continue
             rows, damaged = _readable_rows(source, f"SELECT {columns} FROM {table}")
             marks = ", ".join("?" * len(columns.split(", ")))
             memory.executemany(f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})", rows)

@@ -87,9 +87,24 @@ MIGRATIONS = [
     CREATE INDEX messages_by_chat ON messages(chat_id, id);
     CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
     """,
+    # version 5: images in chats (issue 37). An image's bytes are kept once,
+    # by the digest of its pixels (engine/images.py), with a small PNG
+    # thumbnail; a message lists its images in its stats ({"images": [{digest,
+    # name, width, height, format, size}]}). An image no message lists any
+    # more is deleted with the last chat that had it (ChatStore.delete_chat).
+    """
+    CREATE TABLE images (
+        digest TEXT PRIMARY KEY,
+        format TEXT NOT NULL,
+        width INTEGER NOT NULL,
+        height INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        thumb BLOB NOT NULL
+    );
+    """,
 ]
 
-TABLES = ("chats", "messages", "settings", "open_tabs")
+TABLES = ("chats", "messages", "settings", "open_tabs", "images")
 
 
 class NewerSchemaError(RuntimeError):

@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         self.show_lanes(engine)
         for tab in self.chat_tabs():
             tab.set_ready(True)
+            tab.set_image_reader(engine.capabilities.images, engine.model_info.label)
             tab.show_context(tab.conversation.context_used, engine.context_length)
             tab.apply_model_defaults(engine.generation_defaults.as_dict())
         self.engine_ready.emit()
@@ -182,6 +183,7 @@ class MainWindow(QMainWindow):
         self.requests.adopt(tab)  # its sends, stops, files, settings and ‹ ›
         tab.set_ready(self.engine is not None)
         if self.engine is not None:
+            tab.set_image_reader(self.engine.capabilities.images, self.engine.model_info.label)
             tab.show_context(history.context_used, self.engine.context_length)
         self.tabs.setTabToolTip(self.tabs.addTab(tab, tab.title), tip(tab.title))
         self.tabs.setCurrentWidget(tab)
@@ -280,6 +282,9 @@ class MainWindow(QMainWindow):
         self.close()
 
     def closeEvent(self, event):  # noqa: N802
+        if getattr(self, "_closed", False):  # closed already: its state was saved then
+            super().closeEvent(event)
+            return
         self.flush_streaming()
         asked, self._quitting = event.spontaneous() or getattr(self, "_quitting", False), False
         streaming = sum(tab.is_streaming for tab in self.chat_tabs())
@@ -295,5 +300,6 @@ class MainWindow(QMainWindow):
         self.bridge.detach()
         self.requests.rounds.close()  # stdio tool servers end with the app
         self.session.shut()
+        self._closed = True
         super().closeEvent(event)
 
