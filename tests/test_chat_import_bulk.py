@@ -110,3 +110,36 @@ def test_a_tab_opened_meanwhile_is_brought_forward(qtbot, window, tmp_path):
     assert [t.chat_id for t in opened] == [signal.args[0]]
     assert [t.chat_id for t in window.chat_tabs()].count(signal.args[0]) == 1
     assert window.current_tab() is opened[0]
+
+
+def test_a_large_import_with_images_writes_them_on_the_worker(qtbot, window, tmp_path):
+    """A file over PARSE_HERE is written by the worker's own connection:
+    its images go in the same transaction, and a damaged one is said."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(out, "PNG")
+    path = _big_tree(tmp_path / "big.json", count=3000)
+    doc = json.loads(path.read_text())
+    doc["messages"][0]["stats"] = {"images": [
+        {"digest": "f" * 32, "name": "red.png", "width": 40, "height": 30, "format": "png",
+         "size": len(out.getvalue())},
+        {"digest": "e" * 32, "name": "cut.png", "width": 40, "height": 30, "format": "png",
+         "size": 9}]}
+    doc["images"] = [{"digest": "f" * 32, "format": "png",
+                      "data": base64.b64encode(out.getvalue()).decode()},
+                     {"digest": "e" * 32, "format": "png",
+                      "data": base64.b64encode(out.getvalue()[:9]).decode()}]
+    path.write_text(json.dumps(doc))
+    importer = chat_files.importer(window)
+    with qtbot.waitSignal(importer.done, timeout=60_000) as signal:
+        assert chat_files.import_file(window, path) is None
+    chat_id = signal.args[0]
+    first = window.store.messages(chat_id)[0]
+    record, = first.stats["images"]  # the damaged one left out
+    assert record["name"] == "red.png" and window.store.image_data(record["digest"]) == \
+        out.getvalue()
+    assert "1 of the file's images could not be read" in window.statusBar().currentMessage()

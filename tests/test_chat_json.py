@@ -271,3 +271,44 @@ def test_export_and_import_from_the_chat_menu(qtbot, window, tmp_path, monkeypat
     window.menus.import_action.trigger()
     assert "huge.json was not imported" in warned[0] and "OverflowError" in warned[0]
     assert len(window.store.chats()) == count + 1
+
+
+def _red(size=(40, 30), color=(200, 30, 30)):
+    import io
+
+    from PIL import Image
+
+    from app.conversation.chat_images import read_image_bytes
+
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, "PNG")
+    return read_image_bytes("red.png", out.getvalue())
+
+
+def test_images_travel_in_the_file_and_a_damaged_one_is_left_out_and_said(store):
+    """An export carries each image once (base64); the import checks each
+    as an attached image is checked: one that cannot be read is left out,
+    with a note, and its message imports without it."""
+    red, green = _red(), _red(color=(0, 200, 0))
+    chat = store.create_chat("pictures")
+    stats = {"images": [red.record(), green.record()]}
+    store.add_message(chat.id, "user", "two", stats=stats, images=[red, green])
+    store.add_message(chat.id, "user", "again", stats={"images": [red.record()]})
+    doc = json.loads(export_chat(store, chat.id))
+    assert sorted(i["digest"] for i in doc["images"]) == sorted([red.digest, green.digest])
+
+    copy = import_chat(store, json.dumps(doc).encode())
+    listed = [[r["digest"] for r in m.stats["images"]] for m in store.messages(copy)]
+    assert listed == [[red.digest, green.digest], [red.digest]]
+
+    damaged = next(i for i in doc["images"] if i["digest"] == green.digest)
+    damaged["data"] = damaged["data"][:40]  # a PNG cut short
+    parsed = parse_chat(json.dumps(doc).encode())
+    assert "1 of the file's images could not be read" in parsed["notes"][0]
+    first = parsed["messages"][0]["stats"]["images"]
+    assert [r["digest"] for r in first] == [red.digest]
+    assert [i.digest for i in parsed["images"]] == [red.digest]
+
+    doc["images"] = "everything"
+    with pytest.raises(ImportError_, match="images are not a list"):
+        parse_chat(json.dumps(doc).encode())

@@ -97,7 +97,7 @@ def test_a_version_1_database_becomes_a_tree_losing_nothing(tmp_path, read_only)
     _version_1_file(path)
     store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
     try:
-        assert store.schema_version == len(MIGRATIONS) == 4
+        assert store.schema_version == len(MIGRATIONS) == 5
         shown = store.messages(1)
         assert [m.content for m in shown] == ["q1", "a1", "q2", "a2"]
         assert [m.parent_id for m in shown] == [None, 10, 11, 12]
@@ -140,7 +140,7 @@ def test_a_version_3_database_takes_tool_turns_losing_nothing(tmp_path, read_onl
     _version_3_file(path)
     store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
     try:
-        assert store.schema_version == 4
+        assert store.schema_version == len(MIGRATIONS)
         shown = store.messages(1)
         assert [(m.id, m.parent_id, m.content, m.reasoning) for m in shown] == [
             (12, None, "q1, edited", ""), (13, 12, "a1'", "hm")]
@@ -231,3 +231,80 @@ def test_newer_schema_is_refused(tmp_path):
     with pytest.raises(RuntimeError, match="newer Tandem"):
         ChatStore(path)
     assert path.read_bytes() == before  # refused before anything wrote (not even WAL mode)
+
+
+def _image(color=(200, 30, 30), size=(40, 30)):
+    import io
+
+    from PIL import Image
+
+    from app.conversation.chat_images import read_image_bytes
+
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, "PNG")
+    return read_image_bytes("red.png", out.getvalue())
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_version_4_database_takes_images_and_forgets_them_with_their_chats(tmp_path,
+                                                                           read_only):
+    """Schema 5 adds the images table: a version-4 file opens (and a
+    read-only copy of one), an image is kept once for every message that
+    lists it, and goes when the last chat listing it is deleted; a stats cell
+    that is not JSON does not stop that."""
+    import sqlite3
+
+    path = tmp_path / "v4.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    for script in MIGRATIONS[:4]:
+        con.executescript(script)
+    con.execute("PRAGMA user_version = 4")
+    con.execute("INSERT INTO chats (id, title, system_prompt, params, created_at, updated_at) "
+                "VALUES (1, 'old', '', '{}', 0, 0)")
+    con.execute("INSERT INTO messages (id, chat_id, role, content, stats, created_at) "
+                "VALUES (5, 1, 'user', 'hi', 'not json', 0)")
+    con.close()
+    store = ChatStore.open_read_only(path) if read_only else ChatStore(path)
+    try:
+        assert store.schema_version == len(MIGRATIONS) == 5
+        assert [m.content for m in store.messages(1)] == ["hi"]
+        red, green = _image(), _image((0, 200, 0))
+        a, b = store.create_chat(), store.create_chat()
+        store.add_message(a.id, "user", "look", stats={"images": [red.record()]}, images=[red])
+        store.add_message(b.id, "user", "both", stats={"images": [red.record(), green.record()]},
+                          images=[red, green])
+        assert store.image_data(red.digest) == red.data
+        assert store.thumbnail(green.digest) == green.thumb
+        store.delete_chat(b.id)
+        assert store.image_data(red.digest) == red.data  # chat a still lists it
+        assert store.image_data(green.digest) is None
+        store.delete_chat(a.id)
+        assert store.image_data(red.digest) is None and store.thumbnail(red.digest) is None
+        assert [m.content for m in store.messages(1)] == ["hi"]
+    finally:
+        store.close()
+
+
+def test_an_image_written_while_the_database_is_locked_survives_a_restart(tmp_path):
+    """The pending journal is JSON: an image's bytes wait in it as base64
+    and reach the database whole at the next start."""
+    from tests.test_db_holder import LockHolder
+
+    path = tmp_path / "held.db"
+    store = ChatStore(path, retry=(60.0, 60.0))
+    red = _image()
+    chat = store.create_chat()
+    with LockHolder(path):
+        store.add_message(chat.id, "user", "look", stats={"images": [red.record()]},
+                          images=[red])
+        assert store.pending >= 1
+        assert store.image_data(red.digest) == red.data  # readable while it waits
+        left = store.close(timeout=0.2)
+    assert left >= 1
+    store = ChatStore(path)
+    try:
+        assert store.pending == 0
+        assert store.image_data(red.digest) == red.data
+        assert store.messages(chat.id)[0].stats["images"][0]["digest"] == red.digest
+    finally:
+        store.close()

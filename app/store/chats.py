@@ -450,8 +450,8 @@ class ChatStore:
 
 def _message(r: sqlite3.Row) -> Message:
     return Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
-                   json.loads(r["stats"]) if r["stats"] else None, r["created_at"],
-                   r["parent_id"], r["reasoning"], _tool(r["tool"]))
+                   _tool(r["stats"]), r["created_at"], r["parent_id"], r["reasoning"],
+                   _tool(r["tool"]))
 
 
 def _json(value: dict[str, Any] | None) -> str | None:
@@ -459,9 +459,10 @@ def _json(value: dict[str, Any] | None) -> str | None:
 
 
 def _tool(raw: str | None) -> dict[str, Any] | None:
+    """A JSON object cell (a message's tool call, its stats), or None."""
     try:
         value = json.loads(raw) if raw else None
-    except ValueError:  # a damaged cell: the message stays, its call unknown
+    except (ValueError, TypeError, RecursionError):  # a damaged cell: the message stays
         return None
     return value if isinstance(value, dict) else None
 

@@ -134,9 +134,7 @@ class MainWindow(QMainWindow):
         self.status.show_lanes_starting(engine)
         self.show_lanes(engine)
         for tab in self.chat_tabs():
-            tab.set_ready(True)
-            tab.set_image_reader(engine.capabilities.images, engine.model_info.label)
-            tab.show_context(tab.conversation.context_used, engine.context_length)
+            tab.use_engine(engine)
             tab.apply_model_defaults(engine.generation_defaults.as_dict())
         self.engine_ready.emit()
 
@@ -181,10 +179,7 @@ class MainWindow(QMainWindow):
         if self.engine is not None:
             tab.apply_model_defaults(self.engine.generation_defaults.as_dict())
         self.requests.adopt(tab)  # its sends, stops, files, settings and ‹ ›
-        tab.set_ready(self.engine is not None)
-        if self.engine is not None:
-            tab.set_image_reader(self.engine.capabilities.images, self.engine.model_info.label)
-            tab.show_context(history.context_used, self.engine.context_length)
+        tab.use_engine(self.engine)
         self.tabs.setTabToolTip(self.tabs.addTab(tab, tab.title), tip(tab.title))
         self.tabs.setCurrentWidget(tab)
         tab.composer.setFocus()  # typing goes to the new chat at once
@@ -283,8 +278,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event):  # noqa: N802
         if getattr(self, "_closed", False):  # closed already: its state was saved then
-            super().closeEvent(event)
-            return
+            return super().closeEvent(event)
         self.flush_streaming()
         asked, self._quitting = event.spontaneous() or getattr(self, "_quitting", False), False
         streaming = sum(tab.is_streaming for tab in self.chat_tabs())
