@@ -20,13 +20,18 @@ from PySide6.QtGui import QDropEvent, QGuiApplication, QImage
 from PySide6.QtWidgets import QFileDialog
 
 from engine import SamplingParams
-from tests.vision_models import build_smolvlm
+from tests.vision_models import build_qwen25_vl, build_smolvlm
 from tests.windows import open_window
 
 
 @pytest.fixture(scope="module")
 def smolvlm(tmp_path_factory):
     return build_smolvlm(tmp_path_factory.mktemp("smolvlm") / "model")
+
+
+@pytest.fixture(scope="module")
+def qwen_vl(tmp_path_factory):
+    return build_qwen25_vl(tmp_path_factory.mktemp("qwen_vl") / "model")
 
 
 def _png(path, color, size=(64, 48)) -> bytes:
@@ -57,10 +62,11 @@ def _send(qtbot, tab, text: str) -> None:
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=120_000)
 
 
-def test_an_attached_image_is_read_stored_shown_and_reused(qtbot, smolvlm, db, tmp_path,
-                                                           monkeypatch):
+@pytest.mark.parametrize("family", ["smolvlm", "qwen_vl"])
+def test_an_attached_image_is_read_stored_shown_and_reused(qtbot, family, request, db,
+                                                           tmp_path, monkeypatch):
     red = _png(tmp_path / "red.png", (200, 30, 30))
-    window = open_window(qtbot, smolvlm, db)
+    window = open_window(qtbot, request.getfixturevalue(family), db)
     tab = window.current_tab()
     assert tab.images_refusal is None  # the vision model reads images
     _greedy(tab)

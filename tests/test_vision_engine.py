@@ -1,9 +1,10 @@
-"""Vision models through the engine (issue 37): a SmolVLM-family model
-loads through mlx-vlm (engine/models/vision.py) and the lanes serve it as
-the text model they run: its answers are mlx-vlm's own, token for token,
-alone and in a continuous batch of different prompts; the memory plan
-counts its vision tower; a vision family Tandem cannot run is refused
-naming it."""
+"""Vision models through the engine (issue 37), for each family served: a
+SmolVLM and a Qwen2.5-VL (M-RoPE: each request's positions its own) load
+through mlx-vlm (engine/models/vision.py) and the lanes serve them as the
+text models they run: their answers are mlx-vlm's own, token for token,
+alone and in a continuous batch of different prompts, image requests
+beside text ones; the memory plan counts the vision tower; a vision family
+Tandem cannot run is refused naming it."""
 
 from __future__ import annotations
 
@@ -13,20 +14,21 @@ import shutil
 import pytest
 
 from engine import Engine, EngineError, LaneSpec, SamplingParams, load_model
-from tests.vision_models import build_smolvlm
+from tests.vision_models import build_qwen25_vl, build_smolvlm
 
 PROMPTS = ["the quick brown fox", "hello world, how are you today?",
            "Tandem batches chats on the CPU and the GPU.", "café 東京 🙂"]
 
 
-@pytest.fixture(scope="module")
-def smolvlm(tmp_path_factory):
-    return build_smolvlm(tmp_path_factory.mktemp("smolvlm") / "model")
+@pytest.fixture(scope="module", params=["smolvlm", "qwen2_5_vl"])
+def vision_dir(request, tmp_path_factory):
+    build = {"smolvlm": build_smolvlm, "qwen2_5_vl": build_qwen25_vl}[request.param]
+    return build(tmp_path_factory.mktemp(request.param) / "model")
 
 
 @pytest.fixture(scope="module")
-def vision_engine(smolvlm):
-    engine = Engine(load_model(str(smolvlm)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+def vision_engine(vision_dir):
+    engine = Engine(load_model(str(vision_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")])
     assert engine.wait_ready(120)
     yield engine
     engine.close()
@@ -36,11 +38,11 @@ def _greedy(n=10) -> SamplingParams:
     return SamplingParams(max_tokens=n, temperature=0.0)
 
 
-def test_a_vision_model_answers_text_as_mlx_vlm_does(vision_engine, smolvlm):
+def test_a_vision_model_answers_text_as_mlx_vlm_does(vision_engine, vision_dir):
     from mlx_vlm import generate
     from mlx_vlm.utils import load
 
-    vlm, processor = load(str(smolvlm))
+    vlm, processor = load(str(vision_dir))
     stops = vision_engine.model_info.stop_token_ids
     for text in PROMPTS:
         prepared = vision_engine.prepare([{"role": "user", "content": text}])
@@ -70,15 +72,16 @@ def test_the_memory_plan_counts_the_vision_tower(vision_engine):
     from mlx.utils import tree_flatten
 
     vlm = vision_engine.model_info.model.vlm
-    tower = sum(a.nbytes for _, a in tree_flatten(vlm.vision_model.parameters()))
+    tower_module = getattr(vlm, "vision_model", None) or vlm.vision_tower
+    tower = sum(a.nbytes for _, a in tree_flatten(tower_module.parameters()))
     language = sum(a.nbytes for _, a in tree_flatten(vlm.language_model.parameters()))
     assert tower > 0
     assert vision_engine.memory_plan.shared_weight_bytes >= tower + language
 
 
-def test_a_vision_family_tandem_cannot_run_is_refused_by_name(smolvlm, tmp_path):
+def test_a_vision_family_tandem_cannot_run_is_refused_by_name(vision_dir, tmp_path):
     other = tmp_path / "paligemma"
-    shutil.copytree(smolvlm, other)
+    shutil.copytree(vision_dir, other)
     config = json.loads((other / "config.json").read_text())
     config["model_type"] = "paligemma"
     (other / "config.json").write_text(json.dumps(config))
@@ -112,12 +115,12 @@ def _tokens(engine, messages, n=8) -> tuple[list[int], object]:
     return list(handle.request.output_ids), done
 
 
-def test_an_image_request_reads_its_image_as_mlx_vlm_does(vision_engine, smolvlm):
+def test_an_image_request_reads_its_image_as_mlx_vlm_does(vision_engine, vision_dir):
     from mlx_vlm import generate
     from mlx_vlm.utils import load
 
     assert vision_engine.capabilities.images
-    vlm, processor = load(str(smolvlm))
+    vlm, processor = load(str(vision_dir))
     prompt = processor.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
         add_generation_prompt=True, tokenize=False)

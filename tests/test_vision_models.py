@@ -37,3 +37,12 @@ def test_a_tiny_vision_model_reads_its_image(vision_model):
     answers = [generate(model, processor, prompt, image=[image], max_tokens=8,
                         temperature=0.0, verbose=False).text for image in (red, green, red)]
     assert answers[0] == answers[2] != answers[1]
+
+
+def test_the_model_library_marks_the_vision_models_it_serves(vision_model, tiny_model_dir):
+    from engine.models.catalog import describe_folder
+
+    family, path = vision_model
+    entry = describe_folder(path)
+    assert entry.problem is None and entry.family == family and entry.reads_images
+    assert not describe_folder(tiny_model_dir).reads_images  # a text model

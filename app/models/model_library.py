@@ -157,7 +157,8 @@ class ModelLibrary(QDialog):
         self.entries = entries
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
-            cells = [e.name, e.family, _count(e.parameters), e.quantization,
+            family = f"{e.family} · reads images" if e.reads_images else e.family
+            cells = [e.name, family, _count(e.parameters), e.quantization,
                      format_bytes(e.file_bytes) if e.file_bytes else "?",
                      f"{e.context_length:,}" if e.context_length else "?", e.verdict]
             for c, text in enumerate(cells):

@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .vision_kinds import SERVED as VISION_SERVED
 from ..core.memory import LaneRequest, ModelShape, format_bytes, plan_memory, shape_from_config
 
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1,
@@ -35,6 +36,7 @@ class ModelEntry:
     shape: ModelShape | None = None
     problem: str | None = None  # why it cannot be described (then it cannot load either)
     origin: str = "added"  # "bundled", "hub-cache", "added"
+    reads_images: bool = False  # a vision model Tandem serves (engine/models/vision.py)
     verdict: str = ""
     verdict_detail: str = ""
     extra: dict = field(default_factory=dict)
@@ -45,6 +47,8 @@ def describe_folder(path: Path, origin: str = "added", name: str | None = None) 
     entry = ModelEntry(str(path), name or path.name, origin=origin)
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        entry.reads_images = isinstance(config.get("vision_config"), dict) and \
+            config.get("model_type") in VISION_SERVED
         config = config.get("text_config", {}) | config if "text_config" in config else config
         entry.family = str(config.get("model_type", "?"))
         quant = config.get("quantization") or config.get("quantization_config") or {}

@@ -10,11 +10,16 @@ joins the lane's continuous batch like any text request, prefix caching and
 moves between lanes included. Its parameters are the whole model's: the
 memory plan counts the vision tower.
 
-Families: a model type mlx-lm cannot load whose config has a vision tower
-goes through here (SmolVLM, Idefics3). Qwen2.5-VL keeps M-RoPE position
-state on the model object, so it stays on mlx-lm's text path (which loads
-its language model) until that state travels with each request. Any other
-vision type is refused naming it."""
+Families: SmolVLM and Idefics3 (plain RoPE), and Qwen2-VL / Qwen2.5-VL
+(M-RoPE: `MRopeVisionModel`). mlx-vlm keeps Qwen's M-RoPE position state on
+the model object (one request at a time); here it travels with each request
+instead: the processor's positions for its prompt and its rope delta (how
+far its text positions run behind its token count, the images' tokens
+sharing positions) are in its VisionInputs, a prefill chunk reads its slice,
+and a decode step gives each row its position from its cache offset plus
+its delta (`row_kwargs`: text rows 0), so image and text requests batch,
+chunk, hit the prefix cache and move between lanes. Any other vision type
+is refused naming it."""
 
 from __future__ import annotations
 
@@ -27,8 +32,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..core.errors import EngineError
+from .vision_kinds import MROPE, SERVED
 
-SERVED = {"smolvlm": "SmolVLM", "idefics3": "Idefics3"}
 
 
 def vision_type(path: Path) -> str | None:
@@ -52,7 +57,7 @@ def refusal(kind: str) -> EngineError:
     return EngineError(
         f"'{kind}' is a vision model Tandem cannot run yet: it serves "
         f"{', '.join(SERVED.values())} through mlx-vlm, and reads the language model of "
-        "Qwen2-VL / Qwen2.5-VL / Qwen3-VL and Gemma 3 through mlx-lm.", "unsupported-model")
+        "Qwen3-VL and Gemma 3 through mlx-lm.", "unsupported-model")
 
 
 @dataclass(eq=False)
@@ -66,6 +71,11 @@ class VisionInputs:
     pixels: dict = field(repr=False)
     images: int
     embeddings: object = field(default=None, repr=False)
+    # M-RoPE (Qwen2-VL, Qwen2.5-VL): the prompt's positions (3, 1, n), made
+    # with the embeddings and dropped with them, and the rope delta, kept
+    # for decoding (a text position is its index plus the delta).
+    positions: object = field(default=None, repr=False)
+    rope_delta: int = 0
 
 
 class VisionTextModel(nn.Module):
@@ -104,6 +114,43 @@ class VisionTextModel(nn.Module):
             ids = mx.array([vision.model_ids])
             vision.embeddings = self.vlm.get_input_embeddings(ids, **vision.pixels).inputs_embeds
         return vision.embeddings
+
+
+class MRopeVisionModel(VisionTextModel):
+    """Qwen2-VL / Qwen2.5-VL: the language model called with explicit M-RoPE
+    positions, each request's own (never mlx-vlm's per-model state)."""
+
+    def embed(self, vision: VisionInputs) -> mx.array:
+        if vision.embeddings is None:
+            ids = mx.array([vision.model_ids])
+            features = self.vlm.get_input_embeddings(ids, **vision.pixels)
+            vision.embeddings, vision.positions = features.inputs_embeds, features.position_ids
+            vision.rope_delta = int(features.rope_deltas.reshape(-1)[0].item())
+        return vision.embeddings
+
+    @staticmethod
+    def row_kwargs(requests: list) -> dict:
+        """A decode step's per-row state: each row's rope delta (text rows 0)."""
+        deltas = [r.vision.rope_delta if r.vision is not None else 0 for r in requests]
+        return {"rope_deltas": mx.array(deltas)} if any(deltas) else {}
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None,
+                 rope_deltas: mx.array | None = None, positions: mx.array | None = None):
+        language = self.language
+        batch, length = inputs.shape
+        if positions is None:  # text: each row from its own offset (a batch cache's is (B,))
+            offset = cache[0].offset if cache is not None and cache[0] is not None else 0
+            if isinstance(offset, mx.array) and offset.ndim:
+                offset = offset[:, None]
+            ids = mx.arange(length)[None, :] + offset
+            if rope_deltas is not None:
+                ids = ids + rope_deltas[:, None]
+            positions = mx.broadcast_to(ids[None], (3, batch, length))
+        h = language.model(inputs, inputs_embeds=input_embeddings, cache=cache,
+                           position_ids=positions)
+        if language.args.tie_word_embeddings:
+            return language.model.embed_tokens.as_linear(h)
+        return language.lm_head(h)
 
 
 def image_messages(messages: list[dict]) -> list[dict]:
@@ -185,4 +232,5 @@ def load_vision(source: str):
     except Exception as e:
         raise EngineError(f"Cannot load {source} with mlx-vlm ({type(e).__name__}: {e}).",
                           "corrupt-model") from e
-    return VisionTextModel(vlm, processor), tokenizer, config
+    kind = VisionTextModel if config.get("model_type") not in MROPE else MRopeVisionModel
+    return kind(vlm, processor), tokenizer, config

@@ -97,7 +97,7 @@ class DecodeBatch:
         for sampler in self.samplers:  # the tokens fed now take their logprobs along
             if sampler.wants_logprobs:
                 sampler.feed()
-        logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
+        logits = self.model(inputs[:, None], cache=self.cache, **self.row_kwargs())[:, -1, :]
         masks = None
         if any(s.matcher is not None for s in self.samplers):
             # A constrained row's next mask needs the token it is fed now: read
@@ -113,6 +113,12 @@ class DecodeBatch:
         self._next_inputs = sampled
         mx.async_eval(sampled, *pending_arrays(self.samplers))
         return inputs
+
+    def row_kwargs(self) -> dict:
+        """What a model that keeps per-request position state takes with each
+        step (engine/models/vision.py: an M-RoPE model's rows' deltas)."""
+        rows = getattr(self.model, "row_kwargs", None)
+        return rows(self.requests) if rows is not None else {}
 
     def fail_row(self, index: int, why: str) -> None:
         """Its grammar cannot go on: the request ends with `why` at this step's commit."""

@@ -28,20 +28,29 @@ def run_chunk(model: nn.Module, prefill: Prefill, start: int, n: int) -> mx.arra
     chunk = mx.array(request.prompt_ids[start : start + n])[None]
     # Images (engine/models/vision.py): the prompt's embeddings, the images'
     # features merged in, are the model's input (its ids are cache keys).
-    embeds = model.embed(request.vision)[:, start : start + n] \
-        if request.vision is not None else None
+    vision = request.vision
+    embeds = model.embed(vision)[:, start : start + n] if vision is not None else None
+    # M-RoPE (Qwen2-VL, Qwen2.5-VL): the prompt's own positions, this chunk's slice.
+    positions = vision.positions[..., start : start + n] \
+        if vision is not None and vision.positions is not None else None
     if start + n == request.num_prompt and n > SPLIT_LAST_TOKEN_ABOVE:
         # Only the last position's logits are needed: run the rest apart so
         # the vocabulary projection is computed for one token (MLX never
         # evaluates the unused logits of the first call).
-        model(chunk[:, :-1], cache=prefill.caches, **_embedded(embeds, slice(None, -1)))
+        model(chunk[:, :-1], cache=prefill.caches,
+              **_embedded(embeds, positions, slice(None, -1)))
         chunk = chunk[:, -1:]
         embeds = embeds[:, -1:] if embeds is not None else None
-    return model(chunk, cache=prefill.caches, **_embedded(embeds, slice(None)))[:, -1, :]
+        positions = positions[..., -1:] if positions is not None else None
+    return model(chunk, cache=prefill.caches,
+                 **_embedded(embeds, positions, slice(None)))[:, -1, :]
 
 
-def _embedded(embeds, part: slice) -> dict:
-    return {} if embeds is None else {"input_embeddings": embeds[:, part]}
+def _embedded(embeds, positions, part: slice) -> dict:
+    kwargs = {} if embeds is None else {"input_embeddings": embeds[:, part]}
+    if positions is not None:
+        kwargs["positions"] = positions[..., part]
+    return kwargs
 
 
 def whole_cold(prefill: Prefill, start: int, size: int) -> bool:

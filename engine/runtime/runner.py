@@ -138,7 +138,7 @@ class ModelRunner:
         matcher = prefill.sampler.matcher
         request = prefill.request
         if request.vision is not None:  # prefilled: its merged embeddings are not needed again
-            request.vision.embeddings = None
+            request.vision.embeddings = request.vision.positions = None
         masks = (row_masks([matcher], logits.shape[-1],
                            lambda _, why: setattr(request, "failure", why))
                  if matcher is not None else None)

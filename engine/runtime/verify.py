@@ -62,7 +62,8 @@ class Verified:
 
 def verify_rows(model: nn.Module, caches: list, fed: list[int], proposals: list[list[int]],
                 samplers: list[TokenSampler], histories: list[list[int]],
-                on_dead: Callable[[int, str], None] | None = None) -> list[Verified]:
+                on_dead: Callable[[int, str], None] | None = None,
+                row_kwargs: dict | None = None) -> list[Verified]:
     """Feed each row its token `fed[b]` and `proposals[b]` in one forward
     (the caches hold everything before `fed`; `histories[b]`: the row's
     tokens before it, as far as its repetition penalty looks back). Each
@@ -84,7 +85,7 @@ def verify_rows(model: nn.Module, caches: list, fed: list[int], proposals: list[
                  for m, f, p in zip(matchers, fed, proposals)]
     width = 1 + max(len(p) for p in proposals)
     inputs = [[f, *p] + [f] * (width - 1 - len(p)) for f, p in zip(fed, proposals)]
-    logits = model(mx.array(inputs), cache=caches)
+    logits = model(mx.array(inputs), cache=caches, **(row_kwargs or {}))
     vocab = logits.shape[-1]
     masks = _masks(matchers, proposals, vocab, on_dead) if any(matchers) else None
     at, draws, contexts = [], [], []
@@ -203,7 +204,7 @@ class Drafting:
         histories = [r.recent_ids(s.params.repetition_context_size if s.needs_context else 0)
                      for r, s in zip(batch.requests, batch.samplers)]
         results = verify_rows(batch.model, batch.cache, fed, proposals, batch.samplers,
-                              histories, batch.fail_row)
+                              histories, batch.fail_row, batch.row_kwargs())
         self.planner.verified(batch.requests, proposals, [len(v.accepted) for v in results])
         step = DraftStep(fed, {}, {}, sum(len(p) for p in proposals))
         for row, verified in enumerate(results):
