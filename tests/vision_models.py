@@ -53,10 +53,11 @@ def _save(model, path: Path, config: dict, scale: float = 0.5) -> None:
         json.dumps({"do_sample": False, "repetition_penalty": 1.0}))
 
 
-def build_qwen25_vl(path: Path, seed: int = 0) -> Path:
+def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
     """A tiny Qwen2.5-VL: 2 text layers, a 2-block vision tower (patch 14,
     merge 2), M-RoPE; images resized to at most 56x56 (16 patches: 4 image
-    tokens)."""
+    tokens). `hidden` / `layers` size its text model (benchmarks/vision.py);
+    its M-RoPE sections are Qwen's proportions of the head's dimension."""
     from mlx_vlm.models import qwen2_5_vl
 
     path.mkdir(parents=True, exist_ok=True)
@@ -65,14 +66,16 @@ def build_qwen25_vl(path: Path, seed: int = 0) -> Path:
     tokenizer.chat_template = QWEN_VL_TEMPLATE
     tokenizer.save_pretrained(path)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_VISION}
-    hidden = 64
+    heads = 4 if hidden <= 256 else hidden // 128
+    half = hidden // heads // 2  # M-RoPE sections split half the head: 1/4, 3/8, 3/8
     config = {
         "model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-        "hidden_size": hidden, "num_hidden_layers": 2, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+        "hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": hidden * 2,
+        "num_attention_heads": heads, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
         "vocab_size": len(tokenizer), "max_position_embeddings": 4096,
         "rope_theta": 1000000.0, "tie_word_embeddings": True,
-        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "rope_scaling": {"type": "mrope",
+                         "mrope_section": [half // 4, 3 * half // 8, 3 * half // 8]},
         "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
         "vision_end_token_id": ids["<|vision_end|>"],
