@@ -99,6 +99,10 @@ def _serve_parser(sub) -> None:
                        help="also answer requests whose Host header names NAME (repeatable)")
     serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN call the API, with CORS (repeatable)")
+    serve.add_argument("--allow-image-urls", action="store_true",
+                       help="fetch http(s) image URLs in requests (public addresses only, "
+                            "no redirects, 20 MiB and 10 s an image); without it, images "
+                            "come as data: URLs or base64")
     _add_engine_options(serve)
 
 def _add_engine_options(command) -> None:
@@ -183,6 +187,7 @@ def serve(args) -> int:
     import uvicorn
 
     from server.api import ServerConfig, make_app
+    from server.image_urls import ImageFetcher
 
     engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
                           _kv_cache_dir(args), args.embedding_model)
@@ -190,7 +195,8 @@ def serve(args) -> int:
         return 2
     app = make_app(engine, ServerConfig(
         api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
-        allow_origins=tuple(args.allow_origin)), access_log=lambda line: print(line, flush=True))
+        allow_origins=tuple(args.allow_origin),
+        image_urls=ImageFetcher() if args.allow_image_urls else None), access_log=lambda line: print(line, flush=True))
     host = f"[{args.host}]" if ":" in args.host else args.host
 
     class Server(uvicorn.Server):

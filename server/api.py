@@ -47,11 +47,11 @@ from .tool_calls import read_calls
 from .trust import RequestGate
 
 
-def _parse(data: bytes, chat: bool, defaults: dict) -> Completion:
+def _parse(data: bytes, chat: bool, defaults: dict, fetcher=None) -> Completion:
     """A chat request may be up to MAX_IMAGE_BODY_BYTES when it carries images
     (data: URLs); any other request is held to MAX_BODY_BYTES."""
     job = completion(parse_json(data, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES),
-                     chat, defaults)
+                     chat, defaults, fetcher)
     if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in job.messages or ()):
         raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a chat request "
                        f"with images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
@@ -152,7 +152,7 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
     check_key(request, state)
     job = await state.run(_parse, await read_body(request, MAX_IMAGE_BODY_BYTES if chat else
                                                   MAX_BODY_BYTES), chat,
-                          state.engine.generation_defaults.as_dict())
+                          state.engine.generation_defaults.as_dict(), state.config.image_urls)
     slot, handle = await admit(state, request, job)
     reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
                    int(time.time()), "chat.completion" if chat else "text_completion")

@@ -9,9 +9,10 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from engine import EngineError, Grammar, ImageBudget, SamplingParams, decode_data_url
+from engine import EngineError, Grammar, SamplingParams
 
 from .errors import APIError
+from .image_urls import ImageFetcher, RequestImages
 
 MAX_BODY_BYTES = 4 << 20
 # A chat request carrying images (data: URLs) may be this large: a few phone
@@ -78,11 +79,13 @@ def _nesting(data: bytes) -> int:
     return deepest
 
 
-def completion(body: dict, chat: bool, defaults: dict | None = None) -> Completion:
+def completion(body: dict, chat: bool, defaults: dict | None = None,
+               fetcher: ImageFetcher | None = None) -> Completion:
     """The request's parts, validated. Sampling fields left out take
-    `defaults` (the model's own: Engine.generation_defaults), else OpenAI's."""
+    `defaults` (the model's own: Engine.generation_defaults), else OpenAI's;
+    image URLs are fetched by `fetcher` (None: refused, saying why)."""
     if chat:
-        messages, prompt = _messages(body.get("messages")), None
+        messages, prompt = _messages(body.get("messages"), fetcher), None
     else:
         messages, prompt = None, _prompt(body.get("prompt"))
     stream = _optional(body, "stream", bool, False)
@@ -270,16 +273,18 @@ def _is_text(s: str) -> bool:
     return True
 
 
-def _messages(messages) -> list[dict[str, str]]:
+def _messages(messages, fetcher: ImageFetcher | None = None) -> list[dict[str, str]]:
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "messages must be a non-empty list.", param="messages")
-    budget = ImageBudget()  # the request's images together
-    return [_message(i, m, budget) for i, m in enumerate(messages)]
+    images = RequestImages(fetcher)  # the request's images together
+    return [_message(i, m, images) for i, m in enumerate(messages)]
 
 
-def _parts(field: str, role: str, parts: list, budget: ImageBudget) -> tuple[str, list, list]:
-    """Content parts: text, and images (`image_url` with a data: URL) in a
-    user message, each decoded and checked here, on the worker thread. The
+def _parts(field: str, role: str, parts: list,
+           request_images: RequestImages) -> tuple[str, list, list]:
+    """Content parts: text, and images (`image_url` with a data: URL, or an
+    http(s) one under --allow-image-urls) in a user message, each read,
+    decoded and checked here, on the worker thread. The
     text joined, the parts in order ({"type": "text"} or {"type": "image",
     "index"}), and the images."""
     texts, order, images = [], [], []
@@ -303,19 +308,14 @@ def _parts(field: str, role: str, parts: list, budget: ImageBudget) -> tuple[str
             raise APIError(400, f"{where}.image_url needs a url (a data: URL).",
                            param=f"{where}.image_url")
         try:
-            budget.count()
-            if url[:8].lower().startswith(("http://", "https://")):
-                raise EngineError("Image URLs are not fetched by this server (start it with "
-                                  "--allow-image-urls to allow it); send the image as a "
-                                  "data: URL (data:image/png;base64,...).", "bad-argument")
-            images.append(decode_data_url(url, f"The image in {where}", budget))
+            images.append(request_images.url(url, f"The image in {where}"))
         except EngineError as e:
             raise APIError(400, str(e), param=f"{where}.image_url") from None
         order.append({"type": "image", "index": len(images) - 1})
     return "".join(texts), order, images
 
 
-def _message(i: int, m, budget: ImageBudget | None = None) -> dict:
+def _message(i: int, m, request_images: RequestImages | None = None) -> dict:
     field = f"messages[{i}]"
     if isinstance(m, dict) and m.get("role") == "developer":  # OpenAI's newer name
         m = {**m, "role": "system"}
@@ -328,7 +328,8 @@ def _message(i: int, m, budget: ImageBudget | None = None) -> dict:
         content = ""  # an assistant turn that only called tools
     order, images = None, []
     if isinstance(content, list):  # content parts: text, and images in a user turn
-        content, order, images = _parts(field, m["role"], content, budget or ImageBudget())
+        content, order, images = _parts(field, m["role"], content,
+                                        request_images or RequestImages())
     if not isinstance(content, str):
         raise APIError(400, f"{field}.content must be text.", param=f"{field}.content")
     if not _is_text(content):

@@ -19,6 +19,7 @@ from engine import EngineError, Finished, Token
 
 from .bodies import MAX_BODY_BYTES, Completion
 from .errors import APIError
+from .image_urls import ImageFetcher
 from .logprobs import TokenPieces
 from .slots import Slot, Slots
 from .trust import key_matches
@@ -37,6 +38,7 @@ class ServerConfig:
     workers: int = 2  # threads that parse bodies, apply templates and tokenize (0: the
     # event loop itself, as before these threads existed; benchmarks compare with it)
     send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
+    image_urls: ImageFetcher | None = None  # fetches http(s) image URLs (--allow-image-urls)
 
 
 def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:

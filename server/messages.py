@@ -47,7 +47,8 @@ async def _messages(state: ServerState, request: Request) -> Response:
     check_key(request, state)
     data = await read_body(request, MAX_IMAGE_BODY_BYTES)  # images may come (base64)
     body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
-    job = await state.run(parse, body, state.engine.generation_defaults.as_dict())
+    job = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
+                          state.config.image_urls)
     if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in job.messages or ()):
         raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a request with "
                        f"images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")

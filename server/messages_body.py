@@ -7,17 +7,19 @@ templates drop earlier thinking), `tools` with `input_schema`,
 `tool_choice` (auto, any, tool, none), `max_tokens` (required),
 `stop_sequences`, temperature / top_p / top_k. Accepted and ignored:
 metadata, service_tier, `thinking` (a model thinks or not by its template:
-its thinking comes back as thinking blocks). Images, documents and server
-tools are refused by name."""
+its thinking comes back as thinking blocks). Image blocks: base64, and url
+sources under --allow-image-urls (image_urls.py). Documents and server tools
+are refused by name."""
 
 from __future__ import annotations
 
 import json
 
-from engine import EngineError, ImageBudget, decode_base64
+from engine import EngineError
 
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
+from .image_urls import ImageFetcher, RequestImages
 
 FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "stream",
           "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking",
@@ -25,7 +27,7 @@ FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "stream
 MAX_MESSAGES = 4096
 
 
-def parse(body: dict, defaults: dict) -> Completion:
+def parse(body: dict, defaults: dict, fetcher: ImageFetcher | None = None) -> Completion:
     for name in body:
         if name not in FIELDS:
             raise APIError(400, f"{name}: Extra inputs are not permitted", param=name)
@@ -35,7 +37,7 @@ def parse(body: dict, defaults: dict) -> Completion:
     thinking = _optional(body, "thinking", dict, {})
     if thinking.get("type") not in (None, "enabled", "disabled", "adaptive"):
         raise APIError(400, "thinking.type must be enabled or disabled.", param="thinking")
-    messages = _system(body.get("system")) + _messages(body.get("messages"))
+    messages = _system(body.get("system")) + _messages(body.get("messages"), fetcher)
     chat = {"max_tokens": max_tokens, "stop": body.get("stop_sequences") or None}
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
@@ -68,14 +70,14 @@ def _text_blocks(field: str, blocks) -> str:
     return "".join(out)
 
 
-def _messages(messages) -> list[dict]:
+def _messages(messages, fetcher: ImageFetcher | None = None) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "messages: a non-empty list is required.", param="messages")
     if len(messages) > MAX_MESSAGES:
         raise APIError(400, f"messages: more than {MAX_MESSAGES}.", param="messages")
     out: list[dict] = []
     called: set[str] = set()
-    budget = ImageBudget()  # the request's images together (engine/images.py)
+    images = RequestImages(fetcher)  # the request's images together
     for i, m in enumerate(messages):
         field = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
@@ -89,7 +91,7 @@ def _messages(messages) -> list[dict]:
             raise APIError(400, f"{field}.content must be text or a list of blocks.",
                            param=f"{field}.content")
         out += (_assistant(field, content, called) if role == "assistant"
-                else _user(field, content, called, budget))
+                else _user(field, content, called, images))
     return out
 
 
@@ -120,17 +122,19 @@ def _assistant(field: str, blocks: list, called: set[str]) -> list[dict]:
     return [turn]
 
 
-def _image(where: str, block: dict, budget: ImageBudget):
+def _image(where: str, block: dict, request_images: RequestImages):
     """An image block ({"source": {"type": "base64", "media_type", "data"}}),
-    decoded and checked (engine/images.py); a URL source is not fetched."""
+    decoded and checked (engine/images.py); a URL source ({"type": "url",
+    "url": ...}) is fetched only under --allow-image-urls (image_urls.py)."""
     source = block.get("source")
     kind = source.get("type") if isinstance(source, dict) else None
     try:
-        budget.count()
         if kind == "url":
-            raise EngineError("Image URLs are not fetched by this server; send the image as "
-                              "base64 ({'type': 'base64', 'media_type': 'image/png', "
-                              "'data': ...}).", "bad-argument")
+            url = source.get("url")
+            if not isinstance(url, str) or not url[:8].lower().startswith(("http://",
+                                                                            "https://")):
+                raise EngineError("A url image source needs an http(s) url.", "bad-argument")
+            return request_images.url(url, f"The image in {where}")
         media, data = (source.get("media_type"), source.get("data")) if kind == "base64" \
             else (None, None)
         if not (isinstance(media, str) and isinstance(data, str)):
@@ -139,13 +143,13 @@ def _image(where: str, block: dict, budget: ImageBudget):
         if not media.lower().startswith("image/"):
             raise EngineError(f"An image block's media_type is {media[:40]!r}, not an image.",
                               "bad-argument")
-        return decode_base64(data, f"The image in {where}", budget)
+        return request_images.base64(data, f"The image in {where}")
     except EngineError as e:
         raise APIError(400, f"{where}: {e}", param=where) from None
 
 
 def _user(field: str, blocks: list, called: set[str],
-          budget: ImageBudget | None = None) -> list[dict]:
+          request_images: RequestImages | None = None) -> list[dict]:
     results, text, images, order = [], [], [], []
     for j, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
@@ -154,7 +158,7 @@ def _user(field: str, blocks: list, called: set[str],
             text.append(block["text"])
             order.append({"type": "text", "text": block["text"]})
         elif kind == "image":
-            images.append(_image(where, block, budget or ImageBudget()))
+            images.append(_image(where, block, request_images or RequestImages()))
             order.append({"type": "image", "index": len(images) - 1})
         elif kind == "tool_result":
             call_id, content = block.get("tool_use_id"), block.get("content", "")

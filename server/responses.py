@@ -22,13 +22,22 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .bodies import parse_json
+from .bodies import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json
 from .errors import APIError
 from .responses_body import ResponsesJob, parse
 from .tool_calls import read_calls
 
 MAX_STORED = 1024  # responses kept for previous_response_id, least recently used out first
-MAX_STORED_BYTES = 64 << 20  # and at most this much text kept in all
+MAX_STORED_BYTES = 64 << 20  # and at most this much kept in all (text, and images decoded)
+
+
+def _size(turns: list[dict]) -> int:
+    """What a response's turns hold in memory: their text, and each image's
+    decoded pixels (3 bytes a pixel; engine/images.ChatImage)."""
+    pixels = sum(i.width * i.height * 3 for m in turns for i in m.get("images") or ())
+    text = json.dumps([{k: v for k, v in m.items() if k not in ("images", "parts")}
+                       for m in turns], ensure_ascii=False)
+    return len(text) + pixels
 
 
 class ResponseStore:
@@ -46,7 +55,7 @@ class ResponseStore:
         self._lock = threading.Lock()
 
     def put(self, owner: str, rid: str, previous: str | None, turns: list[dict]) -> None:
-        size = len(json.dumps(turns, ensure_ascii=False))
+        size = _size(turns)
         if size > self.max_bytes:
             return
         with self._lock:
@@ -76,9 +85,14 @@ def owner_of(request: Request) -> str:
 async def responses_route(state: ServerState, store: ResponseStore, request: Request) -> Response:
     check_key(request, state)
     owner = owner_of(request)
-    body = await state.run(parse_json, await read_body(request))
+    data = await read_body(request, MAX_IMAGE_BODY_BYTES)  # images may come (data: URLs)
+    body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
     rj: ResponsesJob = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
-                                       lambda rid: store.history(owner, rid))
+                                       lambda rid: store.history(owner, rid),
+                                       state.config.image_urls)
+    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in rj.new_messages):
+        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a request with "
+                       f"images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
     reply = Reply(state, rj, store, owner)
     try:
         slot, handle = await admit(state, request, rj.job)

@@ -2,7 +2,8 @@
 validated whole and turned into the chat request the engine runs.
 
 `input` is a string or a list of items: messages (system, developer, user,
-assistant; text parts), `function_call`, `function_call_output` (each must
+assistant; text parts, and `input_image` parts in user messages: a data:
+URL, or http(s) under --allow-image-urls), `function_call`, `function_call_output` (each must
 answer a call made earlier in the conversation) and `reasoning` (a model's
 earlier thinking: left out of the prompt, as chat templates drop it).
 `instructions` become the system turn (not carried over from a previous
@@ -20,9 +21,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
+from engine import EngineError
+
 from .bodies import (Completion, _integer, _is_text, _optional, _params, _response_format,
                      _tools)
 from .errors import APIError
+from .image_urls import ImageFetcher, RequestImages
 
 MAX_ITEMS = 4096
 FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
@@ -49,9 +53,11 @@ class ResponsesJob:
     namespaces: dict  # a namespaced function's name -> its namespace (a call names it)
 
 
-def parse(body: dict, defaults: dict, history) -> ResponsesJob:
+def parse(body: dict, defaults: dict, history,
+          fetcher: ImageFetcher | None = None) -> ResponsesJob:
     """`history(previous_id)`: the stored conversation of that response (its
-    turns and answer, as chat messages) or None when it is not known."""
+    turns and answer, as chat messages) or None when it is not known;
+    `fetcher` reads http(s) image URLs (None: refused, saying why)."""
     for name in body:
         if name not in FIELDS:
             raise APIError(400, f"Unrecognized request argument: {name}.", param=name)
@@ -73,7 +79,7 @@ def parse(body: dict, defaults: dict, history) -> ResponsesJob:
             raise APIError(404, f"Previous response with id '{previous_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
         before = found
-    new = _input(body.get("input"))
+    new = _input(body.get("input"), RequestImages(fetcher))
     _check_call_outputs(before + new)
     instructions = _optional(body, "instructions", str, None)
     messages = ([{"role": "system", "content": instructions}] if instructions else []) \
@@ -119,7 +125,7 @@ def _echo(body: dict, instructions, text: dict, params, previous_id) -> dict:
             "service_tier": body.get("service_tier") or "default"}
 
 
-def _input(value) -> list[dict]:
+def _input(value, images: RequestImages) -> list[dict]:
     """`input` as chat messages (consecutive function calls join one
     assistant turn, as chat templates show them)."""
     if isinstance(value, str):
@@ -138,7 +144,7 @@ def _input(value) -> list[dict]:
             raise APIError(400, f"{field} must be an object.", param=field)
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            out.append(_message(field, item))
+            out.append(_message(field, item, images))
         elif kind == "function_call":
             call = _call(field, item)
             if out and out[-1]["role"] == "assistant" and out[-1].get("tool_calls") is not None:
@@ -163,32 +169,64 @@ def _input(value) -> list[dict]:
     return out
 
 
-def _message(field: str, item: dict) -> dict:
+def _message(field: str, item: dict, request_images: RequestImages) -> dict:
     role = item.get("role")
     role = "system" if role == "developer" else role
     if role not in ("system", "user", "assistant"):
         raise APIError(400, f"{field}.role must be system, developer, user or assistant.",
                        param=f"{field}.role")
-    content = item.get("content")
-    if isinstance(content, list):
+    content, order, images = item.get("content"), [], []
+    if isinstance(content, list) and role == "user":
+        content, order, images = _user_parts(f"{field}.content", content, request_images)
+    elif isinstance(content, list):
         content = _text_of(f"{field}.content", content)
     if not isinstance(content, str) or not _is_text(content):
         raise APIError(400, f"{field}.content must be text or a list of text parts.",
                        param=f"{field}.content")
-    return {"role": role, "content": content}
+    out = {"role": role, "content": content}
+    if images:  # read by a vision model only (the engine's capabilities.images)
+        out["images"], out["parts"] = images, order
+    return out
 
 
-def _text_of(field: str, parts: list) -> str:
-    texts = []
+def _user_parts(field: str, parts: list, request_images: RequestImages):
+    """A user message's parts: text, and `input_image` ({"image_url": a data:
+    URL, or an http(s) one under --allow-image-urls}), read and checked here.
+    The text, the parts in order, the images (as bodies._parts)."""
+    texts, order, images = [], [], []
     for j, part in enumerate(parts):
+        where = f"{field}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "input_image":
+            texts.append(_text_of(field, [part], j))
+            order.append({"type": "text", "text": texts[-1]})
+            continue
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise APIError(400, f"{where}: an input_image needs an image_url (a data: URL"
+                                "); file_id images are not supported.", param=where)
+        try:
+            images.append(request_images.url(url, f"The image in {where}"))
+        except EngineError as e:
+            raise APIError(400, str(e), param=f"{where}.image_url") from None
+        order.append({"type": "image", "index": len(images) - 1})
+    return "".join(texts), order, images
+
+
+def _text_of(field: str, parts: list, first: int = 0) -> str:
+    texts = []
+    for j, part in enumerate(parts, first):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise APIError(400, f"{field}[{j}]: this model takes text only ({kind} parts "
-                                "are not supported).", param=f"{field}[{j}]")
+        elif kind == "input_image":
+            raise APIError(400, f"{field}[{j}]: images are read in user messages only.",
+                           param=f"{field}[{j}]")
+        elif kind in ("input_file", "input_audio"):
+            raise APIError(400, f"{field}[{j}]: {kind} parts are not supported (text and "
+                                "input_image).", param=f"{field}[{j}]")
         else:
             raise APIError(400, f"{field}[{j}] must be a text part ({{'type': 'input_text', "
                                 "'text': ...}).", param=f"{field}[{j}]")

@@ -1,0 +1,176 @@
+"""A request's images: data: URLs and base64 always; http(s) URLs only when
+the server was started with `--allow-image-urls`, and then fetched held in.
+
+A URL in a request body is the client's choice, and the server would fetch it
+from inside the user's network: without limits that is server-side request
+forgery (a web page that can reach the local API could make it read the
+router's admin page or a cloud metadata address), and a slow or endless
+answer would hold a worker. So a fetch:
+- takes http and https only, without credentials in the URL;
+- resolves the host once, and every address it resolves to must be public
+  (not loopback, private, link-local, shared, multicast, reserved or
+  unspecified, nor an IPv4-mapped or 6to4 form of one); it then connects to
+  the address it checked, so a second lookup (DNS rebinding) cannot answer
+  otherwise; a proxy from the environment is not used;
+- follows no redirect (a 3xx is refused: that is how a public URL reaches a
+  private one);
+- needs a 200 whose body is at most MAX_IMAGE_BYTES (a Content-Length over it
+  is refused before reading), all of it within FETCH_SECONDS from the first
+  connect, checked between reads (an answer that drips a byte at a time
+  stops there too);
+- then decodes the bytes as a data: URL's are (engine/images.py: the format,
+  the pixel cap, a decompression bomb, the request's budget).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import socket
+import ssl
+import time
+import urllib.parse
+from typing import Callable
+
+from engine import EngineError
+from engine.images import (MAX_IMAGE_BYTES, ChatImage, ImageBudget, decode_base64,
+                           decode_data_url, decode_image)
+
+FETCH_SECONDS = 10.0  # one image: connect, answer and body together
+CHUNK = 64 << 10
+
+
+def _bad(why: str) -> EngineError:
+    return EngineError(why, "bad-argument")
+
+
+def public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether an address is on the public internet: what a fetch may reach."""
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip.teredo is not None:
+            return False
+    return bool(ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_loopback
+                                      or ip.is_link_local or ip.is_unspecified
+                                      or ip.is_private))
+
+
+class ImageFetcher:
+    """Fetches image URLs as the module says. `allowed` decides which
+    addresses a fetch may reach (public_address; a test serving images on
+    127.0.0.1 passes its own), `seconds` the whole fetch's time."""
+
+    def __init__(self, allowed: Callable[[object], bool] = public_address,
+                 seconds: float = FETCH_SECONDS, max_bytes: int = MAX_IMAGE_BYTES):
+        self.allowed, self.seconds, self.max_bytes = allowed, seconds, max_bytes
+
+    def fetch(self, url: str, what: str = "The image") -> bytes:
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise _bad(f"{what}'s URL must be http(s)://host/...")
+        if parts.username or parts.password:
+            raise _bad(f"{what}'s URL carries credentials; they are not sent.")
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            raise _bad(f"{what}'s URL has a bad port.") from None
+        deadline = time.monotonic() + self.seconds
+        address = self._address(parts.hostname, port, what)
+        try:
+            return self._get(scheme, parts, port, address, deadline, what)
+        except (OSError, http.client.HTTPException, ssl.SSLError) as e:
+            if time.monotonic() >= deadline or isinstance(e, TimeoutError):
+                raise _bad(f"{what}: {parts.hostname} did not answer within "
+                           f"{self.seconds:g} s.") from None
+            raise _bad(f"{what} could not be fetched from {parts.hostname} "
+                       f"({type(e).__name__}: {str(e)[:120]}).") from None
+
+    def _address(self, host: str, port: int, what: str) -> str:
+        """The one address to connect to; every address of `host` checked."""
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise _bad(f"{what}: the host {host[:80]!r} was not found.") from None
+        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in found]
+        refused = [a for a in addresses if not self.allowed(a)]
+        if refused or not addresses:
+            raise _bad(f"{what}: {host[:80]} is a local or private address ({refused[0]}); "
+                       "image URLs are fetched from public addresses only."
+                       if refused else f"{what}: the host {host[:80]!r} was not found.")
+        return str(addresses[0])
+
+    def _get(self, scheme, parts, port, address, deadline, what) -> bytes:
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            return remaining
+
+        sock = socket.create_connection((address, port), timeout=left())
+        if scheme == "https":
+            context = ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=parts.hostname)
+            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=left(),
+                                               context=context)
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, port, timeout=left())
+        conn.sock = sock  # connected to the address checked: no second lookup
+        try:
+            target = parts.path or "/"
+            if parts.query:
+                target += "?" + parts.query
+            conn.request("GET", target, headers={"User-Agent": "Tandem",
+                                                 "Accept": "image/*"})
+            sock.settimeout(left())
+            answer = conn.getresponse()
+            if 300 <= answer.status < 400:
+                raise _bad(f"{what}: {parts.hostname} answered with a redirect "
+                           f"({answer.status}); redirects are not followed.")
+            if answer.status != 200:
+                raise _bad(f"{what}: {parts.hostname} answered {answer.status} "
+                           f"{answer.reason[:60]}.")
+            length = answer.getheader("Content-Length")
+            if length and length.isdigit() and int(length) > self.max_bytes:
+                raise self._too_big(what)
+            body = bytearray()
+            while True:
+                sock.settimeout(left())
+                chunk = answer.read1(CHUNK)
+                if not chunk:
+                    return bytes(body)
+                body += chunk
+                if len(body) > self.max_bytes:
+                    raise self._too_big(what)
+        finally:
+            conn.close()
+
+    def _too_big(self, what: str) -> EngineError:
+        return _bad(f"{what} is over {self.max_bytes >> 20} MiB; an image is at most "
+                    f"{self.max_bytes >> 20} MiB.")
+
+
+class RequestImages:
+    """One request's images: its budget (engine/images.ImageBudget) and how a
+    URL is read (`fetcher`: None unless --allow-image-urls)."""
+
+    def __init__(self, fetcher: ImageFetcher | None = None):
+        self.budget, self.fetcher = ImageBudget(), fetcher
+
+    def url(self, url: str, what: str) -> ChatImage:
+        """An image URL: data: always, http(s) through the fetcher."""
+        self.budget.count()
+        if url[:8].lower().startswith(("http://", "https://")):
+            if self.fetcher is None:
+                raise _bad("Image URLs are not fetched by this server (start it with "
+                           "--allow-image-urls to allow it); send the image as a data: URL "
+                           "(data:image/png;base64,...).")
+            return decode_image(self.fetcher.fetch(url, what), what, self.budget)
+        return decode_data_url(url, what, self.budget)
+
+    def base64(self, payload: str, what: str) -> ChatImage:
+        self.budget.count()
+        return decode_base64(payload, what, self.budget)

@@ -1,0 +1,255 @@
+"""Image URLs under `tandem serve --allow-image-urls` (server/image_urls.py),
+against a real HTTP server on 127.0.0.1: the default fetcher refuses every
+local or private address before connecting; a fetcher that may reach the
+test's own server (its `allowed` test says loopback) gets an image, and
+refuses a redirect, an answer over the size limit (declared or streamed), a
+server that never answers or drips bytes past the deadline, a 404, a URL
+with credentials. Through the real openai, anthropic clients and the
+Responses API: an image URL reaches the vision model and answers as a data:
+URL of the same image does; a Responses image is kept for
+previous_response_id and its KV found again."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import ipaddress
+import socket
+import threading
+
+import openai
+import pytest
+from PIL import Image
+
+from engine import Engine, EngineError, LaneSpec, SamplingParams, load_model
+from server.image_urls import ImageFetcher, public_address
+from tests.vision_models import build_qwen25_vl
+
+RED = (200, 30, 30)
+
+
+def _png(color=RED, size=(64, 48)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.1", "127.8.9.10", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+    "100.64.0.1", "0.0.0.0", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::1", "::",
+    "fe80::1", "fc00::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "2002:7f00:1::1",
+    "2002:a00:1::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "ff02::1"])
+def test_local_and_private_addresses_are_not_public(address):
+    assert not public_address(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111",
+                                     "::ffff:8.8.8.8", "2002:808:808::1"])
+def test_public_addresses_are(address):
+    assert public_address(ipaddress.ip_address(address))
+
+
+class _Site:
+    """A real HTTP server on 127.0.0.1 with the answers the tests need; it
+    records each path asked for. /slow and /drip hold until `release`."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+        self.release = threading.Event()
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                site.asked.append(self.path)
+                if self.path == "/red.png":
+                    self._send(200, _png())
+                elif self.path == "/redirect":
+                    self.send_response(302)
+                    self.send_header("Location", "/red.png")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path == "/big":  # declares more than the limit
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(1 << 30))
+                    self.end_headers()
+                elif self.path == "/endless":  # no length: streams past the limit
+                    self.send_response(200)
+                    self.end_headers()
+                    try:
+                        while not site.release.is_set():
+                            self.wfile.write(b"\0" * 65536)
+                    except OSError:
+                        pass
+                elif self.path == "/slow":  # never answers until released
+                    site.release.wait(60)
+                elif self.path == "/drip":  # a byte at a time, each well within a read's wait
+                    self.send_response(200)
+                    self.end_headers()
+                    try:
+                        while not site.release.wait(0.05):
+                            self.wfile.write(b"\0")
+                            self.wfile.flush()
+                    except OSError:
+                        pass
+                else:
+                    self._send(404, b"no")
+
+            def _send(self, status, body):
+                self.send_response(status)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def stop(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def site():
+    s = _Site()
+    yield s
+    s.stop()
+
+
+def _loopback(ip) -> bool:
+    return ip.is_loopback
+
+
+def test_the_default_fetcher_never_connects_to_a_local_address(site):
+    fetcher = ImageFetcher()
+    for url in (site.url("/red.png"), site.url("/red.png", "localhost"),
+                site.url("/red.png", "[::ffff:127.0.0.1]")):
+        with pytest.raises(EngineError, match="local or private address"):
+            fetcher.fetch(url)
+    assert site.asked == []  # refused before any connection
+
+
+def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
+    fetcher = ImageFetcher(allowed=_loopback, seconds=1.0, max_bytes=1 << 20)
+    assert fetcher.fetch(site.url("/red.png")) == _png()
+    for path, said in [("/redirect", r"redirect \(302\); redirects are not followed"),
+                       ("/big", "over 1 MiB"), ("/endless", "over 1 MiB"),
+                       ("/slow", "did not answer within 1 s"),
+                       ("/drip", "did not answer within 1 s"),
+                       ("/missing", "answered 404")]:
+        with pytest.raises(EngineError, match=said):
+            fetcher.fetch(site.url(path))
+    assert "/red.png" not in site.asked[1:]  # the redirect was not followed
+    closed = socket.socket()  # bound, not listening: a connection is refused
+    closed.bind(("127.0.0.1", 0))
+    try:
+        for url, said in [(f"http://user:pw@127.0.0.1:{site.port}/red.png", "credentials"),
+                          (f"ftp://127.0.0.1:{site.port}/red.png", "must be http"),
+                          ("http://no-such-host.invalid/a.png", "was not found"),
+                          (f"http://127.0.0.1:{closed.getsockname()[1]}/x",
+                           "could not be fetched")]:
+            with pytest.raises(EngineError, match=said):
+                fetcher.fetch(url)
+    finally:
+        closed.close()
+
+
+@pytest.fixture(scope="module")
+def vision_engine(tmp_path_factory):
+    path = build_qwen25_vl(tmp_path_factory.mktemp("qwen_vl") / "model")
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    assert engine.wait_ready(120)
+    yield engine
+    engine.close()
+
+
+def _reference(engine, text="What is it?") -> str:
+    from engine import decode_image
+
+    image = decode_image(_png())
+    messages = [{"role": "user", "content": text, "images": [image],
+                 "parts": [{"type": "image", "index": 0}, {"type": "text", "text": text}]}]
+    return engine.submit(engine.prepare(messages),
+                         SamplingParams(max_tokens=8, temperature=0.0)).result(120).text
+
+
+def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
+    import anthropic
+
+    from tests.test_server import Served
+
+    expected = _reference(vision_engine)
+    allowed = Served(vision_engine, image_urls=ImageFetcher(allowed=_loopback, seconds=2.0))
+    default = Served(vision_engine, image_urls=ImageFetcher())
+    refusing = Served(vision_engine)
+    try:
+        def ask(served, url):
+            return served.client().chat.completions.create(
+                model="tiny", max_tokens=8, temperature=0, messages=[{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": "What is it?"}]}])
+
+        assert ask(allowed, site.url("/red.png")).choices[0].message.content == expected
+        claude = anthropic.Anthropic(base_url=allowed.url, api_key="x", max_retries=0)
+        answer = claude.messages.create(model="tiny", max_tokens=8, messages=[
+            {"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": site.url("/red.png")}},
+                {"type": "text", "text": "What is it?"}]}])
+        assert answer.content[0].text == expected
+        for served, url, said in [(allowed, site.url("/redirect"), "redirects are not followed"),
+                                  (allowed, site.url("/slow"), "did not answer within 2 s"),
+                                  (default, site.url("/red.png"), "local or private address"),
+                                  (refusing, site.url("/red.png"), "--allow-image-urls")]:
+            with pytest.raises(openai.BadRequestError, match=said):
+                ask(served, url)
+        # and each server answers on
+        assert ask(allowed, site.url("/red.png")).choices[0].message.content == expected
+        text = refusing.client().chat.completions.create(
+            model="tiny", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+        assert text.choices[0].message.content is not None
+    finally:
+        for served in (allowed, default, refusing):
+            served.stop()
+
+
+def test_the_responses_api_reads_an_input_image_and_keeps_it(vision_engine):
+    from tests.test_server import Served
+
+    expected = _reference(vision_engine)
+    served = Served(vision_engine)
+    try:
+        client = served.client()
+        url = "data:image/png;base64," + base64.b64encode(_png()).decode()
+        first = client.responses.create(model="tiny", max_output_tokens=8, temperature=0,
+                                        input=[{"role": "user", "content": [
+                                            {"type": "input_image", "image_url": url},
+                                            {"type": "input_text", "text": "What is it?"}]}])
+        assert first.output_text == expected
+        follow = client.responses.create(model="tiny", max_output_tokens=4, temperature=0,
+                                         previous_response_id=first.id, input="And its color?")
+        # The image came again from the stored response: its KV was found.
+        assert follow.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
+        for part, said in [({"type": "input_image", "file_id": "file-1"}, "file_id"),
+                           ({"type": "input_image", "image_url": "data:text/plain;base64,aGk="},
+                            "not an image"),
+                           ({"type": "input_file", "file_data": "x"}, "not supported")]:
+            with pytest.raises(openai.BadRequestError, match=said):
+                client.responses.create(model="tiny", max_output_tokens=4, input=[
+                    {"role": "user", "content": [part, {"type": "input_text", "text": "?"}]}])
+        with pytest.raises(openai.BadRequestError, match="user messages only"):
+            client.responses.create(model="tiny", max_output_tokens=4, input=[
+                {"role": "system", "content": [{"type": "input_image", "image_url": url}]},
+                {"role": "user", "content": "?"}])
+    finally:
+        served.stop()
