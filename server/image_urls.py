@@ -17,7 +17,8 @@ answer would hold a worker. So a fetch:
 - needs a 200 whose body is at most MAX_IMAGE_BYTES (a Content-Length over it
   is refused before reading), all of it within FETCH_SECONDS from the first
   connect, checked between reads (an answer that drips a byte at a time
-  stops there too);
+  stops there too), and a request's fetches together within
+  REQUEST_FETCH_SECONDS (they hold one of the server's parsing threads);
 - then decodes the bytes as a data: URL's are (engine/images.py: the format,
   the pixel cap, a decompression bomb, the request's budget).
 """
@@ -37,6 +38,7 @@ from engine.images import (MAX_IMAGE_BYTES, ChatImage, ImageBudget, decode_base6
                            decode_data_url, decode_image)
 
 FETCH_SECONDS = 10.0  # one image: connect, answer and body together
+REQUEST_FETCH_SECONDS = 30.0  # all of one request's fetches (a worker thread waits on them)
 CHUNK = 64 << 10
 
 
@@ -67,7 +69,9 @@ class ImageFetcher:
                  seconds: float = FETCH_SECONDS, max_bytes: int = MAX_IMAGE_BYTES):
         self.allowed, self.seconds, self.max_bytes = allowed, seconds, max_bytes
 
-    def fetch(self, url: str, what: str = "The image") -> bytes:
+    def fetch(self, url: str, what: str = "The image", until: float | None = None) -> bytes:
+        """The bytes at `url`, within `self.seconds` (and by `until`, a
+        time.monotonic() the request's fetches must end by)."""
         parts = urllib.parse.urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
@@ -79,13 +83,16 @@ class ImageFetcher:
         except ValueError:
             raise _bad(f"{what}'s URL has a bad port.") from None
         deadline = time.monotonic() + self.seconds
+        if until is not None:
+            deadline = min(deadline, until)
         address = self._address(parts.hostname, port, what)
         try:
             return self._get(scheme, parts, port, address, deadline, what)
         except (OSError, http.client.HTTPException, ssl.SSLError) as e:
             if time.monotonic() >= deadline or isinstance(e, TimeoutError):
-                raise _bad(f"{what}: {parts.hostname} did not answer within "
-                           f"{self.seconds:g} s.") from None
+                raise _bad(f"{what}: {parts.hostname} did not answer in time ("
+                           f"{self.seconds:g} s an image, {REQUEST_FETCH_SECONDS:g} s a "
+                           "request).") from None
             raise _bad(f"{what} could not be fetched from {parts.hostname} "
                        f"({type(e).__name__}: {str(e)[:120]}).") from None
 
@@ -159,6 +166,7 @@ class RequestImages:
 
     def __init__(self, fetcher: ImageFetcher | None = None):
         self.budget, self.fetcher = ImageBudget(), fetcher
+        self.until: float | None = None  # set at the first fetch
 
     def url(self, url: str, what: str) -> ChatImage:
         """An image URL: data: always, http(s) through the fetcher."""
@@ -168,7 +176,9 @@ class RequestImages:
                 raise _bad("Image URLs are not fetched by this server (start it with "
                            "--allow-image-urls to allow it); send the image as a data: URL "
                            "(data:image/png;base64,...).")
-            return decode_image(self.fetcher.fetch(url, what), what, self.budget)
+            if self.until is None:
+                self.until = time.monotonic() + REQUEST_FETCH_SECONDS
+            return decode_image(self.fetcher.fetch(url, what, self.until), what, self.budget)
         return decode_data_url(url, what, self.budget)
 
     def base64(self, payload: str, what: str) -> ChatImage:

@@ -17,13 +17,14 @@ import io
 import ipaddress
 import socket
 import threading
+import time
 
 import openai
 import pytest
 from PIL import Image
 
 from engine import Engine, EngineError, LaneSpec, SamplingParams, load_model
-from server.image_urls import ImageFetcher, public_address
+from server.image_urls import ImageFetcher, RequestImages, public_address
 from tests.vision_models import build_qwen25_vl
 
 RED = (200, 30, 30)
@@ -145,8 +146,8 @@ def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
     assert fetcher.fetch(site.url("/red.png")) == _png()
     for path, said in [("/redirect", r"redirect \(302\); redirects are not followed"),
                        ("/big", "over 1 MiB"), ("/endless", "over 1 MiB"),
-                       ("/slow", "did not answer within 1 s"),
-                       ("/drip", "did not answer within 1 s"),
+                       ("/slow", "did not answer in time \\(1 s an image"),
+                       ("/drip", "did not answer in time \\(1 s an image"),
                        ("/missing", "answered 404")]:
         with pytest.raises(EngineError, match=said):
             fetcher.fetch(site.url(path))
@@ -163,6 +164,16 @@ def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
                 fetcher.fetch(url)
     finally:
         closed.close()
+
+
+def test_a_request_s_fetches_share_one_deadline(site):
+    """Past the request's deadline, the next image is not even asked for."""
+    images = RequestImages(ImageFetcher(allowed=_loopback, seconds=5.0))
+    assert images.url(site.url("/red.png"), "The image").width == 64
+    images.until = time.monotonic() - 1  # its 30 s spent
+    with pytest.raises(EngineError, match="did not answer in time"):
+        images.url(site.url("/red.png"), "The image")
+    assert site.asked == ["/red.png"]
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +219,7 @@ def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
                 {"type": "text", "text": "What is it?"}]}])
         assert answer.content[0].text == expected
         for served, url, said in [(allowed, site.url("/redirect"), "redirects are not followed"),
-                                  (allowed, site.url("/slow"), "did not answer within 2 s"),
+                                  (allowed, site.url("/slow"), "did not answer in time"),
                                   (default, site.url("/red.png"), "local or private address"),
                                   (refusing, site.url("/red.png"), "--allow-image-urls")]:
             with pytest.raises(openai.BadRequestError, match=said):
