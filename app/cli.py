@@ -101,8 +101,8 @@ def _serve_parser(sub) -> None:
                        help="let web pages from ORIGIN call the API, with CORS (repeatable)")
     serve.add_argument("--allow-image-urls", action="store_true",
                        help="fetch http(s) image URLs in requests (public addresses only, "
-                            "no redirects, 20 MiB and 10 s an image, 30 s a request); without it, "
-                            "images come as data: URLs or base64")
+                            "no redirects, 20 MiB and 10 s an image, 30 s a request); "
+                            "without it, images come as data: URLs or base64")
     _add_engine_options(serve)
 
 def _add_engine_options(command) -> None:
