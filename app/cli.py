@@ -196,7 +196,8 @@ def serve(args) -> int:
     app = make_app(engine, ServerConfig(
         api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
         allow_origins=tuple(args.allow_origin),
-        image_urls=ImageFetcher() if args.allow_image_urls else None), access_log=lambda line: print(line, flush=True))
+        image_urls=ImageFetcher() if args.allow_image_urls else None),
+        access_log=lambda line: print(line, flush=True))
     host = f"[{args.host}]" if ":" in args.host else args.host
 
     class Server(uvicorn.Server):
