@@ -99,17 +99,15 @@ def test_desktop_entry_installs_with_absolute_paths(tmp_path):
     assert Path(icon).is_absolute() and Path(icon).exists()
 
 
-def test_bundled_server_answers_the_api(bundle_env):
-    """`Tandem serve` from the bundle (uvicorn and starlette frozen with it),
-    on the port it picks (`--port 0`), from the line it prints once it listens."""
+def _serve(env, home, *args):
+    """`Tandem serve --port 0 ARGS` from the bundle: (the process, its port,
+    its stderr's file), once the line it prints when it listens is read."""
     import re
     import threading
-    import urllib.request
 
-    env, home = bundle_env
     errors = home / "serve-stderr.txt"
     with open(errors, "w") as stderr_file:
-        proc = subprocess.Popen([str(EXE), "serve", "--port", "0"], env=env, cwd=home,
+        proc = subprocess.Popen([str(EXE), "serve", "--port", "0", *args], env=env, cwd=home,
                                 stdout=subprocess.PIPE, stderr=stderr_file, text=True)
     found, listening = {}, threading.Event()
 
@@ -121,23 +119,69 @@ def test_bundled_server_answers_the_api(bundle_env):
                 listening.set()
         listening.set()  # it ended without listening: its stderr says why
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    threading.Thread(target=read, daemon=True).start()
+    if not (listening.wait(180) and "port" in found):
+        proc.terminate()
+        proc.wait(30)
+        pytest.fail(errors.read_text())
+    return proc, found["port"], errors
+
+
+def _chat(port: int, content) -> dict:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"messages": [{"role": "user", "content": content}],
+                         "max_tokens": 4}).encode())
+    return json.loads(urllib.request.urlopen(request, timeout=120).read())
+
+
+def test_bundled_server_answers_the_api(bundle_env):
+    """`Tandem serve` from the bundle (uvicorn and starlette frozen with it),
+    on the port it picks (`--port 0`), from the line it prints once it listens."""
+    import urllib.request
+
+    env, home = bundle_env
+    proc, port, _ = _serve(env, home)
     try:
-        assert listening.wait(120) and "port" in found, errors.read_text()
-        port = found["port"]
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read()
         assert json.loads(body)["status"] == "ok"
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
-            headers={"Content-Type": "application/json"},
-            data=json.dumps({"messages": [{"role": "user", "content": "hi"}],
-                             "max_tokens": 4}).encode())
-        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
-        assert answer["usage"]["completion_tokens"] >= 1
+        assert _chat(port, "hi")["usage"]["completion_tokens"] >= 1
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.parametrize("family", ["smolvlm", "qwen2_5_vl"])
+def test_bundled_server_reads_an_image(bundle_env, tmp_path, family):
+    """Vision in the bundle: a tiny random model of each family (mlx-vlm's
+    classes, transformers' PIL-backed processors, Pillow) loads from a folder
+    and reads a PNG sent as a data: URL."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from tests.vision_models import build_qwen25_vl, build_smolvlm
+
+    env, home = bundle_env
+    build = build_smolvlm if family == "smolvlm" else build_qwen25_vl
+    model = build(tmp_path / family)
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(out, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+    proc, port, errors = _serve(env, home, "--model", str(model))
+    try:
+        answer = _chat(port, [{"type": "image_url", "image_url": {"url": url}},
+                              {"type": "text", "text": "What is it?"}])
+        assert answer["usage"]["completion_tokens"] >= 1
+        assert answer["usage"]["prompt_tokens"] > 4  # the image's tokens among them
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "Traceback" not in errors.read_text()
         reader.join(10)
         proc.stdout.close()
     stderr = errors.read_text()
