@@ -312,3 +312,36 @@ def test_images_travel_in_the_file_and_a_damaged_one_is_left_out_and_said(store)
     doc["images"] = "everything"
     with pytest.raises(ImportError_, match="images are not a list"):
         parse_chat(json.dumps(doc).encode())
+
+
+def test_openai_style_content_parts_import_with_their_images(store):
+    """A plain OpenAI-style list whose content is parts (as the API takes
+    them): text parts joined; a user message's data: URL images read,
+    checked and kept with the chat; a web address, a damaged image and bad
+    base64 left out and said; a part that is neither refused."""
+    import base64
+
+    red = _red()
+    url = "data:image/png;base64," + base64.b64encode(red.data).decode()
+    plain = [{"role": "user", "content": [
+                 {"type": "text", "text": "What is "}, {"type": "text", "text": "this?"},
+                 {"type": "image_url", "image_url": {"url": url}},
+                 {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}},
+                 {"type": "image_url", "image_url": {"url": url[:60]}},
+                 {"type": "image_url", "image_url": "data:image/png;base64,@@"}]},
+             {"role": "assistant", "content": [{"type": "text", "text": "A red square."}]},
+             {"role": "user", "content": [{"type": "input_image", "image_url": url}]}]
+    parsed = parse_chat(json.dumps(plain).encode())
+    assert "3 of the file's images could not be read" in parsed["notes"][0]
+    assert "web addresses are not fetched" in parsed["notes"][0]
+    new = import_chat(store, json.dumps(plain).encode())
+    shown = store.messages(new)
+    assert [m.content for m in shown] == ["What is this?", "A red square.", ""]
+    assert [r["digest"] for r in shown[0].stats["images"]] == [red.digest]
+    assert shown[2].stats["images"][0]["digest"] == red.digest
+    assert store.image_data(red.digest) == red.data and store.thumbnail(red.digest)
+    for bad, why in [([{"role": "assistant", "content": [
+                         {"type": "image_url", "image_url": {"url": url}}]}], "part 1 is not"),
+                     ([{"role": "user", "content": [{"type": "audio"}]}], "part 1 is not")]:
+        with pytest.raises(ImportError_, match=why):
+            parse_chat(json.dumps(bad).encode())

@@ -2,7 +2,8 @@
 
 Qt-free. Export writes the whole tree (`format: tandem-chat`, `version: 1`).
 Import reads that, or a plain OpenAI-style `{"messages": [{"role",
-"content"}, ...]}` / a bare list of such messages (one branch), checks every
+"content"}, ...]}` / a bare list of such messages (one branch; content
+parts' text joined, a user message's data: URL images kept), checks every
 field before anything is written, and makes a new chat: a file is data, its
 ids are renumbered, nothing in it can touch another chat.
 """
@@ -84,9 +85,15 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     images, notes = _images(doc.get("images")) if tree else ({}, [])
     messages, seen = [], set()
     names: dict[str, str] = {}  # a plain list's call ids -> their tools' names
+    lost: list[str] = []  # a plain list's images that could not be read
     for i, m in enumerate(doc["messages"], start=1):
+        if not tree and isinstance(m, dict) and isinstance(m.get("content"), list):
+            m = _openai_parts(m, i, images, lost)
         messages.append(_message(m, i, tree, seen, names, images))
         seen.add(messages[-1]["id"])
+    if lost:
+        notes.append(f"{len(lost)} of the file's images could not be read and were left out "
+                     f"({'; '.join(lost[:3])}{'; ...' if len(lost) > 3 else ''}).")
     if not messages:
         _fail("The file has no messages.")
     title = doc.get("title")
@@ -188,7 +195,8 @@ def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str],
     reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
     if not isinstance(reasoning, str):
         _fail(f"Message {i}'s thinking is not text.")
-    stats = _stats(m.get("stats"), len(content), images or {}) if tree else None
+    stats = _stats(m.get("stats"), len(content), images or {}) if tree else \
+        ({"images": m["_images"]} if m.get("_images") else None)  # _openai_parts' own
     if tree:
         mid, parent = m.get("id"), m.get("parent")
         if not _is_int(mid) or mid in seen:
@@ -205,6 +213,44 @@ def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str],
     return {"id": mid, "parent": parent, "role": role, "content": content,
             "reasoning": reasoning, "complete": m.get("complete", True) is not False,
             "stats": stats, "tool": tool}
+
+
+def _openai_parts(m: dict, i: int, images: dict[str, Any], lost: list[str]) -> dict:
+    """An OpenAI-style message whose content is parts: its text parts joined,
+    and in a user message its image_url parts with data: URLs read and checked
+    as attached images are (kept in `images`, named in the message's stats);
+    one that cannot be read, or a web address (not fetched), goes in `lost`."""
+    texts, records = [], []
+    for j, part in enumerate(m["content"][:1000], start=1):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+            continue
+        if kind not in ("image_url", "input_image") or m.get("role") != "user":
+            _fail(f"Message {i}'s part {j} is not text (or an image in a user message).")
+        value = part.get("image_url")
+        url = value.get("url") if isinstance(value, dict) else value
+        name = f"image {len(records) + 1} of message {i}"
+        header, _, payload = url.partition(",") if isinstance(url, str) else ("", "", "")
+        if not (header.lower().startswith("data:image/") and header.lower().endswith(";base64")):
+            lost.append(f"{name}: not a data: URL" + (" (web addresses are not fetched)"
+                        if isinstance(url, str) and url.startswith("http") else ""))
+            continue
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            lost.append(f"{name}: not base64")
+            continue
+        if len(images) >= MAX_FILE_IMAGES:
+            lost.append(f"{name}: over {MAX_FILE_IMAGES} images in one file")
+            continue
+        image = read_image_bytes(f"{name}.{header[11:-7][:10] or 'png'}", data)
+        if image.error:
+            lost.append(f"{name}: {image.error}")
+            continue
+        images.setdefault(image.digest, image)
+        records.append(image.record())
+    return {**m, "content": "".join(texts), "_images": records}
 
 
 def _text(value: Any, limit: int = 200) -> str:
