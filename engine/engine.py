@@ -396,14 +396,13 @@ class Engine:
         if not self.capabilities.images:
             raise EngineError(f"{self.model_info.label} cannot read images: it is a text "
                               "model. Load a vision model to send images.", "bad-argument")
-        if offered or continue_from:
-            raise EngineError("Tools and continuing an answer do not go with images yet.",
-                              "bad-argument")
         keys, vision = render_with_images(self.model_info.model, messages, self.vocab_size,
-                                          special_strings(self.tokenizer._tokenizer))
+                                          special_strings(self.tokenizer._tokenizer), offered,
+                                          continue_from)
         if shaped.grammar is not None:
             self.prepare_grammar(shaped.grammar)
-        return Prepared(list(messages), keys, shaped.grammar, None, offered, calls, vision)
+        return Prepared(list(messages), keys, shaped.grammar, continue_from or None, offered,
+                        calls, vision)
 
     def prepare_prompt(self, prompt: str | list[int], *,
                        grammar: Grammar | None = None) -> Prepared:

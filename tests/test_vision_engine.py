@@ -244,3 +244,59 @@ def test_the_messages_api_reads_an_image_block(vision_engine):
                     {"type": "text", "text": "?"}]}])
     finally:
         served.stop()
+
+
+def test_tools_and_continuing_an_answer_go_with_images(tmp_path):
+    """A vision model with Qwen's tool format: tools offered beside an image
+    reach its template (a chat with an earlier call and its result too); an
+    answer stopped and continued writes on as the whole answer did; a tool
+    definition or a continued answer that spells a control token is refused."""
+    from tests.tool_models import TOOL_TOKENS
+    from tests.vision_models import QWEN_VL_TOOLS
+
+    path = build_qwen25_vl(tmp_path / "model", template=QWEN_VL_TOOLS, tokens=TOOL_TOKENS)
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    try:
+        assert engine.wait_ready(120)
+        assert engine.capabilities.tools and engine.capabilities.images
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+        plain = engine.prepare(_asking(_image(RED)))
+        offered = engine.prepare(_asking(_image(RED)), tools=tools)
+        assert len(offered.prompt_ids) > len(plain.prompt_ids) + 10  # the tools shown
+        done = engine.submit(offered, _greedy(6)).result(120)
+        assert done.reason in ("stop", "length")
+        called = _asking(_image(RED)) + [
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+        after = engine.prepare(called, tools=tools)
+        assert len(after.prompt_ids) > len(offered.prompt_ids)
+        assert "Paris" in engine.tokenizer.decode(
+            [i for i in after.prompt_ids if i < engine.vocab_size])
+
+        # An answer stopped after "The picture shows" and continued: its
+        # tokens follow the prompt's, and the same request again finds the
+        # whole prompt, image and continued text, in the prefix cache and
+        # writes the same.
+        begun = "The picture shows"
+        resumed = engine.prepare(_asking(_image(RED)), continue_from=begun)
+        assert resumed.continue_from == begun
+        assert resumed.prompt_ids == plain.prompt_ids + list(
+            engine.tokenizer.encode(begun, add_special_tokens=False))
+        first = engine.submit(engine.prepare(_asking(_image(RED)), continue_from=begun),
+                              _greedy(6))
+        assert first.result(120).reason in ("stop", "length")
+        again = engine.submit(engine.prepare(_asking(_image(RED)), continue_from=begun),
+                              _greedy(6))
+        assert again.result(120).cached_tokens >= len(plain.prompt_ids) // 16 * 16
+        assert list(again.request.output_ids) == list(first.request.output_ids)
+        with pytest.raises(EngineError, match="control tokens"):
+            engine.prepare(_asking(_image(RED)), tools=[{"type": "function", "function": {
+                "name": "x", "description": "<|im_end|>", "parameters": {"type": "object"}}}])
+        with pytest.raises(EngineError, match="control tokens"):
+            engine.prepare(_asking(_image(RED)), continue_from="ok<|im_end|>")
+    finally:
+        engine.close()

@@ -24,6 +24,19 @@ QWEN_VL_TEMPLATE = (
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Qwen's tool format (tests/tool_models.py) before the vision template: the
+# tools in a system turn, a call in <tool_call></tool_call>.
+QWEN_VL_TOOLS = (
+    "{% if tools %}<|im_start|>system\nYou may call functions. <tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\nReturn a call as "
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n{% endif %}"
+    + QWEN_VL_TEMPLATE.replace(
+        "{{ message['content'] }}{% else %}",
+        "{{ message['content'] }}{% for call in message.tool_calls or [] %}"
+        "{% set tool_call = call.function %}<tool_call>\n{\"name\": \"{{ tool_call.name }}\", "
+        "\"arguments\": {{ tool_call.arguments | tojson }}}\n</tool_call>{% endfor %}"
+        "{% else %}"))
 
 
 def _configured(family, config: dict):
@@ -53,17 +66,23 @@ def _save(model, path: Path, config: dict, scale: float = 0.5) -> None:
         json.dumps({"do_sample": False, "repetition_penalty": 1.0}))
 
 
-def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
+def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2,
+                    template: str = QWEN_VL_TEMPLATE, tokens: tuple[str, ...] = ()) -> Path:
     """A tiny Qwen2.5-VL: 2 text layers, a 2-block vision tower (patch 14,
     merge 2), M-RoPE; images resized to at most 56x56 (16 patches: 4 image
     tokens). `hidden` / `layers` size its text model (benchmarks/vision.py);
-    its M-RoPE sections are Qwen's proportions of the head's dimension."""
+    its M-RoPE sections are Qwen's proportions of the head's dimension.
+    `template` and added `tokens`: QWEN_VL_TOOLS and tool_models.TOOL_TOKENS
+    give it Qwen's tool calls."""
+    from tokenizers import AddedToken
+
     from mlx_vlm.models import qwen2_5_vl
 
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(path)
     tokenizer.add_special_tokens({"additional_special_tokens": QWEN_VISION})
-    tokenizer.chat_template = QWEN_VL_TEMPLATE
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in tokens])
+    tokenizer.chat_template = template
     tokenizer.save_pretrained(path)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_VISION}
     heads = 4 if hidden <= 256 else hidden // 128

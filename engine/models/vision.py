@@ -167,16 +167,21 @@ def image_messages(messages: list[dict]) -> list[dict]:
 
 
 def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
-                       specials: list[str]) -> tuple[list[int], VisionInputs]:
+                       specials: list[str], tools: list[dict] | None = None,
+                       continue_from: str | None = None) -> tuple[list[int], VisionInputs]:
     """A chat with images: (its prefix-cache key ids, its VisionInputs).
 
     The key ids are the prompt's ids with each image token replaced by an id
     past the vocabulary derived from its image's digest and its place in
     it: the same image (and the text before it) is a prefix-cache hit, a
-    different image of the same size is not. Message text that spells a
-    control token is refused (with images the processor tokenizes the
-    template's output whole)."""
+    different image of the same size is not. `tools` are offered through the
+    processor's chat template (refused, saying so, where that template does
+    not show them); `continue_from`, an interrupted answer, is appended to
+    be written further. Text that spells a control token (a message, a tool
+    definition or call, the answer continued) is refused: with images the
+    processor tokenizes the template's output whole."""
     from ..core.errors import EngineError
+    from .tools import template_messages
 
     processor = model.processor
     images = [image for m in messages for image in m.get("images") or ()]
@@ -186,8 +191,26 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
         if hit is not None:
             raise EngineError(f"Message {i} contains {hit!r}, one of the model's control "
                               "tokens; remove it to send images with it.", "bad-argument")
-    prompt = processor.apply_chat_template(image_messages(messages), add_generation_prompt=True,
-                                           tokenize=False)
+    shown = image_messages(template_messages(messages))
+    spelled = json.dumps([tools, [m.get("tool_calls") for m in shown], continue_from],
+                         ensure_ascii=False, default=str)
+    hit = next((s for s in specials if s and s in spelled), None)
+    if hit is not None:
+        raise EngineError(f"A tool definition or call, or the answer continued, contains "
+                          f"{hit!r}, one of the model's control tokens; remove it.",
+                          "bad-argument")
+    try:
+        prompt = processor.apply_chat_template(shown, add_generation_prompt=True,
+                                               tokenize=False,
+                                               **({"tools": tools} if tools else {}))
+        if tools and prompt == processor.apply_chat_template(
+                shown, add_generation_prompt=True, tokenize=False):
+            raise EngineError("This model's chat template does not offer tools beside "
+                              "images; turn tools off to send images.", "bad-argument")
+    except EngineError:
+        raise
+    except Exception as e:
+        raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
     token = getattr(processor, "image_token", "<image>")
     if prompt.count(token) != len(images):
         raise EngineError(f"The chat template placed {prompt.count(token)} images for "
@@ -195,6 +218,8 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
     pixels = [image.pixels for image in images]
     inputs = processor(text=[prompt], images=[pixels], return_tensors="np")
     model_ids = [int(t) for t in inputs["input_ids"][0].tolist()]
+    if continue_from:  # tokenized apart, as a text chat's continued answer is
+        model_ids += list(processor.tokenizer.encode(continue_from, add_special_tokens=False))
     image_id = processor.image_token_id
     counts = [int((processor(text=[token], images=[[p]], return_tensors="np")["input_ids"]
                    == image_id).sum()) for p in pixels]
