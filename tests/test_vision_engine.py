@@ -300,3 +300,40 @@ def test_tools_and_continuing_an_answer_go_with_images(tmp_path):
             engine.prepare(_asking(_image(RED)), continue_from="ok<|im_end|>")
     finally:
         engine.close()
+
+
+def test_two_images_of_different_sizes_in_one_message(vision_engine):
+    """Each image's tokens keyed by its own content: two images of different
+    sizes read in one message; the same two again hit the prefix cache past
+    both, and swapped, the keys differ from the first image on."""
+    import io
+
+    from PIL import Image
+
+    from engine import decode_image
+
+    def picture(size, color):
+        out = io.BytesIO()
+        Image.new("RGB", size, color).save(out, "PNG")
+        return decode_image(out.getvalue())
+
+    wide, tall = picture((64, 48), RED), picture((40, 100), GREEN)
+
+    def asking(first, second):
+        return [{"role": "user", "content": "Compare them.", "images": [first, second],
+                 "parts": [{"type": "image", "index": 0}, {"type": "image", "index": 1},
+                           {"type": "text", "text": "Compare them."}]}]
+
+    prepared = vision_engine.prepare(asking(wide, tall))
+    assert prepared.vision.images == 2
+    image_keys = [k for k in prepared.prompt_ids if k >= vision_engine.vocab_size]
+    image_id = vision_engine.model_info.model.processor.image_token_id
+    assert len(image_keys) == prepared.vision.model_ids.count(image_id)
+    swapped = vision_engine.prepare(asking(tall, wide))
+    start = prepared.prompt_ids.index(image_keys[0])
+    assert swapped.prompt_ids[:start] == prepared.prompt_ids[:start]
+    assert swapped.prompt_ids[start] != prepared.prompt_ids[start]
+    _tokens(vision_engine, asking(wide, tall))
+    _, again = _tokens(vision_engine, asking(wide, tall))
+    last = max(i for i, k in enumerate(prepared.prompt_ids) if k >= vision_engine.vocab_size)
+    assert again.cached_tokens >= last // 16 * 16

@@ -221,8 +221,13 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
     if continue_from:  # tokenized apart, as a text chat's continued answer is
         model_ids += list(processor.tokenizer.encode(continue_from, add_special_tokens=False))
     image_id = processor.image_token_id
-    counts = [int((processor(text=[token], images=[[p]], return_tensors="np")["input_ids"]
-                   == image_id).sum()) for p in pixels]
+    grid = inputs.get("image_grid_thw")
+    merge = getattr(getattr(processor, "image_processor", None), "merge_size", None)
+    if grid is not None and merge:  # Qwen: each image's tokens from its patch grid
+        counts = [int(t * h * w) // (merge * merge) for t, h, w in grid.tolist()]
+    else:  # each image through the processor alone (SmolVLM: its tiles' tokens)
+        counts = [int((processor(text=[token], images=[[p]], return_tensors="np")["input_ids"]
+                       == image_id).sum()) for p in pixels]
     if sum(counts) != model_ids.count(image_id):
         raise EngineError("The images' tokens do not add up; this model's processor is not "
                           "supported yet.", "unsupported-model")
