@@ -51,9 +51,11 @@ def _configured(family, config: dict):
     return update_module_configs(model_config, family, config, ["text", "vision"])
 
 
-def _save(model, path: Path, config: dict, scale: float = 0.5) -> None:
+def _save(model, path: Path, config: dict, scale: float = 0.5, tokenizer=None) -> None:
     """Weights with larger embeddings (varied greedy output, as the tiny
-    llama's), config.json and a greedy generation config."""
+    llama's), config.json and a greedy generation config whose eos ids are
+    every stop token of the vocabulary (as Qwen's lists <|im_end|> and
+    <|endoftext|>): mlx-vlm then stops where Tandem does."""
     weights = dict(tree_flatten(model.parameters()))
     for name in list(weights):
         if name.endswith("embed_tokens.weight"):
@@ -62,8 +64,12 @@ def _save(model, path: Path, config: dict, scale: float = 0.5) -> None:
             weights[name] = weights[name] * 4
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    (path / "generation_config.json").write_text(
-        json.dumps({"do_sample": False, "repetition_penalty": 1.0}))
+    stops = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>",
+                                                          "<end_of_utterance>")
+             if tokenizer is not None and t in tokenizer.get_vocab()]
+    (path / "generation_config.json").write_text(json.dumps(
+        {"do_sample": False, "repetition_penalty": 1.0, **({"eos_token_id": stops}
+                                                            if stops else {})}))
 
 
 def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2,
@@ -110,7 +116,7 @@ def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2
     }
     mx.random.seed(seed)
     model = qwen2_5_vl.Model(_configured(qwen2_5_vl, config))
-    _save(model, path, config)
+    _save(model, path, config, tokenizer=tokenizer)
     # mlx-vlm's own numpy processor reads this (as from a Hub repo), no torch.
     (path / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
@@ -159,7 +165,7 @@ def build_smolvlm(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2) 
     }
     mx.random.seed(seed)
     model = smolvlm.Model(_configured(smolvlm, config))
-    _save(model, path, config)
+    _save(model, path, config, tokenizer=tokenizer)
     (path / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "SmolVLMImageProcessor", "processor_class": "SmolVLMProcessor",
         "do_image_splitting": False, "do_resize": True, "do_rescale": True,
