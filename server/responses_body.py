@@ -3,8 +3,9 @@ validated whole and turned into the chat request the engine runs.
 
 `input` is a string or a list of items: messages (system, developer, user,
 assistant; text parts, and `input_image` parts in user messages: a data:
-URL, or http(s) under --allow-image-urls), `function_call`, `function_call_output` (each must
-answer a call made earlier in the conversation) and `reasoning` (a model's
+URL, or http(s) under --allow-image-urls), `function_call`,
+`function_call_output` (each must answer a call made earlier in the
+conversation) and `reasoning` (a model's
 earlier thinking: left out of the prompt, as chat templates drop it).
 `instructions` become the system turn (not carried over from a previous
 response, as OpenAI documents). Function tools only; other tool types are
