@@ -119,12 +119,22 @@ def _serve(env, home, *args):
                 listening.set()
         listening.set()  # it ended without listening: its stderr says why
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     if not (listening.wait(180) and "port" in found):
-        proc.terminate()
-        proc.wait(30)
+        _stop(proc, reader)
         pytest.fail(errors.read_text())
+    proc.reader = reader
     return proc, found["port"], errors
+
+
+def _stop(proc, reader=None) -> None:
+    proc.terminate()
+    proc.wait(30)
+    reader = reader or getattr(proc, "reader", None)
+    if reader is not None:
+        reader.join(10)
+    proc.stdout.close()
 
 
 def _chat(port: int, content) -> dict:
@@ -144,14 +154,14 @@ def test_bundled_server_answers_the_api(bundle_env):
     import urllib.request
 
     env, home = bundle_env
-    proc, port, _ = _serve(env, home)
+    proc, port, errors = _serve(env, home)
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read()
         assert json.loads(body)["status"] == "ok"
         assert _chat(port, "hi")["usage"]["completion_tokens"] >= 1
     finally:
-        proc.terminate()
-        proc.wait(30)
+        _stop(proc)
+    assert "Traceback" not in errors.read_text()
 
 
 @pytest.mark.parametrize("family", ["smolvlm", "qwen2_5_vl"])
@@ -179,13 +189,8 @@ def test_bundled_server_reads_an_image(bundle_env, tmp_path, family):
         assert answer["usage"]["completion_tokens"] >= 1
         assert answer["usage"]["prompt_tokens"] > 4  # the image's tokens among them
     finally:
-        proc.terminate()
-        proc.wait(30)
+        _stop(proc)
     assert "Traceback" not in errors.read_text()
-        reader.join(10)
-        proc.stdout.close()
-    stderr = errors.read_text()
-    assert "Traceback" not in stderr
 
 
 def _pyproject_version() -> str:

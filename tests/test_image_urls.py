@@ -55,7 +55,7 @@ class _Site:
     """A real HTTP server on 127.0.0.1 with the answers the tests need; it
     records each path asked for. /slow and /drip hold until `release`."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.asked: list[str] = []
         self.release = threading.Event()
         site = self
@@ -108,6 +108,8 @@ class _Site:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if tls is not None:  # https: each connection's handshake as it is accepted
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -264,3 +266,32 @@ def test_the_responses_api_reads_an_input_image_and_keeps_it(vision_engine):
                 {"role": "user", "content": "?"}])
     finally:
         served.stop()
+
+
+def test_https_checks_the_certificate_and_its_host_name(tmp_path):
+    """A real TLS server on 127.0.0.1 with a certificate from a test
+    authority (trustme): trusted, the image comes; by the system's
+    authorities, or for another host name, the fetch fails saying so."""
+    import ssl
+
+    import trustme
+
+    authority = trustme.CA()
+    served = {}
+    for name, hosts in (("good", ["localhost", "127.0.0.1"]), ("other", ["example.org"])):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        authority.issue_cert(*hosts).configure_cert(context)
+        served[name] = _Site(context)
+    try:
+        trusting = ssl.create_default_context()
+        authority.configure_trust(trusting)
+        fetcher = ImageFetcher(allowed=_loopback, seconds=5.0, context=trusting)
+        good = f"https://localhost:{served['good'].port}/red.png"
+        assert fetcher.fetch(good) == _png()
+        with pytest.raises(EngineError, match="could not be fetched.*CERTIFICATE_VERIFY_FAILED"):
+            ImageFetcher(allowed=_loopback, seconds=5.0).fetch(good)
+        with pytest.raises(EngineError, match="could not be fetched.*(hostname|match)"):
+            fetcher.fetch(f"https://localhost:{served['other'].port}/red.png")
+    finally:
+        for site in served.values():
+            site.stop()
