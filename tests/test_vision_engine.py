@@ -337,3 +337,32 @@ def test_two_images_of_different_sizes_in_one_message(vision_engine):
     _, again = _tokens(vision_engine, asking(wide, tall))
     last = max(i for i, k in enumerate(prepared.prompt_ids) if k >= vision_engine.vocab_size)
     assert again.cached_tokens >= last // 16 * 16
+
+
+def test_an_image_chat_resumes_from_the_disk_tier_after_a_restart(vision_dir, tmp_path):
+    """The saved-KV tier stores an image chat under the same keys as the
+    prefix cache: after a restart the same image's prompt is restored past
+    the image and answers as before; a different image of the same size is
+    restored no further than the text before it."""
+    def engine():
+        e = Engine(load_model(str(vision_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                   kv_cache_dir=str(tmp_path / "kv"))
+        assert e.wait_ready(120)
+        return e
+
+    text = "Describe the picture in a few words, please."
+    first = engine()
+    try:
+        before, _ = _tokens(first, _asking(_image(RED), text), 8)
+        prepared = first.prepare(_asking(_image(RED), text))
+    finally:
+        first.close()
+    image_at = next(i for i, k in enumerate(prepared.prompt_ids) if k >= first.vocab_size)
+    again = engine()
+    try:
+        after, done = _tokens(again, _asking(_image(RED), text), 8)
+        assert done.restored_tokens > image_at and after == before
+        _, other = _tokens(again, _asking(_image(GREEN), text), 8)
+        assert other.restored_tokens <= image_at
+    finally:
+        again.close()
