@@ -129,6 +129,16 @@ def _status(url, key=None):
     return httpx.get(f"{url}/models", headers=headers, timeout=10).status_code
 
 
+def _image_url(url, key, image_url) -> str:
+    """The error a chat request with an image URL gets."""
+    answer = httpx.post(f"{url}/chat/completions", timeout=30,
+                        headers={"Authorization": f"Bearer {key}"},
+                        json={"messages": [{"role": "user", "content": [
+                            {"type": "image_url", "image_url": {"url": image_url}}]}]})
+    assert answer.status_code == 400
+    return answer.json()["error"]["message"]
+
+
 def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
         qtbot, tiny_model_dir, tmp_path, memory_keyring):
     from app.connections.server_settings import open_server_settings
@@ -145,15 +155,20 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     assert key.startswith("tandem-") and len(key) > 30
     assert "keyring" in dialog.where.text() and "session only" not in dialog.where.text()
     dialog.start_with.setChecked(True)
+    assert not dialog.image_urls.isChecked()
+    dialog.image_urls.setChecked(True)
     dialog.accept()
     assert memory_keyring.saved == {("Tandem", "local-server-api-key"): key}
     assert window.store.setting("local_server") == {
-        "port": port, "require_key": True, "start_with_tandem": True, "embedding_model": ""}
+        "port": port, "require_key": True, "start_with_tandem": True, "embedding_model": "",
+        "image_urls": True}
     assert not window.server.running  # settings alone start nothing
     window.toggle_server(True)
     url = window.server.url
     assert window.server.running and "key required" in window.status.server_label.text()
     assert _status(url) == 401 and _status(url, "wrong") == 401 and _status(url, key) == 200
+    # Image URLs are fetched now, and never from this computer.
+    assert "local or private address" in _image_url(url, key, "http://127.0.0.1:1/a.png")
     window.close()
     files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert key.encode() not in files  # never in the database (or its journal)
@@ -161,6 +176,9 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     qtbot.waitUntil(lambda: again.server.running, timeout=10_000)
     assert again.menus.server_action.isChecked() and again.server.port == port
     assert _status(url, key) == 200 and _status(url) == 401
+    again.server.settings.image_urls = False  # and off: refused, naming the switch's flag
+    again.toggle_server(True)
+    assert "--allow-image-urls" in _image_url(url, key, "http://127.0.0.1:1/a.png")
     again.close()
 
 

@@ -26,6 +26,7 @@ class ServerSettings:
     require_key: bool = False  # clients send `Authorization: Bearer <key>`
     start_with_tandem: bool = False
     embedding_model: str = ""  # a folder or repo id for /v1/embeddings ("": none)
+    image_urls: bool = False  # fetch http(s) image URLs in requests (server/image_urls.py)
 
     @classmethod
     def load(cls, store) -> ServerSettings:
@@ -37,6 +38,7 @@ class ServerSettings:
                 settings.port = port
             settings.require_key = saved.get("require_key") is True
             settings.start_with_tandem = saved.get("start_with_tandem") is True
+            settings.image_urls = saved.get("image_urls") is True
             model = saved.get("embedding_model")
             if isinstance(model, str) and len(model) <= 4096:
                 settings.embedding_model = model
@@ -102,6 +104,7 @@ class LocalServer(QObject):
         import uvicorn
 
         from server.api import ServerConfig, make_app
+        from server.image_urls import ImageFetcher
 
         self.stop()
         if not engine.capabilities.renders_locally:
@@ -116,7 +119,8 @@ class LocalServer(QObject):
                 probe.bind(("127.0.0.1", self.port))
             except OSError as e:
                 return f"Port {self.port} is in use ({e.strerror})."
-        app = make_app(engine, ServerConfig(api_key=key))
+        app = make_app(engine, ServerConfig(
+            api_key=key, image_urls=ImageFetcher() if self.settings.image_urls else None))
         model_id = app.state.ids[0]
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self._server, self.engine = uvicorn.Server(config), engine

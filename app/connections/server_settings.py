@@ -1,5 +1,6 @@
 """Engine > Local server settings…: the port, an API key (kept in the OS
-keyring, app/connections/keys.py) and whether the server starts with Tandem."""
+keyring, app/connections/keys.py), whether the server starts with Tandem,
+an embedding model, and whether it fetches image URLs."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ class ServerSettingsDialog(QDialog):
         self.where.setWordWrap(True)
         self.start_with = QCheckBox("Start the server when Tandem starts")
         self.start_with.setChecked(settings.start_with_tandem)
+        self.image_urls = QCheckBox("Fetch image URLs in requests (http/https)")
+        self.image_urls.setChecked(settings.image_urls)
+        self.image_urls.setToolTip(
+            "Off: images come as data: URLs or base64. On: the server fetches an image's "
+            "web address itself, from public addresses only (never this computer or your "
+            "network), no redirects, at most 20 MiB and 10 s an image.")
         self.embedding = QLineEdit(settings.embedding_model)
         self.embedding.setPlaceholderText("none (a BERT-style model folder or repo id)")
         self.embedding.setToolTip("Loaded beside the chat model, so /v1/embeddings answers; "
@@ -54,6 +61,7 @@ class ServerSettingsDialog(QDialog):
         form.addRow("", self.require_key)
         form.addRow("", self.where)
         form.addRow("", self.start_with)
+        form.addRow("", self.image_urls)
         form.addRow("Embedding model", self.embedding)
         form.addRow("Address", self.url)
         note = QLabel("Only this computer can reach it (127.0.0.1). Web pages cannot call it "
@@ -83,7 +91,8 @@ class ServerSettingsDialog(QDialog):
         restarts with them."""
         window, server = self.window_, self.window_.server
         settings = ServerSettings(self.port.value(), self.require_key.isChecked(),
-                                  self.start_with.isChecked(), self.embedding.text().strip())
+                                  self.start_with.isChecked(), self.embedding.text().strip(),
+                                  self.image_urls.isChecked())
         if settings.embedding_model != server.settings.embedding_model:
             server.embedding.load(window.engine, settings.embedding_model)
         if settings.require_key and not self.key.text():
