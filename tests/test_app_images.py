@@ -229,3 +229,30 @@ def test_a_chat_with_images_goes_on_with_a_text_model(qtbot, smolvlm, tiny_model
     _send(qtbot, tab, "And?")
     assert tab.conversation.messages[-1]["role"] == "assistant"
     assert not tab.conversation.messages[-1].get("interrupted")
+
+
+def test_an_interrupted_answer_about_an_image_continues(qtbot, qwen_vl, tmp_path):
+    """Continue on a stopped answer in a chat with an image: the engine reads
+    the image again and writes on from the answer's text."""
+    from app.conversation.chat_images import read_image_bytes
+    from app.store.chats import ChatStore
+
+    path = tmp_path / "chats.db"
+    red = read_image_bytes("red.png", _png(tmp_path / "red.png", (200, 30, 30)))
+    store = ChatStore(str(path))
+    chat = store.create_chat("stopped")
+    store.add_message(chat.id, "user", "What is it?", stats={"images": [red.record()]},
+                      images=[red])
+    store.add_message(chat.id, "assistant", "The picture", complete=False)
+    store.close()
+    window = open_window(qtbot, qwen_vl, path)
+    tab = window.open_chat(chat.id)
+    assert tab.conversation.messages[-1].get("interrupted")
+    _greedy(tab, 4)
+    tab._on_action("continue", 1)
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=120_000)
+    answer = tab.conversation.messages[-1]
+    assert answer["role"] == "assistant" and not answer.get("interrupted")
+    assert answer["content"].startswith("The picture") and len(answer["content"]) > 11
+    stored = window.store.messages(chat.id)
+    assert len(stored) == 2 and stored[-1].content == answer["content"]
