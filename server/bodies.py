@@ -307,12 +307,19 @@ def _parts(field: str, role: str, parts: list,
         if not isinstance(url, str):
             raise APIError(400, f"{where}.image_url needs a url (a data: URL).",
                            param=f"{where}.image_url")
-        try:
-            images.append(request_images.url(url, f"The image in {where}"))
-        except EngineError as e:
-            raise APIError(400, str(e), param=f"{where}.image_url") from None
-        order.append({"type": "image", "index": len(images) - 1})
+        read_image_part(request_images, url, where, images, order)
     return "".join(texts), order, images
+
+
+def read_image_part(request_images: RequestImages, url: str, where: str, images: list,
+                    order: list) -> None:
+    """An image part's URL read into `images` and placed in `order`; a 400
+    naming the part (`where`) when it cannot be."""
+    try:
+        images.append(request_images.url(url, f"The image in {where}"))
+    except EngineError as e:
+        raise APIError(400, str(e), param=f"{where}.image_url") from None
+    order.append({"type": "image", "index": len(images) - 1})
 
 
 def _message(i: int, m, request_images: RequestImages | None = None) -> dict:

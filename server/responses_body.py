@@ -22,10 +22,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from engine import EngineError
-
 from .bodies import (Completion, _integer, _is_text, _optional, _params, _response_format,
-                     _tools)
+                     _tools, read_image_part)
 from .errors import APIError
 from .image_urls import ImageFetcher, RequestImages
 
@@ -206,11 +204,7 @@ def _user_parts(field: str, parts: list, request_images: RequestImages):
         if not isinstance(url, str):
             raise APIError(400, f"{where}: an input_image needs an image_url (a data: URL"
                                 "); file_id images are not supported.", param=where)
-        try:
-            images.append(request_images.url(url, f"The image in {where}"))
-        except EngineError as e:
-            raise APIError(400, str(e), param=f"{where}.image_url") from None
-        order.append({"type": "image", "index": len(images) - 1})
+        read_image_part(request_images, url, where, images, order)
     return "".join(texts), order, images
 
 

@@ -126,10 +126,24 @@ def test_an_unknown_previous_response_or_call_is_a_clear_error(served, oai):
         oai.responses.create(model="tiny", input="hi", tools=[{"type": "web_search"}])
     with pytest.raises(openai.BadRequestError, match="more than"):
         oai.responses.create(model="tiny", input=[{"role": "user", "content": "x"}] * 10_000)
-    with pytest.raises(openai.BadRequestError, match="text only"):
+    with pytest.raises(openai.BadRequestError, match="not an image Tandem reads"):
         oai.responses.create(model="tiny", input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
+    with pytest.raises(openai.BadRequestError, match="cannot read images: it is a text model"):
+        oai.responses.create(model="tiny", input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": _png_url()}]}])
     _slots_free(served)
+
+
+def _png_url() -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(out, "PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
 def test_a_prompt_over_the_context_fails_the_response(served, oai):

@@ -160,16 +160,9 @@ def _images(raw: Any) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(digest, str) or not isinstance(payload, str):
             lost.append(f"image {n}: no digest or data")
             continue
-        try:
-            data = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            lost.append(f"image {n}: not base64")
-            continue
-        image = read_image_bytes(f"image {n}", data)
-        if image.error:
-            lost.append(f"image {n}: {image.error}")
-            continue
-        images[digest[:64]] = image
+        image = _read_base64(f"image {n}", f"image {n}", payload, lost)
+        if image is not None:
+            images[digest[:64]] = image
     notes = [f"{len(lost)} of the file's images could not be read and were left out "
              f"({'; '.join(lost[:3])[:300]})."] if lost else []
     return images, notes
@@ -215,6 +208,21 @@ def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str],
             "stats": stats, "tool": tool}
 
 
+def _read_base64(label: str, name: str, payload: str, lost: list[str]):
+    """An image's base64 read and checked (ImageFile `name`), or None with
+    why said in `lost` under `label`."""
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        lost.append(f"{label}: not base64")
+        return None
+    image = read_image_bytes(name, data)
+    if image.error:
+        lost.append(f"{label}: {image.error}")
+        return None
+    return image
+
+
 def _openai_parts(m: dict, i: int, images: dict[str, Any], lost: list[str]) -> dict:
     """An OpenAI-style message whose content is parts: its text parts joined,
     and in a user message its image_url parts with data: URLs read and checked
@@ -236,17 +244,11 @@ def _openai_parts(m: dict, i: int, images: dict[str, Any], lost: list[str]) -> d
             lost.append(f"{name}: not a data: URL" + (" (web addresses are not fetched)"
                         if isinstance(url, str) and url.startswith("http") else ""))
             continue
-        try:
-            data = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            lost.append(f"{name}: not base64")
-            continue
         if len(images) >= MAX_FILE_IMAGES:
             lost.append(f"{name}: over {MAX_FILE_IMAGES} images in one file")
             continue
-        image = read_image_bytes(f"{name}.{header[11:-7][:10] or 'png'}", data)
-        if image.error:
-            lost.append(f"{name}: {image.error}")
+        image = _read_base64(name, f"{name}.{header[11:-7][:10] or 'png'}", payload, lost)
+        if image is None:
             continue
         images.setdefault(image.digest, image)
         records.append(image.record())
