@@ -366,3 +366,36 @@ def test_an_image_chat_resumes_from_the_disk_tier_after_a_restart(vision_dir, tm
         assert other.restored_tokens <= image_at
     finally:
         again.close()
+
+
+def test_a_large_image_is_read_at_about_a_megapixel(tmp_path):
+    """A processor that would take 12.8 MP (a real Qwen2.5-VL's) is handed a
+    3 MP photo scaled to the engine's cap (~1 MP, 1,280 image tokens), aspect
+    kept: its vision tower's memory stays bounded; the same photo is the
+    same prompt (cache keys from its own digest)."""
+    import io
+
+    from PIL import Image
+
+    from engine import decode_image
+    from engine.models.vision import MODEL_MAX_PIXELS
+
+    path = build_qwen25_vl(tmp_path / "model", max_pixels=12_845_056)
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    try:
+        assert engine.wait_ready(120)
+        out = io.BytesIO()
+        Image.new("RGB", (2000, 1500), RED).save(out, "PNG")
+        photo = decode_image(out.getvalue())
+        prepared = engine.prepare(_asking(photo))
+        image_id = engine.model_info.model.processor.image_token_id
+        tokens = prepared.vision.model_ids.count(image_id)
+        assert 1000 < tokens <= MODEL_MAX_PIXELS // (28 * 28)  # not 2000x1500's 3,825
+        t, h, w = prepared.vision.pixels["image_grid_thw"][0].tolist()
+        assert abs(w / h - 2000 / 1500) < 0.1  # the aspect kept
+        assert engine.prepare(_asking(photo)).prompt_ids == prepared.prompt_ids
+        done = engine.submit(prepared, _greedy(2)).result(120)
+        assert done.reason in ("stop", "length") and done.prompt_tokens == len(
+            prepared.prompt_ids)
+    finally:
+        engine.close()

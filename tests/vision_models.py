@@ -73,13 +73,15 @@ def _save(model, path: Path, config: dict, scale: float = 0.5, tokenizer=None) -
 
 
 def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2,
-                    template: str = QWEN_VL_TEMPLATE, tokens: tuple[str, ...] = ()) -> Path:
+                    template: str = QWEN_VL_TEMPLATE, tokens: tuple[str, ...] = (),
+                    max_pixels: int = 56 * 56) -> Path:
     """A tiny Qwen2.5-VL: 2 text layers, a 2-block vision tower (patch 14,
     merge 2), M-RoPE; images resized to at most 56x56 (16 patches: 4 image
     tokens). `hidden` / `layers` size its text model (benchmarks/vision.py);
     its M-RoPE sections are Qwen's proportions of the head's dimension.
     `template` and added `tokens`: QWEN_VL_TOOLS and tool_models.TOOL_TOKENS
-    give it Qwen's tool calls."""
+    give it Qwen's tool calls; `max_pixels` the processor's limit (a real
+    checkpoint's is 12.8 MP)."""
     from tokenizers import AddedToken
 
     from mlx_vlm.models import qwen2_5_vl
@@ -120,7 +122,7 @@ def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2
     # mlx-vlm's own numpy processor reads this (as from a Hub repo), no torch.
     (path / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
-        "min_pixels": 28 * 28, "max_pixels": 56 * 56, "patch_size": 14,
+        "min_pixels": 28 * 28, "max_pixels": max_pixels, "patch_size": 14,
         "temporal_patch_size": 2, "merge_size": 2,
         "image_mean": [0.48145466, 0.4578275, 0.40821073],
         "image_std": [0.26862954, 0.26130258, 0.27577711]}, indent=2))

@@ -166,6 +166,27 @@ def image_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+# One image as a vision model reads it: at most ~1 megapixel (Ollama's limit for
+# Qwen2.5-VL: 1,280 image tokens). A checkpoint's processor may allow far more
+# (Qwen2.5-VL's: 12.8 MP, 16,384 tokens), and its vision tower's full-attention
+# blocks hold a patches x patches score matrix per head: a 4K screenshot (42k
+# patches) would ask ~100 GB of the CPU's memory. Larger images are scaled down
+# (aspect kept) before the processor; their cache keys stay their own digest.
+MODEL_MAX_PIXELS = 1280 * 28 * 28
+
+
+def model_view(image):
+    """`image` (PIL) scaled down to at most MODEL_MAX_PIXELS, aspect kept."""
+    from PIL import Image
+
+    width, height = image.size
+    if width * height <= MODEL_MAX_PIXELS:
+        return image
+    scale = (MODEL_MAX_PIXELS / (width * height)) ** 0.5
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    return image.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
+
+
 def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
                        specials: list[str], tools: list[dict] | None = None,
                        continue_from: str | None = None) -> tuple[list[int], VisionInputs]:
@@ -215,7 +236,7 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
     if prompt.count(token) != len(images):
         raise EngineError(f"The chat template placed {prompt.count(token)} images for "
                           f"{len(images)} sent.", "bad-argument")
-    pixels = [image.pixels for image in images]
+    pixels = [model_view(image.pixels) for image in images]
     inputs = processor(text=[prompt], images=[pixels], return_tensors="np")
     model_ids = [int(t) for t in inputs["input_ids"][0].tolist()]
     if continue_from:  # tokenized apart, as a text chat's continued answer is
