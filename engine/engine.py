@@ -442,8 +442,10 @@ class Engine:
             self.restorer.submit(request)
             return handle
         lane, routed = self.director.place(request)  # raises when it can never fit
-        if request.vision is not None:  # the timeline says "prefill (2 images)"
-            routed = dataclasses.replace(routed, images=request.vision.images)
+        if request.vision is not None:  # the timeline says "prefill (2 images)": those
+            # past the cached prefix (a hit past every image encodes none)
+            routed = dataclasses.replace(
+                routed, images=request.vision.images_from(routed.cached_tokens))
         if request.restore_note:  # its prefix is on disk, but prefilling it is sooner
             routed = dataclasses.replace(routed, reason=f"{request.restore_note}; "
                                                         f"{routed.reason}")

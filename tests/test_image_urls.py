@@ -198,8 +198,6 @@ def _reference(engine, text="What is it?") -> str:
 
 
 def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
-    import anthropic
-
     from tests.test_server import Served
 
     expected = _reference(vision_engine)
@@ -214,7 +212,7 @@ def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
                     {"type": "text", "text": "What is it?"}]}])
 
         assert ask(allowed, site.url("/red.png")).choices[0].message.content == expected
-        claude = anthropic.Anthropic(base_url=allowed.url, api_key="x", max_retries=0)
+        claude = allowed.claude()
         answer = claude.messages.create(model="tiny", max_tokens=8, messages=[
             {"role": "user", "content": [
                 {"type": "image", "source": {"type": "url", "url": site.url("/red.png")}},

@@ -171,7 +171,7 @@ def test_the_api_refuses_each_bad_image_and_answers_on(served):
 def test_the_messages_api_refuses_images_a_text_model_cannot_read(served):
     import anthropic
 
-    claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+    claude = served.claude()
     block = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": base64.b64encode(_encoded(_picture(),
                                                                            "PNG")).decode()}}

@@ -55,6 +55,14 @@ class Served:
         self.clients.append(client)  # closed at stop: no socket left to the collector
         return client
 
+    def claude(self, key="x"):
+        """The official anthropic client, closed at stop as `client`'s are."""
+        import anthropic
+
+        client = anthropic.Anthropic(base_url=self.url, api_key=key, max_retries=0)
+        self.clients.append(client)
+        return client
+
     def stop(self):
         for client in self.clients:
             client.close()

@@ -200,7 +200,7 @@ def test_messages_errors_are_in_anthropics_shape(served, claude):
         claude.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_x", "content": "y"}]}])
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=served.url, api_key="wrong", max_retries=0).messages.create(
+        served.claude("wrong").messages.create(
             model="tiny", max_tokens=4, messages=[{"role": "user", "content": "x"}])
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="claude-x", max_tokens=4,
@@ -238,7 +238,7 @@ def test_a_reasoning_models_thinking_in_both_dialects(tmp_path):
                                                       max_output_tokens=32, stream=True)]
         assert kinds.index("response.reasoning_text.delta") < kinds.index(
             "response.output_text.delta") and kinds[-1] == "response.completed"
-        claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+        claude = served.claude()
         message = claude.messages.create(model="tiny", max_tokens=32,
                                          messages=[{"role": "user", "content": "hi"}])
         assert [b.type for b in message.content] == ["thinking", "text"]

@@ -102,6 +102,7 @@ def _image(color) -> "object":
 
 
 RED, GREEN = (200, 30, 30), (20, 200, 30)
+FRESH = (10, 90, 160)  # an image no other test sends: never in the prefix cache
 
 
 def _asking(image, text="What is it?") -> list[dict]:
@@ -205,7 +206,7 @@ def test_an_image_prefill_is_routed_saying_its_images(vision_engine):
     seen = []
     unsubscribe = vision_engine.subscribe(lambda e: isinstance(e, Routed) and seen.append(e))
     try:
-        handle = vision_engine.submit(vision_engine.prepare(_asking(_image(RED))), _greedy(2))
+        handle = vision_engine.submit(vision_engine.prepare(_asking(_image(FRESH))), _greedy(2))
         handle.result(120)
     finally:
         unsubscribe()
@@ -229,7 +230,7 @@ def test_the_messages_api_reads_an_image_block(vision_engine):
     try:
         out = io.BytesIO()
         Image.new("RGB", (64, 48), RED).save(out, "PNG")
-        claude = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0)
+        claude = served.claude()
         image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                              "data": base64.b64encode(out.getvalue()).decode()}}
         answer = claude.messages.create(model="tiny", max_tokens=8, messages=[
@@ -399,3 +400,43 @@ def test_a_large_image_is_read_at_about_a_megapixel(tmp_path):
             prepared.prompt_ids)
     finally:
         engine.close()
+
+
+def test_a_follow_up_past_its_images_runs_no_vision_tower(vision_engine, vision_dir):
+    """A next turn whose cached prefix holds every image embeds its new text
+    alone (mlx-vlm's embedding is never asked for the pixels: no vision
+    tower) and answers as a cold run of the same prompt does; the routing
+    says its prefill encodes no image."""
+    from engine import Routed
+
+    first = _asking(_image(RED), "Describe the picture, please.")
+    _, done = _tokens(vision_engine, first, 6)
+    follow = first + [{"role": "assistant", "content": done.text},
+                      {"role": "user", "content": "And its colour?"}]
+    vlm = vision_engine.model_info.model.vlm
+    original, pixels_embedded, routed = vlm.get_input_embeddings, [], []
+
+    def watched(*args, **kwargs):
+        pixels_embedded.append(kwargs.get("pixel_values") is not None)
+        return original(*args, **kwargs)
+
+    vlm.get_input_embeddings = watched
+    unsubscribe = vision_engine.subscribe(lambda e: isinstance(e, Routed) and routed.append(e))
+    try:
+        warm_ids, warm = _tokens(vision_engine, follow, 8)
+    finally:
+        unsubscribe()
+        del vlm.get_input_embeddings  # the class's own again
+    prepared = vision_engine.prepare(follow)
+    assert warm.cached_tokens >= max(prepared.vision.image_ends)
+    assert True not in pixels_embedded
+    assert [e.images for e in routed if e.request_id == warm.request_id
+            and e.phase == "prefill"] == [0]
+    cold = Engine(load_model(str(vision_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                  prefix_cache_bytes=0)
+    try:
+        assert cold.wait_ready(120)
+        cold_ids, cold_done = _tokens(cold, follow, 8)
+    finally:
+        cold.close()
+    assert cold_done.cached_tokens == 0 and warm_ids == cold_ids

@@ -76,6 +76,24 @@ class VisionInputs:
     # for decoding (a text position is its index plus the delta).
     positions: object = field(default=None, repr=False)
     rope_delta: int = 0
+    # Where each image's tokens end in the prompt, and the first position
+    # `embeddings` holds: a prefill that starts past every image (its KV
+    # found in the prefix cache) embeds its text alone, with no vision tower.
+    image_ends: tuple[int, ...] = ()
+    embedded_from: int = 0
+
+    def images_from(self, position: int) -> int:
+        """How many images have tokens at or after `position` (those a
+        prefill from there encodes)."""
+        return sum(1 for end in self.image_ends if end > position)
+
+    def embeds(self, model, start: int, n: int) -> mx.array:
+        """The prompt's embeddings for positions [start, start + n), made by
+        `model.embed` from `start` (again if they were made from later)."""
+        if self.embeddings is not None and start < self.embedded_from:
+            self.embeddings = self.positions = None
+        embeddings = model.embed(self, start)
+        return embeddings[:, start - self.embedded_from: start - self.embedded_from + n]
 
 
 class VisionTextModel(nn.Module):
@@ -107,25 +125,44 @@ class VisionTextModel(nn.Module):
         out = self.language(inputs, inputs_embeds=input_embeddings, cache=cache)
         return getattr(out, "logits", out)
 
-    def embed(self, vision: VisionInputs) -> mx.array:
+    def embed(self, vision: VisionInputs, start: int = 0) -> mx.array:
         """The prompt's embeddings with its images' features merged in (1, n,
-        hidden), computed once and kept with the request."""
+        hidden), computed once and kept with the request; from `start` on,
+        text only, when every image ends before it (VisionInputs.embeds)."""
         if vision.embeddings is None:
             ids = mx.array([vision.model_ids])
-            vision.embeddings = self.vlm.get_input_embeddings(ids, **vision.pixels).inputs_embeds
+            if _past_images(vision, start):
+                vision.embeddings = self.vlm.get_input_embeddings(ids[:, start:]).inputs_embeds
+            else:
+                vision.embeddings = self.vlm.get_input_embeddings(
+                    ids, **vision.pixels).inputs_embeds
+            vision.embedded_from = start if _past_images(vision, start) else 0
         return vision.embeddings
+
+
+def _past_images(vision: VisionInputs, start: int) -> bool:
+    """Whether a prefill from `start` has no image left to encode."""
+    return start > 0 and bool(vision.image_ends) and vision.images_from(start) == 0
 
 
 class MRopeVisionModel(VisionTextModel):
     """Qwen2-VL / Qwen2.5-VL: the language model called with explicit M-RoPE
     positions, each request's own (never mlx-vlm's per-model state)."""
 
-    def embed(self, vision: VisionInputs) -> mx.array:
+    def embed(self, vision: VisionInputs, start: int = 0) -> mx.array:
         if vision.embeddings is None:
             ids = mx.array([vision.model_ids])
-            features = self.vlm.get_input_embeddings(ids, **vision.pixels)
-            vision.embeddings, vision.positions = features.inputs_embeds, features.position_ids
-            vision.rope_delta = int(features.rope_deltas.reshape(-1)[0].item())
+            if _past_images(vision, start):  # positions from the image grid, no tower
+                grid = mx.array(vision.pixels["image_grid_thw"])
+                positions, deltas = self.language.get_rope_index(ids, grid, None, None)
+                vision.embeddings = self.language.model.embed_tokens(ids[:, start:])
+                vision.embedded_from = start
+            else:
+                features = self.vlm.get_input_embeddings(ids, **vision.pixels)
+                vision.embeddings, positions = features.inputs_embeds, features.position_ids
+                deltas, vision.embedded_from = features.rope_deltas, 0
+            vision.positions = positions
+            vision.rope_delta = int(deltas.reshape(-1)[0].item())
         return vision.embeddings
 
     @staticmethod
@@ -252,11 +289,12 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
     if sum(counts) != model_ids.count(image_id):
         raise EngineError("The images' tokens do not add up; this model's processor is not "
                           "supported yet.", "unsupported-model")
-    keys, at = [], 0
+    keys, at, ends = [], 0, [0] * len(images)
     owner = [k for k, n in enumerate(counts) for _ in range(n)]
-    for token_id in model_ids:
+    for i, token_id in enumerate(model_ids):
         if token_id == image_id:
             k = owner[at]
+            ends[k] = i + 1
             place = at - sum(counts[:k])
             digest = hashlib.blake2b(f"{images[k].digest}:{place}".encode(), digest_size=8)
             keys.append(vocab + int.from_bytes(digest.digest(), "big") % (1 << 24))
@@ -265,7 +303,7 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
             keys.append(token_id)
     arrays = {k: v for k, v in inputs.items() if k in ("pixel_values", "pixel_attention_mask",
                                                          "image_grid_thw")}
-    return keys, VisionInputs(model_ids, arrays, len(images))
+    return keys, VisionInputs(model_ids, arrays, len(images), image_ends=tuple(ends))
 
 
 def load_vision(source: str):

@@ -29,7 +29,7 @@ def run_chunk(model: nn.Module, prefill: Prefill, start: int, n: int) -> mx.arra
     # Images (engine/models/vision.py): the prompt's embeddings, the images'
     # features merged in, are the model's input (its ids are cache keys).
     vision = request.vision
-    embeds = model.embed(vision)[:, start : start + n] if vision is not None else None
+    embeds = vision.embeds(model, start, n) if vision is not None else None
     # M-RoPE (Qwen2-VL, Qwen2.5-VL): the prompt's own positions, this chunk's slice.
     positions = vision.positions[..., start : start + n] \
         if vision is not None and vision.positions is not None else None
