@@ -74,14 +74,15 @@ def _save(model, path: Path, config: dict, scale: float = 0.5, tokenizer=None) -
 
 def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2,
                     template: str = QWEN_VL_TEMPLATE, tokens: tuple[str, ...] = (),
-                    max_pixels: int = 56 * 56) -> Path:
+                    max_pixels: int = 56 * 56, vision: tuple[int, int] = (2, 32)) -> Path:
     """A tiny Qwen2.5-VL: 2 text layers, a 2-block vision tower (patch 14,
     merge 2), M-RoPE; images resized to at most 56x56 (16 patches: 4 image
     tokens). `hidden` / `layers` size its text model (benchmarks/vision.py);
     its M-RoPE sections are Qwen's proportions of the head's dimension.
     `template` and added `tokens`: QWEN_VL_TOOLS and tool_models.TOOL_TOKENS
     give it Qwen's tool calls; `max_pixels` the processor's limit (a real
-    checkpoint's is 12.8 MP)."""
+    checkpoint's is 12.8 MP); `vision` the tower's (depth, width) (a real
+    7B's: 32 x 1280)."""
     from tokenizers import AddedToken
 
     from mlx_vlm.models import qwen2_5_vl
@@ -110,10 +111,13 @@ def build_qwen25_vl(path: Path, seed: int = 0, hidden: int = 64, layers: int = 2
         "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
         "torch_dtype": "float32",
         "vision_config": {
-            "model_type": "qwen2_5_vl", "depth": 2, "hidden_size": 32,
-            "intermediate_size": 64, "out_hidden_size": hidden, "num_heads": 2,
+            "model_type": "qwen2_5_vl", "depth": vision[0], "hidden_size": vision[1],
+            "intermediate_size": vision[1] * 2, "out_hidden_size": hidden,
+            "num_heads": max(2, vision[1] // 64),
             "patch_size": 14, "spatial_patch_size": 14, "spatial_merge_size": 2,
-            "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1],
+            "temporal_patch_size": 2, "window_size": 56,
+            "fullatt_block_indexes": list(range(vision[0] // 4 - 1, vision[0], vision[0] // 4))
+            if vision[0] >= 4 else [vision[0] - 1],
             "in_channels": 3, "tokens_per_second": 2},
     }
     mx.random.seed(seed)
