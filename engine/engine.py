@@ -22,7 +22,7 @@ from .core.director import Director
 from .drafts import attach, aux_models, check_lanes, load_draft
 from .embeddings import Embedder, embedding_aux
 from .core.errors import EngineError
-from .core.events import Finished, MemoryPlanned, Queued
+from .core.events import Finished, MemoryPlanned, Queued, Routed
 from .core.laneconfig import LaneConfig, LaneInfo, LaneSpec
 from .core.params import Grammar, SamplingParams
 from .core.policies import CostAwarePolicy
@@ -68,6 +68,16 @@ def default_lanes(drafts: str = "off") -> list[LaneSpec]:
     if gpu_available():
         return [LaneSpec("gpu", "gpu", config=config), LaneSpec("cpu", "cpu", config=config)]
     return [LaneSpec("cpu", "cpu", config=config)]
+
+
+def _with_images(request: Request, routed: Routed) -> Routed:
+    """A vision request's routing says how many images its prefill encodes:
+    those past its prefix found in the cache or read back from disk (the
+    timeline: "prefill (2 images)")."""
+    if request.vision is None:
+        return routed
+    found = max(routed.cached_tokens, request.restored_tokens or 0)
+    return dataclasses.replace(routed, images=request.vision.images_from(found))
 
 
 class Engine:
@@ -442,10 +452,7 @@ class Engine:
             self.restorer.submit(request)
             return handle
         lane, routed = self.director.place(request)  # raises when it can never fit
-        if request.vision is not None:  # the timeline says "prefill (2 images)": those
-            # past the cached prefix (a hit past every image encodes none)
-            routed = dataclasses.replace(
-                routed, images=request.vision.images_from(routed.cached_tokens))
+        routed = _with_images(request, routed)
         if request.restore_note:  # its prefix is on disk, but prefilling it is sooner
             routed = dataclasses.replace(routed, reason=f"{request.restore_note}; "
                                                         f"{routed.reason}")
@@ -470,6 +477,7 @@ class Engine:
         """A restored request (the restorer's thread) is routed as any other."""
         try:
             lane, routed = self.director.place(request)
+            routed = _with_images(request, routed)
             if request.restored_tokens:  # the Decisions tab says where its warmth came from
                 routed = dataclasses.replace(routed, reason=(
                     f"restored {request.restored_tokens:,} tokens from disk in "

@@ -124,7 +124,11 @@ class ImageFetcher:
         sock = socket.create_connection((address, port), timeout=left())
         if scheme == "https":
             context = self.context or ssl.create_default_context()
-            sock = context.wrap_socket(sock, server_hostname=parts.hostname)
+            try:
+                sock = context.wrap_socket(sock, server_hostname=parts.hostname)
+            except BaseException:  # a failed handshake: the plain socket closed too
+                sock.close()
+                raise
             conn = http.client.HTTPSConnection(parts.hostname, port, timeout=left(),
                                                context=context)
         else:

@@ -360,11 +360,18 @@ def test_an_image_chat_resumes_from_the_disk_tier_after_a_restart(vision_dir, tm
         first.close()
     image_at = next(i for i, k in enumerate(prepared.prompt_ids) if k >= first.vocab_size)
     again = engine()
+    from engine import Routed
+
+    routed = []
+    again.subscribe(lambda e: isinstance(e, Routed) and e.phase == "prefill"
+                    and routed.append((e.request_id, e.images)))
     try:
         after, done = _tokens(again, _asking(_image(RED), text), 8)
         assert done.restored_tokens > image_at and after == before
         _, other = _tokens(again, _asking(_image(GREEN), text), 8)
         assert other.restored_tokens <= image_at
+        # restored past the image: no image to encode; the other image is encoded
+        assert routed == [(done.request_id, 0), (other.request_id, 1)]
     finally:
         again.close()
 

@@ -296,7 +296,10 @@ def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
             k = owner[at]
             ends[k] = i + 1
             place = at - sum(counts[:k])
-            digest = hashlib.blake2b(f"{images[k].digest}:{place}".encode(), digest_size=8)
+            # the image's own pixels, and the size the model read them at (a
+            # cap changed in a later version must not find this KV on disk)
+            seen = f"{images[k].digest}:{pixels[k].size[0]}x{pixels[k].size[1]}:{place}"
+            digest = hashlib.blake2b(seen.encode(), digest_size=8)
             keys.append(vocab + int.from_bytes(digest.digest(), "big") % (1 << 24))
             at += 1
         else:
