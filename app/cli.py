@@ -334,8 +334,22 @@ def generate(args) -> int:
     return 1 if done.reason == "error" else 0
 
 
+def _crash_stacks() -> None:
+    """A crash in native code (MLX, Qt) prints every thread's Python stack to
+    stderr before the process dies, so a report says where it was; not where
+    there is no stderr (a windowed bundle)."""
+    import faulthandler
+
+    try:
+        if sys.stderr is not None and sys.stderr.fileno() >= 0:
+            faulthandler.enable(all_threads=True)
+    except (AttributeError, OSError, ValueError, RuntimeError):  # no real stderr
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _crash_stacks()
     # Finder on older macOS passes a process serial number to .app bundles.
     args = _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
     from engine import openblas_advice  # importing engine tries to load OpenBLAS

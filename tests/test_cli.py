@@ -280,3 +280,28 @@ def test_a_models_text_cannot_drive_the_terminal():
     paste) are shown as \\xNN: they cannot clear the screen or retitle it."""
     assert cli.terminal_text("a\x1b[2Jb\n\tc\x07\x9b") == "a\\x1b[2Jb\n\tc\\x07\\x9b"
     assert cli.terminal_text("naïve 東京 🙂") == "naïve 東京 🙂"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_crash_in_native_code_prints_every_threads_stack(tiny_model_dir):
+    """`tandem` turns on faulthandler: a process dying of a segmentation fault
+    (here sent to a running `tandem serve`) prints its threads' Python
+    stacks to stderr, so the report says where it was."""
+    import signal
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
+                             str(tiny_model_dir), "--port", "0"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # it listens: the engine's threads are up
+        assert "at http://127.0.0.1:" in first, first + proc.stderr.read()
+        proc.send_signal(signal.SIGSEGV)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in stderr
+    assert "most recent call first" in stderr and stderr.count("Thread 0x") >= 2, stderr
