@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from .runtime.embed import EmbedJob
 
 MAX_INPUTS = 2048  # per request (OpenAI's limit)
 MAX_TOKENS = 300_000  # per request, all inputs together (OpenAI's)
+START_WAIT_S = 300.0  # a request sent while the lanes start waits this long for one
 _ids = itertools.count(1)
 
 
@@ -82,11 +84,20 @@ class Embedder:
         self._place(job)
         return EmbedHandle(job, self._finished)
 
-    def _place(self, job: EmbedJob) -> None:
+    def _place(self, job: EmbedJob, wait: bool = True) -> None:
+        """Onto a serving lane; while the lanes are still starting (warming
+        up, calibrating), once one serves, on a thread of its own (`wait`):
+        a request sent as the engine starts waits, as a chat request does."""
         engine = self.engine
         with engine.director.lock:
             lanes = [lane for lane in engine.lanes.values()
                      if lane.failed is None and lane.phase == "serving"]
+            starting = any(lane.failed is None and not lane.ready.is_set()
+                           for lane in engine.lanes.values())
+            if not lanes and wait and starting:
+                threading.Thread(target=self._place_when_serving, args=(job,),
+                                 name="embed-waits-for-a-lane", daemon=True).start()
+                return
             if not lanes:
                 raise EngineError("No lane is serving yet.", "closed")
             views = [EmbedLaneView(lane.name, lane.kind, len(lane.scheduler.running),
@@ -98,6 +109,15 @@ class Embedder:
         engine._emit(Routed(job.request_id, job.tab_id, phase="embed", lane=name, reason=why))
         if not engine.lanes[name].embeds.add(job):
             job.future.set_exception(EngineError("The lane closed.", "closed"))
+
+    def _place_when_serving(self, job: EmbedJob) -> None:
+        try:
+            if not self.engine.wait_ready(START_WAIT_S):
+                raise EngineError("No lane is serving yet.", "closed")
+            self._place(job, wait=False)
+        except EngineError as e:
+            if not job.future.done():
+                job.future.set_exception(e)
 
     def _finished(self, job: EmbedJob, future) -> None:
         failed = future.exception()

@@ -170,3 +170,48 @@ def test_the_apps_local_server_settings_load_an_embedding_model(qtbot, bert_dir,
     assert window.store.setting("local_server")["embedding_model"] == str(bert_dir)
     assert window.engine.embed(["hello"]).result(60).vectors.shape == (1, 64)
     window.close()
+
+
+def test_an_embedding_sent_while_the_lanes_start_waits_for_one(monkeypatch, bert_dir,
+                                                                 tiny_model_dir):
+    """A request that comes while the lane still warms up (held there by a
+    gate around the real warm-up) is placed once the lane serves, not
+    refused; when the lane then fails to start, it is refused saying why."""
+    import threading
+
+    import engine.runtime.lane as lane_module
+
+    gate, real = threading.Event(), lane_module.warm_up
+
+    def gated(*args, **kwargs):
+        assert gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lane_module, "warm_up", gated)
+    engine = Engine(load_model(str(tiny_model_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                    embedding_model=load_embedding_model(str(bert_dir)))
+    try:
+        handle = engine.embed(["hello"])  # the lane is held in its warm-up
+        assert engine.lanes["cpu"].phase != "serving" and not handle.job.future.done()
+        gate.set()
+        assert handle.result(60).vectors.shape == (1, 64)
+    finally:
+        gate.set()
+        engine.close()
+
+    def failing(*args, **kwargs):  # the lane fails its start-up once the request waits
+        assert gate.wait(60)
+        raise RuntimeError("no device")
+
+    gate.clear()
+    monkeypatch.setattr(lane_module, "warm_up", failing)
+    engine = Engine(load_model(str(tiny_model_dir)), lanes=[LaneSpec("cpu", "cpu", "float32")],
+                    embedding_model=load_embedding_model(str(bert_dir)))
+    try:
+        handle = engine.embed(["hello"])
+        gate.set()
+        with pytest.raises(EngineError, match="No lane could start: .*no device"):
+            handle.result(60)
+    finally:
+        gate.set()
+        engine.close()
