@@ -131,12 +131,10 @@ class VisionTextModel(nn.Module):
         text only, when every image ends before it (VisionInputs.embeds)."""
         if vision.embeddings is None:
             ids = mx.array([vision.model_ids])
-            if _past_images(vision, start):
-                vision.embeddings = self.vlm.get_input_embeddings(ids[:, start:]).inputs_embeds
-            else:
-                vision.embeddings = self.vlm.get_input_embeddings(
-                    ids, **vision.pixels).inputs_embeds
-            vision.embedded_from = start if _past_images(vision, start) else 0
+            past = _past_images(vision, start)
+            features = (self.vlm.get_input_embeddings(ids[:, start:]) if past
+                        else self.vlm.get_input_embeddings(ids, **vision.pixels))
+            vision.embeddings, vision.embedded_from = features.inputs_embeds, start if past else 0
         return vision.embeddings
 
 
