@@ -2,8 +2,10 @@
 chat model (`Engine(embedding_model=...)`, `Engine.set_embedding_model`),
 counted in the memory plan as an auxiliary model; `Engine.embed(inputs)`
 places the request on a lane (core/embed_place.py: where no decode runs),
-which runs it between its steps (runtime/embed.py); the Decisions tab and
-the timeline see it as a request with one "embed" phase."""
+which runs it between its steps in bounded slices (runtime/embed.py), so a
+chat on that lane keeps streaming; `EmbedHandle.cancel()` drops the slices
+not run yet. The Decisions tab and the timeline see it as a request with one
+"embed" phase, finished once no lane runs it any more."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
@@ -36,16 +39,27 @@ class Embedded:
 
 
 class EmbedHandle:
-    def __init__(self, job: EmbedJob, on_done):
+    def __init__(self, job: EmbedJob, on_gone):
         self.job = job
-        job.future.add_done_callback(lambda f: on_done(job, f))
+        job.when_gone(on_gone)
 
     def result(self, timeout: float | None = None) -> Embedded:
         try:
             vectors = self.job.future.result(timeout)
         except FutureTimeout:
             raise EngineError("The embedding did not finish in time.", "timeout") from None
+        except CancelledError:
+            raise EngineError("The embedding was cancelled.", "cancelled") from None
         return Embedded(vectors, self.job.tokens, self.job.lane)
+
+    def cancel(self) -> None:
+        """Stop it: the lane runs none of its slices not started (no-op once done)."""
+        self.job.future.cancel()
+
+    def when_gone(self, fn) -> None:
+        """`fn(job)` once no lane runs it any more: finished, failed, or
+        cancelled and its running slice ended (the server's slot is held till then)."""
+        self.job.when_gone(fn)
 
 
 def embedding_aux(model) -> tuple[AuxModel, ...]:
@@ -108,7 +122,7 @@ class Embedder:
         job.lane, job.started = name, time.monotonic()
         engine._emit(Routed(job.request_id, job.tab_id, phase="embed", lane=name, reason=why))
         if not engine.lanes[name].embeds.add(job):
-            job.future.set_exception(EngineError("The lane closed.", "closed"))
+            job.fail(EngineError("The lane closed.", "closed"))
 
     def _place_when_serving(self, job: EmbedJob) -> None:
         try:
@@ -116,13 +130,14 @@ class Embedder:
                 raise EngineError("No lane is serving yet.", "closed")
             self._place(job, wait=False)
         except EngineError as e:
-            if not job.future.done():
-                job.future.set_exception(e)
+            job.fail(e)
 
-    def _finished(self, job: EmbedJob, future) -> None:
-        failed = future.exception()
+    def _finished(self, job: EmbedJob) -> None:
+        future = job.future
+        failed = None if future.cancelled() else future.exception()
+        reason = "cancelled" if future.cancelled() else "error" if failed else "stop"
         self.engine._emit(Finished(
-            job.request_id, job.tab_id, reason="error" if failed else "stop", text="",
+            job.request_id, job.tab_id, reason=reason, text="",
             prompt_tokens=job.tokens, cached_tokens=0, output_tokens=0,
             ttft_s=None, time_per_output_token_s=None,
             e2e_s=time.monotonic() - job.started, lanes=(("embed", job.lane),),

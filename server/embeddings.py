@@ -5,7 +5,9 @@ most 2,048 inputs, 300,000 tokens); `encoding_format` float or base64
 (little-endian float32, as OpenAI's clients decode it); `dimensions` cuts
 each vector to its first N values and normalizes them again (meaningful for
 models trained for it, Matryoshka-style). The request is placed on a lane
-like any other (engine/embeddings.py) and awaited on the event loop."""
+like any other (engine/embeddings.py) and awaited on the event loop. It holds
+a slot (`in_flight`) until no lane runs it any more, and a client that
+leaves cancels it: the lane runs none of its slices left (issue 47)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,12 @@ import asyncio
 import base64
 
 import numpy as np
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from engine import EngineError
 
-from .flow import ServerState, check_key, read_body
+from .flow import ServerState, check_key, read_body, watch_disconnect
 from .bodies import _is_text, _optional, parse_json
 from .errors import APIError
 
@@ -79,12 +81,15 @@ async def embeddings_route(state: ServerState, request: Request) -> Response:
         raise APIError(404, f"The model '{name}' is not this server's embedding model "
                             f"('{model.name}').", param="model", code="model_not_found")
     who = request.client.host if request.client else "client"
-    with state.slots.take():
-        try:
-            handle = await state.run(engine.embed, inputs, f"api:{who} /v1/embeddings")
-            done = await asyncio.wrap_future(handle.job.future)
-        except EngineError as e:
+    slot = state.slots.take()
+    try:
+        handle = await state.run(engine.embed, inputs, f"api:{who} /v1/embeddings")
+    except BaseException as e:
+        slot.release()
+        if isinstance(e, EngineError):
             raise APIError(503 if e.kind == "closed" else 400, str(e)) from None
+        raise
+    done = await _until_gone(request, handle, slot)
     vectors = np.asarray(done, dtype=np.float32)
     if size is not None:
         vectors = vectors[:, :size]
@@ -97,3 +102,33 @@ async def embeddings_route(state: ServerState, request: Request) -> Response:
     request.state.output_tokens = 0  # for the access log
     return JSONResponse({"object": "list", "data": data, "model": model.name,
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+async def _until_gone(request: Request, handle, slot):
+    """The vectors, once no lane runs the request any more; the slot is given
+    back then, however it ends (this task cancelled too). A client gone
+    cancels it: 499 once its running slice has ended."""
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+
+    def left(job) -> None:  # on the lane's thread
+        slot.release()
+        try:
+            loop.call_soon_threadsafe(lambda: gone.done() or gone.set_result(None))
+        except RuntimeError:  # the loop has closed: nobody waits
+            pass
+
+    handle.when_gone(left)
+    watcher = asyncio.create_task(watch_disconnect(request, handle))
+    try:
+        await gone
+    finally:
+        watcher.cancel()
+        handle.cancel()  # no-op once finished
+    future = handle.job.future
+    if future.cancelled():
+        raise ClientDisconnect()
+    try:
+        return future.result()
+    except EngineError as e:
+        raise APIError(503 if e.kind == "closed" else 400, str(e)) from None

@@ -25,7 +25,7 @@ from ..core.step import StepOutcome, StepPlan, StepResult
 from .calibration import StartCancelled, calibrate, warm_up
 from . import lanethreads
 from .handoff import Handoff
-from .embed import EmbedQueue, run_jobs
+from .embed import EmbedQueue
 from .lanethreads import LaneThread
 from .prefix import PrefixCache
 from .batch import Drafting
@@ -80,7 +80,7 @@ class Lane(SchedulerState):
         self.warm_up_seconds: float | None = None
         self._stopped = threading.Event()
         self._wakeup = threading.Condition()
-        self.embeds = EmbedQueue(self._wakeup)  # embedding jobs, run between steps (embed.py)
+        self.embeds = EmbedQueue(self._wakeup)  # embedding jobs, a slice between steps (embed.py)
         self._paced = threading.Event()  # set on close: a paced step ends at once
         self._closing = False
         self._calibrate_pending = False  # a remote lane came: time this lane when idle
@@ -270,13 +270,13 @@ class Lane(SchedulerState):
         self.wake()
 
     def _loop(self) -> None:
-        gate = self.config.gate
+        gate, step_s = self.config.gate, None
         while self._wait_for_work():
             if self._calibrate_pending and self.scheduler.is_idle:
                 self._calibrate_now()
                 continue
-            if self.embeds:  # prefill-only work: an encoder pass between two steps
-                run_jobs(self.embeds.take())
+            if self.embeds:  # prefill-only work: one bounded slice between two steps
+                self.embeds.run_slice(not self.scheduler.is_idle, step_s)
                 if self.scheduler.is_idle:
                     continue
             if gate is not None:
@@ -296,7 +296,7 @@ class Lane(SchedulerState):
                 return
             self.in_step_since = None
             self.kv_bytes = self.runner.kv_bytes
-            busy = time.perf_counter() - started
+            busy = step_s = time.perf_counter() - started
             if self.runner.batch.drafts is not None:  # what the drafts' planner weighs
                 self.runner.batch.drafts.planner.stepped(busy)
             self.stats.busy_s += busy
