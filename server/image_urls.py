@@ -16,8 +16,11 @@ answer would hold a worker. So a fetch:
   private one);
 - needs a 200 whose body is at most MAX_IMAGE_BYTES (a Content-Length over it
   is refused before reading), all of it within FETCH_SECONDS from the first
-  connect, checked between reads (an answer that drips a byte at a time
-  stops there too), and a request's fetches together within
+  connect: the connect and the TLS handshake wait at most what is left, and
+  every read (the status line, the headers, a chunk's size, the body) waits
+  at most what is left then (`_DeadlineSocket`), so a host dripping a byte
+  at a time, anywhere in its answer, is cut at the deadline; and a
+  request's fetches together within
   REQUEST_FETCH_SECONDS (they hold one of the server's parsing threads);
 - then decodes the bytes as a data: URL's are (engine/images.py: the format,
   the pixel cap, a decompression bomb, the request's budget).
@@ -26,6 +29,7 @@ answer would hold a worker. So a fetch:
 from __future__ import annotations
 
 import http.client
+import io
 import ipaddress
 import socket
 import ssl
@@ -125,6 +129,7 @@ class ImageFetcher:
         if scheme == "https":
             context = self.context or ssl.create_default_context()
             try:
+                sock.settimeout(left())  # the whole handshake (CPython: one deadline)
                 sock = context.wrap_socket(sock, server_hostname=parts.hostname)
             except BaseException:  # a failed handshake: the plain socket closed too
                 sock.close()
@@ -133,14 +138,15 @@ class ImageFetcher:
                                                context=context)
         else:
             conn = http.client.HTTPConnection(parts.hostname, port, timeout=left())
-        conn.sock = sock  # connected to the address checked: no second lookup
+        # Connected to the address checked (no second lookup); every read and
+        # write from here waits at most until the deadline.
+        conn.sock = _DeadlineSocket(sock, left)
         try:
             target = parts.path or "/"
             if parts.query:
                 target += "?" + parts.query
             conn.request("GET", target, headers={"User-Agent": "Tandem",
                                                  "Accept": "image/*"})
-            sock.settimeout(left())
             answer = conn.getresponse()
             if 300 <= answer.status < 400:
                 raise _bad(f"{what}: {parts.hostname} answered with a redirect "
@@ -153,7 +159,6 @@ class ImageFetcher:
                 raise self._too_big(what)
             body = bytearray()
             while True:
-                sock.settimeout(left())
                 chunk = answer.read1(CHUNK)
                 if not chunk:
                     return bytes(body)
@@ -162,10 +167,46 @@ class ImageFetcher:
                     raise self._too_big(what)
         finally:
             conn.close()
+            sock.close()
 
     def _too_big(self, what: str) -> EngineError:
         return _bad(f"{what} is over {self.max_bytes >> 20} MiB; an image is at most "
                     f"{self.max_bytes >> 20} MiB.")
+
+
+class _DeadlineSocket:
+    """A connected socket as http.client uses it (sendall, makefile),
+    each read and write waiting at most `left()` (which raises TimeoutError
+    once the deadline has passed): a socket's own timeout starts again at
+    every byte, so a host sending one byte a second would hold a fetch for
+    as long as it liked."""
+
+    def __init__(self, sock: socket.socket, left: Callable[[], float]):
+        self.sock, self.left = sock, left
+
+    def sendall(self, data) -> None:
+        self.sock.settimeout(self.left())
+        self.sock.sendall(data)  # one deadline for the whole call (CPython)
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self) -> None:
+        pass  # the answer may still read (http.client closes early): _get closes the socket
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's bytes; each read waits at most what is left."""
+
+    def __init__(self, timed: _DeadlineSocket):
+        self.timed = timed
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.timed.sock.settimeout(self.timed.left())
+        return self.timed.sock.recv_into(buffer)
 
 
 class RequestImages:

@@ -87,6 +87,8 @@ class _Site:
                         pass
                 elif self.path == "/slow":  # never answers until released
                     site.release.wait(60)
+                elif self.path in ("/drip-status", "/drip-headers", "/drip-chunked"):
+                    self._drip()
                 elif self.path == "/drip":  # a byte at a time, each well within a read's wait
                     self.send_response(200)
                     self.end_headers()
@@ -98,6 +100,32 @@ class _Site:
                         pass
                 else:
                     self._send(404, b"no")
+
+            def _drip(self):
+                """The status line, a header or a chunk's size line (each padded
+                to 400 bytes) a byte every 50 ms, each read's wait short: the
+                answer whole after 20 s, or at once when released."""
+                pad = b"x" * 400
+                body = _png()
+                parts = [b"HTTP/1.1 200 OK" + (pad if self.path == "/drip-status" else b""),
+                         b"\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n",
+                         b"X-Pad: " + pad if self.path == "/drip-headers" else b"X-Pad: 1",
+                         b"\r\n\r\n" + f"{len(body):x}".encode(),
+                         b";" + pad if self.path == "/drip-chunked" else b"",
+                         b"\r\n" + body + b"\r\n0\r\n\r\n"]
+                answer = b"".join(parts)
+                start = answer.index(pad) if pad in answer else len(answer)
+                try:
+                    self.wfile.write(answer[:start])
+                    for i in range(start, start + len(pad)):
+                        self.wfile.write(answer[i:i + 1])
+                        self.wfile.flush()
+                        if site.release.wait(0.05):
+                            break
+                    self.wfile.write(answer[i + 1:])
+                except OSError:
+                    pass
+                self.close_connection = True
 
             def _send(self, status, body):
                 self.send_response(status)
@@ -166,6 +194,20 @@ def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
                 fetcher.fetch(url)
     finally:
         closed.close()
+
+
+@pytest.mark.parametrize("path", ["/drip-status", "/drip-headers", "/drip-chunked"])
+def test_the_deadline_covers_the_status_line_headers_and_chunk_sizes(site, path):
+    """A host dripping its status line, its headers or a chunk's size line
+    (each read waits briefly, the answer would come after 20 s) is cut at the
+    fetch's deadline: the whole fetch is bounded, not each read."""
+    fetcher = ImageFetcher(allowed=_loopback, seconds=1.0)
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="did not answer in time \\(1 s an image"):
+        fetcher.fetch(site.url(path))
+    assert time.monotonic() - started < 10  # generous: the drip would take 20 s
+    site.release.set()  # the same answer at once is read whole
+    assert ImageFetcher(allowed=_loopback, seconds=5.0).fetch(site.url(path)) == _png()
 
 
 def test_a_request_s_fetches_share_one_deadline(site):
