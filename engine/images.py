@@ -5,7 +5,12 @@ An image is refused, saying why, when it is not a PNG, JPEG, WebP or GIF
 (its bytes are read, never its declared type), is damaged or truncated,
 has more than `MAX_PIXELS` pixels (read from its header, before anything
 is decoded: a decompression bomb never decodes), or its encoded bytes pass
-`MAX_IMAGE_BYTES`. A request holds at most `MAX_IMAGES` images and
+`MAX_IMAGE_BYTES`. A decode's work is bounded too: a JPEG with more than
+`MAX_JPEG_SCANS` scans is refused from its bytes (each scan of a progressive
+JPEG walks every block of the image: a 0.8 MB file of thousands of empty
+scans took a minute), and a decode still reading its bytes after
+`DECODE_SECONDS` stops there (`_Deadline`, between reads of at most
+`DECODE_BLOCK` bytes). A request holds at most `MAX_IMAGES` images and
 `MAX_REQUEST_PIXELS` pixels in all (`ImageBudget`, counted before
 decoding). A GIF gives its first frame; a photo's
 EXIF orientation is applied; everything becomes RGB. Resizing to what a
@@ -23,6 +28,7 @@ import binascii
 import hashlib
 import io
 import re
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -32,6 +38,9 @@ MAX_IMAGE_BYTES = 20 << 20  # one image, encoded
 MAX_PIXELS = 50_000_000  # one image: a 48-megapixel phone photo passes
 MAX_IMAGES = 16  # one request
 MAX_REQUEST_PIXELS = 100_000_000  # one request, decoded (3 bytes a pixel)
+MAX_JPEG_SCANS = 100  # a progressive JPEG has about 10
+DECODE_SECONDS = 30.0  # one image, read and decoded (a worker thread waits on it)
+DECODE_BLOCK = 16 << 10  # bytes given the decoder at a time: the deadline is checked between
 FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)"
                        r"(?P<b64>;base64)?,", re.IGNORECASE)
@@ -69,7 +78,8 @@ def decode_image(data: bytes, what: str = "The image",
     with warnings.catch_warnings():
         warnings.simplefilter("error", PILImage.DecompressionBombWarning)
         try:
-            image = PILImage.open(io.BytesIO(data))  # reads the header only
+            source = _Deadline(data)
+            image = PILImage.open(source)  # reads the header only
         except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
             raise _bad(f"{what} has more than {MAX_PIXELS / 1e6:.0f} megapixels.") from None
         except (OSError, ValueError, SyntaxError):
@@ -85,21 +95,70 @@ def decode_image(data: bytes, what: str = "The image",
         if width * height > MAX_PIXELS:
             raise _bad(f"{what} is {width}x{height} ({width * height / 1e6:.0f} megapixels); "
                        f"an image is at most {MAX_PIXELS / 1e6:.0f} megapixels.")
+        if kind == "jpeg" and (scans := jpeg_scans(data)) > MAX_JPEG_SCANS:
+            many = (f"{scans} scans" if scans <= MAX_JPEG_MARKERS else
+                    f"over {MAX_JPEG_MARKERS} segments")
+            raise _bad(f"{what} is a JPEG of {many}; Tandem reads JPEGs of at most "
+                       f"{MAX_JPEG_SCANS} scans (a progressive JPEG has about 10).")
         if budget is not None:
             budget.take(width, height)
         try:
             image.seek(0)  # a GIF's (or an animated WebP's) first frame
+            source.deadline = time.monotonic() + DECODE_SECONDS
+            image.decodermaxblock = DECODE_BLOCK
             image.load()
             if kind == "jpeg":
                 image = ImageOps.exif_transpose(image)  # a phone photo the right way up
             rgb = _rgb(image)
         except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
             raise _bad(f"{what} has more than {MAX_PIXELS / 1e6:.0f} megapixels.") from None
+        except TimeoutError:
+            raise _bad(f"{what} took over {DECODE_SECONDS:g} s to decode; it was "
+                       "not read.") from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise _bad(f"{what} is damaged or cut short ({kind}: {e}).") from None
     digest = hashlib.blake2b(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes(),
                              digest_size=16).hexdigest()
     return ChatImage(rgb, rgb.width, rgb.height, kind, digest)
+
+
+class _Deadline(io.BytesIO):
+    """An image's bytes that refuse to be read past `deadline` (a
+    time.monotonic()): the decoder, fed a block at a time, stops there."""
+
+    deadline = float("inf")
+
+    def read(self, size: int | None = -1) -> bytes:
+        if time.monotonic() >= self.deadline:
+            raise TimeoutError
+        return super().read(size)
+
+
+MAX_JPEG_MARKERS = 1000  # segments walked at most: a real JPEG has a few dozen
+_MARKER = re.compile(rb"\xff+[^\x00\x01\xd0-\xd8\xff]")  # not a stuffed 0, RST or SOI
+
+
+def jpeg_scans(data: bytes) -> int:
+    """How many scans (SOS segments) a JPEG's bytes hold, found as libjpeg
+    finds markers: each segment skipped by its length (an SOS in an APP
+    segment, an EXIF thumbnail's, is not counted), the bytes between
+    segments searched for the next marker (0xFF not followed by a stuffed 0
+    or a restart), up to EOI. Past MAX_JPEG_MARKERS segments it stops and
+    answers more than that (refused either way)."""
+    pos, scans, markers = 2, 0, 0
+    while (found := _MARKER.search(data, pos)) is not None:
+        marker = data[found.end() - 1]
+        if marker == 0xD9:  # EOI: the decoder reads no further
+            break
+        markers += 1
+        if markers > MAX_JPEG_MARKERS:
+            return MAX_JPEG_MARKERS + 1
+        if marker == 0xDA:
+            scans += 1
+        if found.end() + 2 > len(data):
+            break
+        pos = found.end() + int.from_bytes(data[found.end():found.end() + 2], "big")
+    return scans
 
 
 def _rgb(image):
