@@ -115,6 +115,7 @@ def open_disk_tier(prefix_cache, loaded, folder: str, budget_bytes: int | None =
 
     from .models.identity import model_identity
     from .runtime.disk_tier import DiskTier
+    from .runtime.kv_file import layout_of
 
     if prefix_cache.off_reason is not None:
         return None
@@ -123,7 +124,7 @@ def open_disk_tier(prefix_cache, loaded, folder: str, budget_bytes: int | None =
         if budget_bytes is None:
             budget_bytes = min(DEFAULT_BUDGET, shutil.disk_usage(folder).free // 10)
         prefix_cache.disk = DiskTier(folder, model_identity(loaded), prefix_cache.block_size,
-                                     budget_bytes)
+                                     budget_bytes, layout=layout_of(loaded.model))
     except OSError as e:  # an unusable folder costs the warm restarts, not the model
         print(f"tandem: KV is not kept on disk ({folder}: {e.strerror or e}).",
               file=sys.stderr)

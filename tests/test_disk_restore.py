@@ -7,6 +7,8 @@ removed and the answer recomputed, the same."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine import Engine, LaneSpec, Routed, SamplingParams
 from engine.models.loader import load_model
 
@@ -234,5 +236,43 @@ def test_a_lane_that_prefills_sooner_than_the_disk_reads_is_not_kept_waiting(
         assert done.restored_tokens == 0
         assert any(e.reason.startswith("prefilling ") and "beats reading them from disk"
                    in e.reason for e in routed if e.request_id == done.request_id)
+    finally:
+        again.close()
+
+
+def _nan_keys(layers):
+    import mlx.core as mx
+
+    return [(k * mx.array(float("nan"), k.dtype), v) for k, v in layers]
+
+
+def _other_shape(layers):
+    from tests.test_disk_tier import _other_shape
+
+    return _other_shape(layers)
+
+
+@pytest.mark.parametrize("change", [_other_shape, lambda layers: layers[:1], _nan_keys],
+                         ids=["other-heads-and-head-size", "one-layer-of-two", "nan"])
+def test_files_that_are_not_this_models_kv_are_never_used(tiny_model_dir, tmp_path, change):
+    """Every saved file rewritten well-formed, its checksum recomputed, but
+    not this model's KV (1 KV head of 8 for 2 of 16; one layer for two;
+    NaN): a restart answers exactly as before from a cold prefill, removes
+    the files with a note, and its lane serves on."""
+    from tests.test_disk_tier import rewrite
+
+    folder = tmp_path / "kv"
+    follow, warm = _first_process(tiny_model_dir, folder)
+    files = list(folder.rglob("*.kv"))
+    for path in files:
+        rewrite(path, change)
+    again = _engine(tiny_model_dir, folder)
+    try:
+        for _ in range(2):
+            done = again.generate(follow, SamplingParams(max_tokens=16), timeout=60)
+            assert done.reason in ("stop", "length") and done.restored_tokens == 0
+            assert done.text == warm.text
+        assert all(lane.failed is None for lane in again.lanes.values())
+        assert any("could not be" in note for note in again.prefix_cache.disk.notes)
     finally:
         again.close()

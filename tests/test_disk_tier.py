@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import errno
 
+import pytest
+
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from engine.runtime import kv_file
 from engine.runtime.disk_tier import DiskTier, chain_hashes
+from engine.runtime.kv_file import KVLayout, layout_of
 from tests.helpers import prompt_of
 
 MODEL = "tiny-llama:float32:test"
 BLOCK = 16
+LAYOUT = KVLayout(2, (2, 16), (2, 16))  # the tiny llama's: 2 layers, 2 KV heads of 16
 
 
 def kv_of(loaded, text: str):
@@ -41,14 +45,15 @@ def test_chain_hashes_cover_whole_blocks_and_their_past():
 
 def test_saved_kv_is_found_after_a_restart_and_reads_back_exactly(tiny_loaded, tmp_path):
     tokens, layers = kv_of(tiny_loaded, LONG)
-    assert len(tokens) > 100
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    assert len(tokens) > 100 and layout_of(tiny_loaded.model) == LAYOUT
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
     assert tier.save(tokens, layers)
     assert tier.close(30)
     end = len(tokens) - len(tokens) % BLOCK
     files = sorted(tier.folder.iterdir())
     assert len(files) == -(-end // 48)  # segments of at most 48 positions
-    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)  # a new process
+    # A new process:
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
     # A follow-up turn: the conversation so far, then more.
     follow = tokens + prompt_of(tiny_loaded, "and then?")
     match = again.match(follow)
@@ -65,15 +70,16 @@ def test_saved_kv_is_found_after_a_restart_and_reads_back_exactly(tiny_loaded, t
     again.close(30)
     assert 0 < again.written_bytes - before < sum(f.stat().st_size for f in files)
     # Another model's tier in the same root sees none of it.
-    assert DiskTier(tmp_path, "another-model", BLOCK, 1 << 30).match(follow).num_tokens == 0
+    other = DiskTier(tmp_path, "another-model", BLOCK, 1 << 30, layout=LAYOUT)
+    assert other.match(follow).num_tokens == 0
 
 
 def test_a_damaged_file_is_removed_and_the_match_ends_before_it(tiny_loaded, tmp_path):
     tokens, layers = kv_of(tiny_loaded, LONG)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=32)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=32)
     tier.save(tokens, layers)
     tier.close(30)
-    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=32)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=32)
     match = again.match(tokens)
     second = match.segments[1][0]
     data = bytearray(second.path.read_bytes())
@@ -94,10 +100,10 @@ def test_a_prefix_shorter_than_a_saved_segment_uses_its_first_blocks(tiny_loaded
     """A conversation resent without its last answer: the saved segment runs
     past the prompt, and its first blocks are that prompt's KV."""
     tokens, layers = kv_of(tiny_loaded, LONG)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)  # one segment for all of it
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)  # one segment for all of it
     tier.save(tokens, layers)
     tier.close(30)
-    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
     shorter = tokens[:50] + [7, 7, 7]
     match = again.match(shorter)
     assert match.num_tokens == 48 and len(match.segments) == 1
@@ -105,7 +111,7 @@ def test_a_prefix_shorter_than_a_saved_segment_uses_its_first_blocks(tiny_loaded
     assert read == 48 and mx.array_equal(back[0][0], layers[0][0][:, :, :48]).item()
     # A file whose header cannot be read is removed when the tier opens.
     (again.folder / "junk_0_16.kv").write_bytes(b"TANDEMKV" + bytes(8))
-    third = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    third = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
     assert not (third.folder / "junk_0_16.kv").exists() and third.notes
     assert third.match(shorter).num_tokens == 48
 
@@ -113,7 +119,7 @@ def test_a_prefix_shorter_than_a_saved_segment_uses_its_first_blocks(tiny_loaded
 def test_the_budget_evicts_the_least_recently_used_chat(tiny_loaded, tmp_path):
     first, kv1 = kv_of(tiny_loaded, LONG)
     second, kv2 = kv_of(tiny_loaded, "numbers 0123456789 " * 10)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
     tier.save(first, kv1)
     tier.close(30)
     one_chat = tier.nbytes
@@ -127,7 +133,7 @@ def test_the_budget_evicts_the_least_recently_used_chat(tiny_loaded, tmp_path):
 
 def test_a_full_disk_stops_saving_with_one_note(tiny_loaded, tmp_path, monkeypatch):
     tokens, layers = kv_of(tiny_loaded, LONG)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -143,7 +149,7 @@ def test_a_slow_writer_drops_saves_instead_of_blocking(tiny_loaded, tmp_path, mo
     import threading
 
     tokens, layers = kv_of(tiny_loaded, LONG)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
     gate = threading.Event()
     real = kv_file.write
     monkeypatch.setattr(kv_file, "write", lambda p, d: gate.wait(30) and real(p, d))
@@ -163,13 +169,13 @@ def test_two_processes_sharing_a_folder_see_each_others_files(tiny_loaded, tmp_p
     import time
 
     tokens, layers = kv_of(tiny_loaded, LONG)
-    app, server = (DiskTier(tmp_path, MODEL, BLOCK, 1 << 30) for _ in range(2))
+    app, server = (DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT) for _ in range(2))
     writing = server.folder / ".kv-in-progress.tmp"
     writing.write_bytes(b"half a file")
-    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)  # a third opening leaves it alone
+    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)  # a third opening leaves it alone
     assert writing.exists()
     os.utime(writing, (time.time() - 7200, time.time() - 7200))  # an hour-old leftover
-    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30)
+    DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT)
     assert not writing.exists()
     app.save(tokens, layers)
     app.close(30)
@@ -204,7 +210,7 @@ def test_a_prefix_the_ram_cache_evicts_is_saved_if_the_disk_lacks_it(tiny_loaded
     end = len(first) - len(first) % BLOCK
     block_bytes = sum(k.nbytes + v.nbytes for k, v in first_kv) * BLOCK // len(first)
     ram = PrefixCache(BLOCK, budget_bytes=block_bytes * (end // BLOCK))  # one chat fits
-    ram.disk = tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    ram.disk = tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
     ram.insert(first, caches_of(first_kv))
     assert ram.cached_length(first) == end and tier.match(first).num_tokens == 0
     ram.insert(second, caches_of(second_kv))  # evicts the first chat from RAM
@@ -233,7 +239,7 @@ def test_forgetting_a_chat_removes_only_what_no_other_chat_uses(tiny_loaded, tmp
     tokens, layers = kv_of(tiny_loaded, LONG)
     more, more_kv = kv_of(tiny_loaded, LONG + " and the fox ran home to its den at last")
     other, other_kv = kv_of(tiny_loaded, "A different chat altogether. " * 12)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
     tier.save(tokens, layers, "1")
     tier.save(more, more_kv, "2")  # chat 2 continues chat 1's prefix
     tier.save(other, other_kv, "api:client")
@@ -252,9 +258,152 @@ def test_forgetting_a_chat_removes_only_what_no_other_chat_uses(tiny_loaded, tmp
     assert not list(tier.folder.glob("*.kv"))
     # A damaged owners list is replaced; saving and forgetting go on.
     (tmp_path / FILE).write_bytes(b"not a database" * 100)
-    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, segment_tokens=48)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
     tier.save(tokens, layers, "7")
     tier.forget("7")
     assert tier.close(30)
     assert not list(tier.folder.glob("*.kv"))
     assert any("could not be read" in note for note in tier.owners.notes)
+
+
+def _in_time(work, seconds: float = 30.0):
+    """`work()`'s result, run on a thread: a call that blocks for good (a
+    FIFO opened for reading) fails the test instead of hanging it."""
+    import threading
+
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "blocked: a non-regular file was opened"
+    return out[0]
+
+
+def test_entries_that_are_not_regular_files_are_skipped_never_opened(tiny_loaded, tmp_path):
+    """A FIFO, a symlink (to a FIFO or to a real segment) or a folder named
+    like a segment or a temporary file: the tier opens, skips each with one
+    note, keeps its real segments; one planted while serving (seen at the
+    next look, or swapped in for a segment it will read) never blocks a read."""
+    import os
+    import time
+
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier.save(tokens, layers)
+    assert tier.close(30)
+    folder = tier.folder
+    real = sorted(folder.glob("*.kv"))
+    os.mkfifo(folder / "fifo_0_16.kv")
+    os.symlink(folder / "fifo_0_16.kv", folder / "link_0_16.kv")
+    os.symlink(real[0], folder / "copy_0_16.kv")
+    (folder / "folder_0_16.kv").mkdir()
+    (folder / ".kv-old.tmp").mkdir()
+    os.utime(folder / ".kv-old.tmp", (time.time() - 7200, time.time() - 7200))
+    again = _in_time(lambda: DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT,
+                                      segment_tokens=48))
+    end = len(tokens) - len(tokens) % BLOCK
+    assert again.match(tokens).num_tokens == end  # the tier is on, its segments found
+    skipped = [n for n in again.notes if "not a regular file" in n]
+    assert len(skipped) == 5 and len(again.notes) == 5, again.notes
+    for name in ("fifo_0_16.kv", "link_0_16.kv", "copy_0_16.kv", "folder_0_16.kv",
+                 ".kv-old.tmp"):
+        assert os.path.lexists(folder / name)  # not ours: left alone
+    assert again.read(again.match(tokens))[0] == end
+    # Planted while serving: the next look skips it, once.
+    os.mkfifo(folder / "late_0_16.kv")
+    _in_time(again.refresh)
+    _in_time(again.refresh)
+    assert len([n for n in again.notes if "late_0_16.kv" in n]) == 1
+    # A segment swapped for a FIFO after the tier looked: the read ends before it.
+    second = again.match(tokens).segments[1][0]
+    second.path.unlink()
+    os.mkfifo(second.path)
+    read, back = _in_time(lambda: again.read(again.match(tokens)))
+    assert read == second.start and back[0][0].shape[2] == read
+    assert os.path.lexists(second.path) and "not a regular file" in again.notes[-1]
+
+
+def rewrite(path, change) -> None:
+    """The segment at `path` with its arrays replaced by `change(layers)`,
+    written as a well-formed file of the same positions and tokens, its
+    checksum recomputed: only the model's own checks can refuse it."""
+    data = path.read_bytes()
+    (size,) = __import__("struct").unpack("<I", data[8:12])
+    header = __import__("json").loads(data[12:12 + size])
+    layers = kv_file.decode(data, header["model"], header["start"], header["blocks"])
+    path.write_bytes(kv_file.encode(header["model"], header["start"], header["block"],
+                                    header["blocks"], change(layers), header["parent"]))
+
+
+def _other_shape(layers):
+    return [(mx.random.normal((1, 1, k.shape[2], 8)), mx.random.normal((1, 1, k.shape[2], 8)))
+            for k, _ in layers]
+
+
+@pytest.mark.parametrize("change,why", [
+    (_other_shape, "arrays of shape [1, 1,"),
+    (lambda layers: layers[:1], "KV of 1 layers; the model has 2"),
+    (lambda layers: layers + layers[:1], "KV of 3 layers; the model has 2"),
+])
+def test_a_file_of_another_models_shape_is_removed_when_found_and_when_read(
+        tiny_loaded, tmp_path, change, why):
+    """Well-formed, checksummed files whose arrays are not this model's KV
+    (other KV heads or head size, a layer missing or one too many): the
+    scan removes them with a note; one swapped in after the scan is refused
+    by `read` before MLX sees it, removed, and the match ends before it."""
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier.save(tokens, layers)
+    assert tier.close(30)
+    first, *rest = sorted(tier.match(tokens).segments, key=lambda s: s[0].start)
+    rewrite(first[0].path, change)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    assert not first[0].path.exists() and again.match(tokens).num_tokens == 0
+    assert any("could not be read" in n for n in again.notes)
+    # Swapped in after the tier looked: refused when read.
+    second = rest[0][0]
+    rewrite(second.path, change)
+    read, back = again.read(tier.match(tokens))
+    assert read == 0 and back == []  # (the first is gone: nothing before it to use)
+    third = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier.save(tokens, layers)  # written again whole
+    assert tier.close(30)
+    third.refresh()
+    match = third.match(tokens)
+    rewrite(match.segments[1][0].path, change)
+    read, back = third.read(match)
+    assert read == match.segments[0][1] and back[0][0].shape == (1, 2, read, 16)
+    assert why in third.notes[-1] and not match.segments[1][0].path.exists()
+
+
+@pytest.mark.parametrize("value,why", [(float("nan"), "not finite"), (float("inf"), "not finite"),
+                                       (0.0, "nothing but zeros")])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_values_no_model_writes_are_refused_before_mlx_sees_them(tiny_loaded, tmp_path,
+                                                                 value, why, dtype):
+    """NaN, inf, or a layer's values all zeros, in a checksummed file of the
+    right shape: `read` refuses it, removes it and ends the match before it."""
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    layers = [(k.astype(dtype), v.astype(dtype)) for k, v in layers]
+    mx.eval(layers)  # save takes evaluated KV
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier.save(tokens, layers)
+    assert tier.close(30)
+    match = tier.match(tokens)
+    assert len(match.segments) > 1, tier.notes
+    second = match.segments[1][0]
+
+    def spoil(layers):
+        keys, values = layers[1]
+        if value == 0.0:
+            return [layers[0], (keys, mx.zeros_like(values))]
+        spoilt = mx.where(mx.arange(keys.shape[2])[:, None] == 3, mx.array(value, keys.dtype),
+                          keys)
+        return [layers[0], (spoilt, values)]
+
+    rewrite(second.path, spoil)
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    read, back = again.read(again.match(tokens))
+    assert read == match.segments[0][1] and back[0][0].shape[2] == read
+    assert why in again.notes[-1] and not second.path.exists()

@@ -20,16 +20,20 @@ resumes warm after a restart.
   `close(timeout)` drains the queue within a bounded time. Each save
   records its owner (kv_owners.py); `forget(owner)` (a chat deleted),
   queued behind that chat's saves, removes what no one else uses.
-- Never trust blindly: `read` checks every file (kv_file.check) before MLX
-  sees it; a damaged, truncated, foreign or other-version file is removed,
-  noted, and the match ends before it. A full disk stops saving with one
-  note. A byte budget evicts the least recently used segments (and those
-  that chain from them) first."""
+- Nothing read from disk is trusted: an entry is opened only if it is a
+  regular file (kv_folder.py: a FIFO, link or folder under a segment's name
+  is skipped with one note, never opened or removed); the scan checks each
+  header against the model (its identity and KV layout: layers, KV heads,
+  head sizes) and `read` checks the whole file again (kv_file: checksum,
+  shapes, values finite and not all zeros) before MLX sees it; a damaged,
+  truncated, foreign, other-version or other-shape file is removed, noted,
+  and the match ends before it. A full disk stops saving with one note.
+  A byte budget evicts the least recently used segments (and those that
+  chain from them) first."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
 import threading
 import time
@@ -39,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import priority
-from . import kv_file
+from . import kv_file, kv_folder
 from .kv_owners import Owners
 
 SEGMENT_TOKENS = 1024  # at most this many positions per file: a 3k answer is ~3 files
@@ -83,17 +87,20 @@ class DiskMatch:
 
 
 class DiskTier:
-    """One model's KV files in `root` / identity-hash. Thread-safe."""
+    """One model's KV files in `root` / identity-hash, each checked against
+    the model's KV `layout` (kv_file.layout_of). Thread-safe."""
 
     def __init__(self, root: str | Path, identity: str, block_size: int,
-                 budget_bytes: int, segment_tokens: int = SEGMENT_TOKENS):
-        self.identity, self.block_size = identity, block_size
+                 budget_bytes: int, segment_tokens: int = SEGMENT_TOKENS, *,
+                 layout: kv_file.KVLayout):
+        self.identity, self.block_size, self.layout = identity, block_size, layout
         self.folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:24]
         self.owners = Owners(root)
         self.budget_bytes, self.segment_tokens = budget_bytes, segment_tokens
         self.index: dict[str, SegmentRef] = {}  # a block's chain hash -> a segment holding it
         self.segments: dict[Path, SegmentRef] = {}  # every file of the tier
         self.notes: list[str] = []  # for people: what was skipped, removed or stopped
+        self._skipped: set[str] = set()  # entries that are not regular files (said once)
         self.dropped = 0  # saves dropped because the writer was behind
         self.written_bytes = 0
         self.saving = True  # False after a full disk
@@ -136,17 +143,33 @@ class DiskTier:
             if path in self.segments:
                 continue
             if path.name.startswith(".kv-"):
-                if not keep_temporary and _stale(path):
-                    path.unlink(missing_ok=True)
+                if not keep_temporary and kv_folder.stale(path):
+                    kv_folder.remove(path)
+                elif not kv_folder.is_regular(path):
+                    self._skip(path)
                 continue
-            if not path.name.endswith(".kv"):
+            if not path.name.endswith(".kv") or path.name in self._skipped:
                 continue
-            ref = _read_ref(path, self.block_size)
-            if ref is None:
-                path.unlink(missing_ok=True)
+            try:
+                found = kv_folder.segment_header(path, self.identity, self.block_size,
+                                                 self.layout)
+            except kv_folder.NotRegular:
+                self._skip(path)
+                continue
+            if found is None:
+                kv_folder.remove(path)
                 self.notes.append(f"Removed a saved KV file that could not be read ({path.name}).")
                 continue
-            self._add(ref)
+            segment, parent, size, mtime = found
+            self._add(SegmentRef(path, segment.start, segment.start + segment.count,
+                                 segment.blocks, parent, size, mtime))
+
+    def _skip(self, path: Path) -> None:
+        """An entry that is not a regular file: never opened, never removed
+        (the tier did not make it), said once."""
+        if path.name not in self._skipped:
+            self._skipped.add(path.name)
+            self.notes.append(f"Skipped {path.name} in the KV folder: not a regular file.")
 
     def _add(self, ref: SegmentRef) -> None:
         with self._lock:
@@ -198,14 +221,16 @@ class DiskTier:
         b, parts, at = self.block_size, [], 0
         for ref, until in match.segments:
             try:
-                layers = kv_file.decode(ref.path.read_bytes(), self.identity, ref.start,
-                                        hashes[ref.start // b:until // b])
+                data = kv_folder.read_regular(ref.path,
+                                              self.layout.most_bytes(ref.end - ref.start))
+                layers = kv_file.decode(data, self.identity, ref.start,
+                                        hashes[ref.start // b:until // b], self.layout)
             except (OSError, kv_file.KVFileError) as e:
-                gone = self._subtree(ref)  # what chains from it cannot be used either
-                for each in gone:
-                    self._forget(each)
-                self.owners.drop([g.path for g in gone])
-                self.notes.append(f"Removed a saved KV file that could not be used ({e}).")
+                self.discard(ref)  # what chains from it cannot be used either
+                if isinstance(e, kv_folder.NotRegular):  # swapped in since the scan: left
+                    self._skip(ref.path)
+                else:
+                    self.notes.append(f"Removed a saved KV file that could not be used ({e}).")
                 break
             parts.append(layers)
             at = until
@@ -215,6 +240,14 @@ class DiskTier:
                    mx.concatenate([p[i][1] for p in parts], axis=2))
                   for i in range(len(parts[0]))]
         return at, layers
+
+    def discard(self, ref: SegmentRef) -> None:
+        """`ref` and the segments chained from it leave the index and the
+        disk (a file that failed its checks, or KV a step failed on)."""
+        gone = self._subtree(ref)
+        for each in gone:
+            self._forget(each)
+        self.owners.drop([g.path for g in gone])
 
     def _forget(self, ref: SegmentRef, note: str | None = None) -> None:
         """`ref` leaves the index and the disk; a block another segment also
@@ -228,7 +261,7 @@ class DiskTier:
                     holder = next((r for r in others if h in r.blocks), None)
                     if holder is not None:
                         self.index[h] = holder
-        ref.path.unlink(missing_ok=True)
+        kv_folder.remove(ref.path)
         if note:
             self.notes.append(note)
 
@@ -323,12 +356,9 @@ class DiskTier:
         for path in self.owners.release(owner):
             ref = self.segments.get(path)
             if ref is None:  # another model's folder (or gone): just the file
-                path.unlink(missing_ok=True)
+                kv_folder.remove(path)
                 continue
-            gone = self._subtree(ref)  # what chained from it could not be reached
-            for each in gone:
-                self._forget(each)
-            self.owners.drop([g.path for g in gone])
+            self.discard(ref)  # what chained from it could not be reached
 
     def _evict(self) -> None:
         """Least recently used segments go until the tier fits its budget;
@@ -387,7 +417,7 @@ class DiskTier:
             self.index.clear()
             self.segments.clear()
         for ref in refs:
-            ref.path.unlink(missing_ok=True)
+            kv_folder.remove(ref.path)
         self.owners.drop([r.path for r in refs])
         return sum(r.nbytes for r in refs)
 
@@ -395,44 +425,3 @@ class DiskTier:
     def nbytes(self) -> int:
         with self._lock:
             return sum(r.nbytes for r in self._refs())
-
-
-def _stale(path: Path, age_s: float = 3600.0) -> bool:
-    try:
-        return time.time() - path.stat().st_mtime > age_s
-    except OSError:
-        return False
-
-
-def _read_ref(path: Path, block: int) -> SegmentRef | None:
-    """A segment's header, read without its payload (None: not readable as
-    one of this block size). Its bytes are checked when it is used."""
-    import json
-    import re
-    import struct
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(kv_file.MAGIC) + 4)
-            if len(head) < len(kv_file.MAGIC) + 4 or head[:len(kv_file.MAGIC)] != kv_file.MAGIC:
-                return None
-            (size,) = struct.unpack("<I", head[len(kv_file.MAGIC):])
-            if size > kv_file.MAX_HEADER:
-                return None
-            header = json.loads(f.read(size))
-        stat = path.stat()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(header, dict):
-        return None
-    blocks, start, count = header.get("blocks"), header.get("start"), header.get("count")
-    parent = header.get("parent")
-    hex64 = re.compile(r"[0-9a-f]{64}")
-    if not (header.get("block") == block and isinstance(blocks, list) and blocks
-            and all(isinstance(h, str) and hex64.fullmatch(h) for h in blocks)
-            and type(start) is int and start >= 0 and start % block == 0
-            and count == len(blocks) * block and isinstance(parent, str)
-            and (parent == "" if start == 0 else hex64.fullmatch(parent) is not None)):
-        return None
-    return SegmentRef(path, start, start + count, tuple(blocks), parent, stat.st_size,
-                      os.path.getmtime(path))
