@@ -276,3 +276,46 @@ def test_files_that_are_not_this_models_kv_are_never_used(tiny_model_dir, tmp_pa
         assert any("could not be" in note for note in again.prefix_cache.disk.notes)
     finally:
         again.close()
+
+
+def test_a_step_that_fails_on_cached_kv_fails_that_request_not_the_lane(tiny_model_dir,
+                                                                       tmp_path):
+    """Defence behind the file checks: KV in the prefix cache that the model
+    cannot use (1 KV head of 8 where it has 2 of 16, as a file that passed
+    some other check would give) fails the request that starts from it,
+    with the reason; that KV is dropped (RAM and disk), the lane serves on,
+    and the same prompt sent again is answered as from a cold start."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tests.helpers import prompt_of
+
+    ids = prompt_of(load_model(str(tiny_model_dir)), LONG)
+    engine = _engine(tiny_model_dir, tmp_path / "kv")
+    try:
+        cold = engine.generate(prompt_ids=ids, params=SamplingParams(max_tokens=8), timeout=60)
+        disk = engine.prefix_cache.disk
+        assert disk.close(30) and disk.match(ids).num_tokens > 100  # saved (good KV)
+        engine.prefix_cache.clear()
+        bad = []
+        for _ in range(2):
+            cache = KVCache()
+            cache.keys = mx.random.normal((1, 1, len(ids), 8))
+            cache.values = mx.random.normal((1, 1, len(ids), 8))
+            cache.offset = len(ids)
+            bad.append(cache)
+        engine.prefix_cache.insert(ids, bad)
+        assert engine.prefix_cache.cached_length(ids) > 100
+        failed = engine.generate(prompt_ids=ids, params=SamplingParams(max_tokens=8),
+                                 timeout=60)
+        assert failed.reason == "error" and "cached KV could not be used" in failed.error
+        assert all(lane.failed is None for lane in engine.lanes.values())
+        # Dropped, in RAM and on disk (the disk's copy was good, but a step
+        # failed on that prefix: it is not kept either).
+        assert engine.prefix_cache.cached_length(ids) == 0 and disk.match(ids).num_tokens == 0
+        again = engine.generate(prompt_ids=ids, params=SamplingParams(max_tokens=8),
+                                timeout=60)
+        assert again.reason in ("stop", "length") and again.cached_tokens == 0
+        assert again.text == cold.text
+    finally:
+        engine.close()

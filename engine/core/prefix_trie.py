@@ -120,6 +120,24 @@ class PrefixTrie:
             evicted += 1
         return evicted
 
+    def drop(self, tokens: list[int]) -> int:
+        """Remove the cached blocks that prefix `tokens` and every block
+        chained after the first of them (KV a step failed on: what extends
+        it cannot be trusted either); returns the blocks removed."""
+        chain = self.match(tokens, touch=False)
+        if not chain:
+            return 0
+        first, removed, todo = chain[0], 0, [chain[0]]
+        while todo:
+            node = todo.pop()
+            todo.extend(node.children.values())
+            self.nbytes -= node.nbytes
+            self.num_blocks -= 1
+            node.payload = None
+            removed += 1
+        del first.parent.children[first.tokens]
+        return removed
+
     def clear(self) -> None:
         self.root.children.clear()
         self.nbytes = 0

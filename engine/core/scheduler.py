@@ -283,6 +283,10 @@ class LaneScheduler:
         t = self.clock()
         stop_ids = self.director.stop_token_ids
         with self.lock:
+            for request in result.failed:  # one request's KV failed, not the lane
+                if request in self.prefilling:
+                    self.prefilling.remove(request)
+                    outcome.finished.append((request, "error"))
             logprobs = result.logprobs or [None] * len(result.tokens)
             for row, (request, token, lp) in enumerate(zip(plan.decode, result.tokens,
                                                            logprobs)):
@@ -304,6 +308,8 @@ class LaneScheduler:
                         break
             for chunk in plan.prefill:
                 request = chunk.request
+                if request in result.failed:
+                    continue
                 request.num_computed += chunk.size
                 if chunk.is_last and request in self.prefilling:
                     self.prefilling.remove(request)

@@ -84,6 +84,10 @@ class StepResult:
     extra: dict = field(default_factory=dict)
     extra_logprobs: dict = field(default_factory=dict)  # row -> their logprobs, aligned
     verified: int = 0  # proposed positions this step verified (0: a plain step)
+    # Requests whose own KV failed this step (runner.py: KV from the prefix
+    # cache that the model could not use): their state is gone, each ends
+    # with its `failure`; the lane serves on.
+    failed: list = field(default_factory=list)
 
 
 @dataclass(slots=True)

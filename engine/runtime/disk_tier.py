@@ -249,6 +249,14 @@ class DiskTier:
             self._forget(each)
         self.owners.drop([g.path for g in gone])
 
+    def drop(self, tokens: list[int]) -> None:
+        """The files holding `tokens`' prefix (and those chained after them)
+        are removed: a step failed on that KV."""
+        match = self.match(tokens, touch=False)
+        if match.segments:
+            self.discard(match.segments[0][0])
+            self.notes.append("Removed saved KV that a step could not use.")
+
     def _forget(self, ref: SegmentRef, note: str | None = None) -> None:
         """`ref` leaves the index and the disk; a block another segment also
         holds (two saves of one prefix) stays findable through that one."""

@@ -172,6 +172,15 @@ class PrefixCache:
             if disk is not None and disk.match(tokens, touch=False).num_tokens < len(tokens):
                 disk.save(tokens, BlockKV(tuple(payloads), self.block_size))
 
+    def drop(self, tokens: list[int]) -> int:
+        """Forget the cached KV that prefixes `tokens`, here and on disk (a
+        step failed on it): blocks removed from RAM."""
+        with self._lock:
+            removed = self._trie.drop(tokens)
+        if self.disk is not None:
+            self.disk.drop(tokens)
+        return removed
+
     def clear(self) -> None:
         with self._lock:
             self._trie.clear()

@@ -44,6 +44,7 @@ class ModelRunner:
         self.arrivals: dict[str, Handoff] = {}  # handed over by other lanes
         self.batch = DecodeBatch(model, solo_decode)
         self.steps = 0
+        self.failed: list[Request] = []  # this step's requests whose cached KV failed
 
     def start(self) -> None:
         """On the lane thread, inside its stream: build the lane's own copy of
@@ -69,11 +70,18 @@ class ModelRunner:
     # ---- one step ---------------------------------------------------------------
     def run(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()
+        self.failed = []
         handoffs = self._leave(plan)
         for admission in plan.admitted:
             request = admission.request
-            caches = (PrefixCache.materialize(admission.prefix, self.kv_dtype)
-                      or make_prompt_cache(self.model))
+            try:
+                caches = (PrefixCache.materialize(admission.prefix, self.kv_dtype)
+                          or make_prompt_cache(self.model))
+            except Exception as exc:  # blocks that do not fit together: its KV, not the lane
+                if not request.cached_tokens:
+                    raise
+                self._kv_failed(request, exc)
+                continue
             matcher = (request.grammar_matcher.deep_copy()  # built at submit, never here
                        if request.grammar_matcher is not None else None)
             if matcher is None and request.params.grammar is not None:
@@ -105,7 +113,22 @@ class ModelRunner:
         return StepResult(tokens, done - started, handoffs, wait_s=done - waited,
                           logprobs=logprobs, extra=self.batch.extra,
                           extra_logprobs=self.batch.extra_logprobs,
-                          verified=self.batch.verified)
+                          verified=self.batch.verified, failed=self.failed)
+
+    def _kv_failed(self, request: Request, exc: Exception) -> None:
+        """The KV `request` started from (the prefix cache's, perhaps read
+        back from disk) failed in the model: that request fails, its state
+        goes, the prefix it used is dropped (RAM and disk) so no later
+        request meets it, and the lane serves on: only this request's own
+        caches saw the failed work."""
+        import traceback
+
+        traceback.print_exc()
+        self.prefills.pop(request.request_id, None)
+        request.failure = ("Its cached KV could not be used by the model "
+                           f"({type(exc).__name__}: {exc}); that KV was dropped.")
+        self.failed.append(request)
+        self.prefix_cache.drop(request.prompt_ids[:request.cached_tokens])
 
     def _prefill(self, plan: StepPlan) -> list[mx.array]:
         """Run the plan's prefill chunks; whole cold prompts of similar length
@@ -113,14 +136,23 @@ class ModelRunner:
         arrays to evaluate."""
         pending, together = [], []
         for chunk in plan.prefill:
+            if chunk.request in self.failed:
+                continue
             prefill = self.prefills[chunk.request.request_id]
             if self.batch_prefill and whole_cold(prefill, chunk.start, chunk.size):
                 together.append(prefill)
                 continue
-            logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
+            try:
+                logits = run_chunk(self.model, prefill, chunk.start, chunk.size)
+                first = self._first(prefill, logits) if chunk.is_last else None
+            except Exception as exc:  # on cached KV: that request's failure (_kv_failed)
+                if not chunk.request.cached_tokens:
+                    raise
+                self._kv_failed(chunk.request, exc)
+                continue
             pending.extend(arrays_of(prefill.caches))
-            if chunk.is_last:
-                pending.append(self._first(prefill, logits))
+            if first is not None:
+                pending.append(first)
         for group in batch_groups(together):
             if len(group) == 1:
                 prefill = group[0]
