@@ -34,14 +34,15 @@ from starlette.routing import Route
 from engine import Finished, Token
 
 from .access_log import AccessLog
-from .bodies import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, Completion, completion,
-                     parse_json)
+from .bodies import Completion, completion
 from .embeddings import embeddings_route
 from .errors import APIError, http_error, server_fault
 from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  # noqa: F401
                    collect, model_ids, read_body, sse)
 from .logprobs import chat_entries, completion_logprobs
 from .messages import messages_route
+from .raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, check_images_carried,
+                       parse_json)
 from .responses import ResponseStore, responses_route
 from .tool_calls import read_calls
 from .trust import RequestGate
@@ -52,9 +53,7 @@ def _parse(data: bytes, chat: bool, defaults: dict, fetcher=None) -> Completion:
     (data: URLs); any other request is held to MAX_BODY_BYTES."""
     job = completion(parse_json(data, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES),
                      chat, defaults, fetcher)
-    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in job.messages or ()):
-        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a chat request "
-                       f"with images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
+    check_images_carried(data, job.messages)
     return job
 
 
@@ -97,7 +96,7 @@ def make_app(engine, config: ServerConfig | None = None,
     async def text_route(request: Request) -> Response:
         return await _completions(state, request, chat=False)
 
-    store = ResponseStore()
+    store = ResponseStore(max_bytes=config.stored_responses_bytes)
 
     async def responses(request: Request) -> Response:
         return await responses_route(state, store, request)

@@ -13,12 +13,9 @@ from engine import EngineError, Grammar, SamplingParams
 
 from .errors import APIError
 from .image_urls import ImageFetcher, RequestImages
+from .raw_body import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json  # noqa: F401 (their home)
+from .raw_body import is_text as _is_text
 
-MAX_BODY_BYTES = 4 << 20
-# A chat request carrying images (data: URLs) may be this large: a few phone
-# photos, base64 (issue 37); without images the limit above holds.
-MAX_IMAGE_BODY_BYTES = 64 << 20
-MAX_NESTING = 64  # JSON deeper than this is refused before it is parsed
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -36,47 +33,6 @@ class Completion:
     user: str | None
     tools: list | None = None  # OpenAI function tools (chat)
     tool_choice: object = None
-
-
-def parse_json(data: bytes, limit: int = MAX_BODY_BYTES) -> dict:
-    if len(data) > limit:
-        raise APIError(413, f"Request body over {limit >> 20} MiB.")
-    if _nesting(data) > MAX_NESTING:
-        raise APIError(400, f"The body is nested more than {MAX_NESTING} levels deep.")
-    try:
-        body = json.loads(data or b"{}")
-    except (ValueError, RecursionError):
-        raise APIError(400, "The body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "The body must be a JSON object.")
-    return body
-
-
-def _nesting(data: bytes) -> int:
-    """The deepest bracket nesting, ignoring brackets inside strings (a cheap
-    scan, so that json.loads never recurses out of the interpreter's stack)."""
-    if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
-        return 0
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_NESTING:
-                return deepest
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
 
 
 def completion(body: dict, chat: bool, defaults: dict | None = None,
@@ -263,14 +219,6 @@ def _params(body: dict, defaults: dict) -> SamplingParams:
             prediction=_prediction(body.get("prediction")))
     except EngineError as e:
         raise APIError(400, str(e)) from None
-
-
-def _is_text(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: not text
-        return False
-    return True
 
 
 def _messages(messages, fetcher: ImageFetcher | None = None) -> list[dict[str, str]]:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 
 from engine import EngineError, Finished, Token
 
-from .bodies import MAX_BODY_BYTES, Completion
+from .bodies import Completion
 from .errors import APIError
-from .image_urls import ImageFetcher
+from .image_urls import ImageFetcher, ServerImages, cannot_read_images
 from .logprobs import TokenPieces
+from .raw_body import read_body  # noqa: F401 (the routes read bodies through flow)
 from .slots import Slot, Slots
 from .trust import key_matches
 
@@ -39,6 +40,7 @@ class ServerConfig:
     # event loop itself, as before these threads existed; benchmarks compare with it)
     send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
     image_urls: ImageFetcher | None = None  # fetches http(s) image URLs (--allow-image-urls)
+    stored_responses_bytes: int = 64 << 20  # what /v1/responses keeps for previous_response_id
 
 
 def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:
@@ -54,8 +56,12 @@ class ServerState:
     """The engine the API serves, its names, what it has in flight, its workers."""
 
     def __init__(self, engine, config: ServerConfig):
-        self.engine, self.config = engine, config
-        self.ids = model_ids(engine, config)
+        self.engine, self.ids = engine, model_ids(engine, config)
+        # The routes give the body parsers config.image_urls: as ServerImages
+        # a text model's request is refused at its first image, none decoded.
+        self.config = replace(config, image_urls=ServerImages(
+            config.image_urls, lambda: None if engine.capabilities.images
+            else cannot_read_images(self.ids[0])))
         self.pieces = TokenPieces(engine.tokenizer)  # logprobs' token texts and bytes
         self.slots = Slots(config.max_in_flight)
         self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
@@ -77,20 +83,6 @@ def check_key(request: Request, state: ServerState) -> None:
     if key and not key_matches(given, key):
         raise APIError(401, "Invalid or missing API key.", kind="authentication_error",
                        code="invalid_api_key")
-
-
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The body, refused with 413 as soon as it passes the limit."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"Request body over {limit >> 20} MiB.")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, f"Request body over {limit >> 20} MiB.")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _submit(state: ServerState, request: Request, job: Completion):

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .bodies import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json
+from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
 from .errors import APIError
 from .messages_body import parse, tool_input
 from .tool_calls import read_calls
@@ -49,9 +49,7 @@ async def _messages(state: ServerState, request: Request) -> Response:
     body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
     job = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
                           state.config.image_urls)
-    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in job.messages or ()):
-        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a request with "
-                       f"images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
+    check_images_carried(data, job.messages)
     slot, handle = await admit(state, request, job)
     reply = Reply(state, job, handle)
     if job.stream:

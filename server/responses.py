@@ -15,6 +15,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -22,63 +23,101 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .bodies import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json
+from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
 from .errors import APIError
 from .responses_body import ResponsesJob, parse
 from .tool_calls import read_calls
 
 MAX_STORED = 1024  # responses kept for previous_response_id, least recently used out first
-MAX_STORED_BYTES = 64 << 20  # and at most this much kept in all (text, and images decoded)
 
 
-def _size(turns: list[dict]) -> int:
-    """What a response's turns hold in memory: their text, and each image's
-    decoded pixels (3 bytes a pixel; engine/images.ChatImage)."""
-    pixels = sum(i.width * i.height * 3 for m in turns for i in m.get("images") or ())
-    text = json.dumps([{k: v for k, v in m.items() if k not in ("images", "parts")}
-                       for m in turns], ensure_ascii=False)
-    return len(text) + pixels
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One stored response as it is held: its turns as compact JSON (what the
+    budget counts is what is held, never a tree of parsed objects 18 times
+    its JSON), each message's images apart (decoded pixels, counted)."""
+
+    previous: str | None
+    turns: bytes  # the turns, JSON, images and parts left out
+    images: tuple  # per turn: (images, parts) or None
+    size: int
+
+    @classmethod
+    def of(cls, previous: str | None, turns: list[dict]) -> _Kept:
+        plain = [{k: v for k, v in m.items() if k not in ("images", "parts")} for m in turns]
+        data = json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
+        images = tuple((m["images"], m.get("parts")) if m.get("images") else None
+                       for m in turns)
+        pixels = sum(i.width * i.height * 3 for m in turns for i in m.get("images") or ())
+        return cls(previous, data, images, len(data) + pixels + 64 * len(turns))
+
+    def messages(self) -> list[dict]:
+        turns = json.loads(self.turns)
+        for turn, seen in zip(turns, self.images):
+            if seen is not None:
+                turn["images"], turn["parts"] = seen
+        return turns
 
 
 class ResponseStore:
     """Each kept response: (previous id, the turns it added: its input and
     its answer as chat messages), per owner (the API key's hash), within a
     count and a byte budget (a client sending 4 MB bodies cannot fill the
-    memory). A chain with a link forgotten is not found (a 404 the client
-    can act on)."""
+    memory). Over either, the owner holding the most gives up its least
+    recently used response: a client fills the store alone, but never evicts
+    another's to make room while it holds more. A chain with a link
+    forgotten is not found (a 404 the client can act on)."""
 
-    def __init__(self, limit: int = MAX_STORED, max_bytes: int = MAX_STORED_BYTES):
+    def __init__(self, limit: int = MAX_STORED, max_bytes: int = 64 << 20):
         self.limit, self.max_bytes = limit, max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[str | None, list[dict], int]] = \
-            OrderedDict()
-        self._bytes = 0
+        self._owners: dict[str, OrderedDict[str, _Kept]] = {}
+        self._bytes: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def put(self, owner: str, rid: str, previous: str | None, turns: list[dict]) -> None:
-        size = _size(turns)
-        if size > self.max_bytes:
-            return
+    def put(self, owner: str, rid: str, previous: str | None, turns: list[dict]) -> bool:
+        """Keep a response; False when it alone is over the whole budget."""
+        kept = _Kept.of(previous, turns)
+        if kept.size > self.max_bytes:
+            return False
         with self._lock:
-            self._items[(owner, rid)] = (previous, turns, size)
-            self._bytes += size
-            while len(self._items) > self.limit or self._bytes > self.max_bytes:
-                self._bytes -= self._items.popitem(last=False)[1][2]
+            self._owners.setdefault(owner, OrderedDict())[rid] = kept
+            self._bytes[owner] = self._bytes.get(owner, 0) + kept.size
+            while sum(map(len, self._owners.values())) > self.limit:
+                self._evict(max(self._owners, key=lambda o: len(self._owners[o])))
+            while sum(self._bytes.values()) > self.max_bytes:
+                self._evict(max(self._bytes, key=self._bytes.__getitem__))
+        return True
+
+    def _evict(self, heaviest: str) -> None:
+        """The least recently used response of the owner holding the most."""
+        items = self._owners[heaviest]
+        self._bytes[heaviest] -= items.popitem(last=False)[1].size
+        if not items:
+            del self._owners[heaviest], self._bytes[heaviest]
 
     def history(self, owner: str, rid: str) -> list[dict] | None:
-        chain: list[list[dict]] = []
+        chain: list[_Kept] = []
         with self._lock:
+            items = self._owners.get(owner, {})
             while rid is not None:
-                found = self._items.get((owner, rid))
+                found = items.get(rid)
                 if found is None:
                     return None
-                self._items.move_to_end((owner, rid))
-                rid, turns, _ = found
-                chain.append(turns)
-        return [m for turns in reversed(chain) for m in turns]
+                items.move_to_end(rid)
+                chain.append(found)
+                rid = found.previous
+        return [m for kept in reversed(chain) for m in kept.messages()]
 
 
 def owner_of(request: Request) -> str:
-    given = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+    """Whose stored responses a request may read: its key, however sent
+    (`Authorization: Bearer K` or Anthropic's `x-api-key: K`)."""
+    given = request.headers.get("authorization")
+    if given is not None:
+        scheme, _, token = given.partition(" ")
+        given = token.strip() if scheme.lower() == "bearer" else given
+    else:
+        given = request.headers.get("x-api-key") or ""
     return hashlib.sha256(given.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
@@ -90,9 +129,7 @@ async def responses_route(state: ServerState, store: ResponseStore, request: Req
     rj: ResponsesJob = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
                                        lambda rid: store.history(owner, rid),
                                        state.config.image_urls)
-    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in rj.new_messages):
-        raise APIError(413, f"Request body over {MAX_BODY_BYTES >> 20} MiB (a request with "
-                       f"images may be up to {MAX_IMAGE_BODY_BYTES >> 20} MiB).")
+    check_images_carried(data, rj.new_messages)
     reply = Reply(state, rj, store, owner)
     try:
         slot, handle = await admit(state, request, rj.job)
@@ -180,7 +217,9 @@ class Reply:
                 answer.setdefault("tool_calls", []).append(
                     {"id": item["call_id"], "type": "function",
                      "function": {"name": item["name"], "arguments": _args(item)}})
-        self.store.put(self.owner, self.id, self.rj.previous_id, self.rj.new_messages + [answer])
+        if not self.store.put(self.owner, self.id, self.rj.previous_id,
+                              self.rj.new_messages + [answer]):
+            self.rj.echo["store"] = False  # too large to keep: said, never a later 404
 
     # ---- streamed -------------------------------------------------------------------
     def event(self, kind: str, **fields) -> str:

@@ -100,19 +100,67 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], name: str | None = None,
     the one called `name`) in `fmt`, their arguments held to each
     function's parameters schema: tool_choice required or a named function."""
     chosen = [t for t in tools if name is None or t["function"]["name"] == name]
-    variants = []
-    for tool in chosen:
+    variants, defs = [], {}
+    for i, tool in enumerate(chosen):
         function = tool["function"]
-        params = _closed(function.get("parameters") or {"type": "object"})
+        params = _hoisted(_closed(function.get("parameters") or {"type": "object"}),
+                          f"tool{i}.", defs)
         variants.append({"type": "object", "properties": {
             "name": {"const": function["name"]}, "arguments": params},
             "required": ["name", "arguments"], "additionalProperties": False})
     schema = dict(variants[0]) if len(variants) == 1 else {"anyOf": variants}
+    if defs:
+        schema["$defs"] = defs
     schema["x-guidance"] = {"whitespace_flexible": False}  # compact, as constrain.py
     start, end = _marker(tokenizer, fmt.start), _marker(tokenizer, fmt.end)
     many = "call+" if name is None else "call"
     return (f'start: {many}\ncall: {start} "\\n" body "\\n" {end}\n'
             f"body: %json {json.dumps(schema)}\n")
+
+
+def _hoisted(params, prefix: str, defs: dict):
+    """A tool's parameters schema made to stand inside the call's schema:
+    its `$defs` / `definitions` moved to the root's `$defs` under `prefix`
+    (tools may each name a `City`), and its local `$ref`s pointed there
+    (what pydantic and zod emit: `#/$defs/City`; `#` and other pointers into
+    the parameters themselves through a copy of them). `defs` gains them."""
+    if not isinstance(params, dict):
+        return params
+    own = {}
+    for key in ("$defs", "definitions"):
+        if isinstance(params.get(key), dict):
+            own.update({(key, k): v for k, v in params[key].items()})
+    params = {k: v for k, v in params.items() if k not in ("$defs", "definitions")}
+    whole = prefix + "parameters"
+    used_whole = False
+
+    def point(ref: str) -> str:
+        nonlocal used_whole
+        for key in ("$defs", "definitions"):
+            head = f"#/{key}/"
+            if ref.startswith(head):
+                name, sep, rest = ref[len(head):].partition("/")
+                return f"#/$defs/{prefix}{name}{sep}{rest}"
+        used_whole = True
+        return f"#/$defs/{whole}{ref[1:]}"
+
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            out["$ref"] = point(ref)
+        return out
+
+    params = walk(params)
+    for (_, name), value in own.items():
+        defs[prefix + name.replace("~1", "/").replace("~0", "~")] = walk(value)
+    if used_whole:
+        defs[whole] = params
+    return params
 
 
 def _closed(schema):

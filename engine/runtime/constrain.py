@@ -55,8 +55,13 @@ def grammar_text(grammar: Grammar) -> str:
 def _limits():
     import llguidance
 
+    # Items in one parser row: llguidance's default (2,000) let a schema whose
+    # anyOf has 2,900 object branches build, then fail mid-answer at its
+    # first "{"; the largest such schema max_grammar_size lets build (~8,500
+    # branches) fits under this, at ~10 ms a mask.
     return llguidance.LLParserLimits(step_lexer_fuel=70_000, step_max_items=50_000,
-                                     max_grammar_size=500_000, verbose_errors=False)
+                                     max_items_in_row=100_000, max_grammar_size=500_000,
+                                     verbose_errors=False)
 
 
 class Constraints:
