@@ -209,17 +209,46 @@ class _DeadlineReader(io.RawIOBase):
         return self.timed.sock.recv_into(buffer)
 
 
-class RequestImages:
-    """One request's images: its budget (engine/images.ImageBudget) and how a
-    URL is read (`fetcher`: None unless --allow-image-urls)."""
+def cannot_read_images(model: str) -> str:
+    return (f"The model {model} cannot read images: it is a text model. Load a vision model "
+            "(Qwen2.5-VL, SmolVLM, Gemma 3, ...) to send images.")
 
-    def __init__(self, fetcher: ImageFetcher | None = None):
+
+class ServerImages:
+    """How a server's requests read images: `fetcher` reads http(s) URLs
+    (None: refused), `refusal()` says why every image is refused now (the
+    model loaded reads none), or None. The server passes it where a body's
+    parser takes a fetcher (server/flow.py's ServerState)."""
+
+    def __init__(self, fetcher: ImageFetcher | None,
+                 refusal: Callable[[], str | None] = lambda: None):
+        self.fetcher, self.refusal = fetcher, refusal
+
+
+class RequestImages:
+    """One request's images: its budget (engine/images.ImageBudget), how a
+    URL is read (`fetcher`: None unless --allow-image-urls), and, given a
+    ServerImages, whether the model reads images at all: a text model's
+    request is refused at its first image, before anything is fetched or
+    decoded."""
+
+    def __init__(self, fetcher: ImageFetcher | ServerImages | None = None):
+        self.refusal: Callable[[], str | None] = lambda: None
+        if isinstance(fetcher, ServerImages):
+            fetcher, self.refusal = fetcher.fetcher, fetcher.refusal
         self.budget, self.fetcher = ImageBudget(), fetcher
         self.until: float | None = None  # set at the first fetch
 
+    def _count(self) -> None:
+        """One more image part, before its bytes are read."""
+        why = self.refusal()
+        if why:
+            raise _bad(why)
+        self.budget.count()
+
     def url(self, url: str, what: str) -> ChatImage:
         """An image URL: data: always, http(s) through the fetcher."""
-        self.budget.count()
+        self._count()
         if url[:8].lower().startswith(("http://", "https://")):
             if self.fetcher is None:
                 raise _bad("Image URLs are not fetched by this server (start it with "
@@ -231,5 +260,5 @@ class RequestImages:
         return decode_data_url(url, what, self.budget)
 
     def base64(self, payload: str, what: str) -> ChatImage:
-        self.budget.count()
+        self._count()
         return decode_base64(payload, what, self.budget)

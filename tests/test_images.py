@@ -133,13 +133,17 @@ def _image_part(url: str) -> dict:
 def test_the_api_refuses_each_bad_image_and_answers_on(served):
     client = served.client()
     good = _image_part(_data_url(_encoded(_picture(), "PNG")))
+    # A text model refuses an image at once, before reading it, however bad
+    # (each case below is refused for what it is by a vision model:
+    # tests/test_image_limits.py).
+    text_model = "cannot read images: it is a text model"
     cases = [
-        ((good,), "cannot read images: it is a text model"),
-        ((_image_part(_data_url(b"GIF89a-but-not-really")),), "not an image Tandem reads"),
-        ((_image_part(_data_url(_encoded(_picture(), "PNG")[:120])),), "damaged or cut short"),
-        ((_image_part(_data_url(_png_claiming(100_000, 100_000))),), "megapixels"),
-        ((good,) * 50, "more than 16 images"),
-        ((_image_part("https://example.org/cat.png"),), "--allow-image-urls"),
+        ((good,), text_model),
+        ((_image_part(_data_url(b"GIF89a-but-not-really")),), text_model),
+        ((_image_part(_data_url(_encoded(_picture(), "PNG")[:120])),), text_model),
+        ((_image_part(_data_url(_png_claiming(100_000, 100_000))),), text_model),
+        ((good,) * 50, text_model),
+        ((_image_part("https://example.org/cat.png"),), text_model),
         (({"type": "image_url", "image_url": {"detail": "low"}},), "needs a url"),
         (({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},),
          "only text parts"),
@@ -157,7 +161,7 @@ def test_the_api_refuses_each_bad_image_and_answers_on(served):
     with pytest.raises(openai.APIStatusError) as e:
         _ask(client, text="x" * (5 << 20))
     assert e.value.status_code == 413 and "with images may be up to 64 MiB" in e.value.message
-    # ... and one with a 5 MiB image is read (then refused: a text model).
+    # ... and one with a 5 MiB image is taken (then refused: a text model).
     big = Image.frombytes("RGB", (1400, 1400), random.Random(0).randbytes(1400 * 1400 * 3))
     photo = _encoded(big, "PNG")
     assert len(photo) > 4 << 20
@@ -180,7 +184,7 @@ def test_the_messages_api_refuses_images_a_text_model_cannot_read(served):
             {"role": "user", "content": [block, {"type": "text", "text": "?"}]}])
     bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                        "data": base64.b64encode(b"not a png").decode()}}
-    with pytest.raises(anthropic.BadRequestError, match="not an image Tandem reads"):
+    with pytest.raises(anthropic.BadRequestError, match="cannot read images"):  # not decoded
         claude.messages.create(model="tiny", max_tokens=4, messages=[
             {"role": "user", "content": [bad]}])
     answer = claude.messages.create(model="tiny", max_tokens=4, messages=[
