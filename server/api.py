@@ -79,8 +79,17 @@ def make_app(engine, config: ServerConfig | None = None,
     state = ServerState(engine, config)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": state.ids[0],
-                             "in_flight": state.slots.in_flight})
+        # The lanes' state, not only the process's: a server whose lanes all
+        # failed still listens (503, "failed"); one that lost a lane serves on
+        # ("degraded"); each failed lane is named with its reason.
+        lanes = state.engine.lane_info()
+        down = {lane.name: lane.failed for lane in lanes if lane.failed}
+        up = len(lanes) - len(down)
+        body = {"status": "ok" if not down else "degraded" if up else "failed",
+                "model": state.ids[0], "in_flight": state.slots.in_flight}
+        if down:
+            body["lanes"] = down
+        return JSONResponse(body, status_code=503 if lanes and not up else 200)
 
     async def models(request: Request) -> Response:
         check_key(request, state)

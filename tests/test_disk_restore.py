@@ -319,3 +319,33 @@ def test_a_step_that_fails_on_cached_kv_fails_that_request_not_the_lane(tiny_mod
         assert again.text == cold.text
     finally:
         engine.close()
+
+
+def test_health_names_a_lane_that_failed(make_engine):
+    """/health reports the lanes, not only the process: 200 "ok" while every
+    lane serves; after the only lane failed mid-step (its runner raising),
+    503 "failed" with the lane's reason, the server still answering."""
+    import httpx
+
+    from tests.test_server import Served
+
+    engine = make_engine()
+    served = Served(engine)
+    try:
+        health = httpx.get(served.url + "/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert "lanes" not in health.json()
+        lane = engine.lanes["cpu"]
+
+        def broken(plan):
+            raise RuntimeError("a device fault")
+
+        lane.runner.run = broken
+        done = engine.generate([{"role": "user", "content": "hi"}],
+                               SamplingParams(max_tokens=4), timeout=60)
+        assert done.reason == "error"
+        health = httpx.get(served.url + "/health")
+        assert health.status_code == 503 and health.json()["status"] == "failed"
+        assert "a device fault" in health.json()["lanes"]["cpu"]
+    finally:
+        served.stop()
