@@ -82,3 +82,18 @@ def test_lookup_limit_leaves_tokens_to_compute(tiny_loaded, limit):
     cache.insert(tokens, _caches_for(tiny_loaded.model, tokens))
     assert cache.lookup(tokens, limit=limit).num_tokens == (limit // 16) * 16
     assert cache.cached_length(tokens, limit=limit) == (limit // 16) * 16
+
+
+def test_trie_drop_removes_a_prefix_and_what_extends_it_with_its_bytes():
+    """KV a step failed on (runner._kv_failed): the prefix's blocks and every
+    block chained after its first go; another prefix stays; bytes and
+    block counts follow."""
+    trie = PrefixTrie(2, budget_bytes=1 << 20)
+    trie.insert([1, 2, 3, 4, 5, 6], lambda i: (f"a{i}", 10))
+    trie.insert([1, 2, 3, 4, 9, 9], lambda i: (f"b{i}", 10))
+    trie.insert([7, 7, 8, 8], lambda i: (f"c{i}", 10))
+    assert (trie.num_blocks, trie.nbytes) == (6, 60)
+    assert trie.drop([1, 2, 3, 4]) == 4  # [1,2] [3,4] [5,6] [9,9]
+    assert (trie.num_blocks, trie.nbytes) == (2, 20)
+    assert trie.match([1, 2, 3, 4, 5, 6]) == [] and len(trie.match([7, 7, 8, 8])) == 2
+    assert trie.drop([5, 5]) == 0
