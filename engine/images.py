@@ -3,8 +3,9 @@ file the user attached) decoded and checked before any model sees them.
 
 An image is refused, saying why, when it is not a PNG, JPEG, WebP or GIF
 (its bytes are read, never its declared type), is damaged or truncated,
-has more than `MAX_PIXELS` pixels (read from its header, before anything
-is decoded: a decompression bomb never decodes), or its encoded bytes pass
+has more than `MAX_PIXELS` pixels or is more than `MAX_ASPECT` times as
+wide as tall or tall as wide (read from its header, before anything is
+decoded: a decompression bomb never decodes), or its encoded bytes pass
 `MAX_IMAGE_BYTES`. A decode's work is bounded too: a JPEG with more than
 `MAX_JPEG_SCANS` scans is refused from its bytes (each scan of a progressive
 JPEG walks every block of the image: a 0.8 MB file of thousands of empty
@@ -38,6 +39,7 @@ MAX_IMAGE_BYTES = 20 << 20  # one image, encoded
 MAX_PIXELS = 50_000_000  # one image: a 48-megapixel phone photo passes
 MAX_IMAGES = 16  # one request
 MAX_REQUEST_PIXELS = 100_000_000  # one request, decoded (3 bytes a pixel)
+MAX_ASPECT = 200  # width to height, or height to width (Qwen's processor fails past it)
 MAX_JPEG_SCANS = 100  # a progressive JPEG has about 10
 DECODE_SECONDS = 30.0  # one image, read and decoded (a worker thread waits on it)
 DECODE_BLOCK = 16 << 10  # bytes given the decoder at a time: the deadline is checked between
@@ -100,6 +102,10 @@ def decode_image(data: bytes, what: str = "The image",
                     f"over {MAX_JPEG_MARKERS} segments")
             raise _bad(f"{what} is a JPEG of {many}; Tandem reads JPEGs of at most "
                        f"{MAX_JPEG_SCANS} scans (a progressive JPEG has about 10).")
+        if max(width, height) > MAX_ASPECT * min(width, height):
+            raise _bad(f"{what} is {width}x{height}; an image is at most {MAX_ASPECT} times as "
+                       f"{'wide' if width > height else 'tall'} as it is "
+                       f"{'tall' if width > height else 'wide'}.")
         if budget is not None:
             budget.take(width, height)
         try:

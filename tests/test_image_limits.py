@@ -76,3 +76,134 @@ def test_a_decode_past_its_deadline_stops(monkeypatch, fmt):
     monkeypatch.setattr(images_module, "DECODE_SECONDS", 0.0)
     with pytest.raises(EngineError, match="took over 0 s to decode"):
         decode_image(out.getvalue())
+
+
+def _data_url(data: bytes, mime="image/jpeg") -> str:
+    import base64
+
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def text_served(make_engine):
+    from tests.test_server import Served
+
+    s = Served(make_engine())
+    yield s
+    s.stop()
+
+
+def test_a_text_model_refuses_images_before_any_is_decoded(text_served, monkeypatch):
+    """Chat, Messages and Responses: a text model's request with an image is
+    a 400 at its first image; no image is decoded (the decoders here fail
+    the test if called), so a costly image costs a text model nothing."""
+    import anthropic
+    import base64
+
+    import openai
+
+    from server import image_urls
+
+    decoded = []
+
+    def decoder(*args, **kwargs):
+        decoded.append(args[1] if len(args) > 1 else "?")
+        raise AssertionError("an image was decoded for a text model")
+
+    for name in ("decode_image", "decode_base64", "decode_data_url"):
+        monkeypatch.setattr(image_urls, name, decoder)
+    costly = _with_scans(_jpeg((256, 256), progressive=True), 90)
+    client = text_served.client()
+    with pytest.raises(openai.BadRequestError, match="cannot read images: it is a text model"):
+        client.chat.completions.create(model="tiny", max_tokens=2, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {
+                "url": _data_url(costly)}}, {"type": "text", "text": "?"}]}])
+    with pytest.raises(openai.BadRequestError, match="cannot read images"):
+        client.responses.create(model="tiny", max_output_tokens=2, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": _data_url(costly)},
+                                         {"type": "input_text", "text": "?"}]}])
+    with pytest.raises(anthropic.BadRequestError, match="cannot read images"):
+        text_served.claude().messages.create(model="tiny", max_tokens=2, messages=[
+            {"role": "user", "content": [{"type": "image", "source": {
+                "type": "base64", "media_type": "image/jpeg",
+                "data": base64.b64encode(costly).decode()}}, {"type": "text", "text": "?"}]}])
+    assert decoded == []
+    answer = client.chat.completions.create(model="tiny", max_tokens=2, messages=[
+        {"role": "user", "content": "hi"}])
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.fixture(scope="module")
+def vision_served(tmp_path_factory):
+    from engine import Engine, LaneSpec, load_model
+    from tests.test_server import Served
+    from tests.vision_models import build_qwen25_vl
+
+    path = build_qwen25_vl(tmp_path_factory.mktemp("qwen_vl") / "model")
+    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
+    assert engine.wait_ready(120)
+    served = Served(engine)
+    yield served
+    served.stop()
+    engine.close()
+
+
+def _png(size, color=(200, 30, 30)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, "PNG")
+    return out.getvalue()
+
+
+def _ask(client, *urls):
+    return client.chat.completions.create(model="tiny", max_tokens=2, temperature=0, messages=[
+        {"role": "user", "content": [*({"type": "image_url", "image_url": {"url": u}}
+                                        for u in urls), {"type": "text", "text": "?"}]}])
+
+
+def test_a_vision_model_refuses_each_bad_image_with_a_400(vision_served):
+    """What a text model refuses at once, a vision model reads and refuses
+    for what it is, the server answering on."""
+    import anthropic
+    import base64
+
+    import openai
+
+    from tests.test_images import _png_claiming
+
+    client = vision_served.client()
+    good = _data_url(_png((32, 24)), "image/png")
+    claimed = _png_claiming(100_000, 100_000)
+    for urls, said in [
+        ((_data_url(b"GIF89a-but-not-really", "image/gif"),), "not an image Tandem reads"),
+        ((_data_url(_png((32, 24))[:60], "image/png"),), "damaged or cut short|not an image"),
+        ((_data_url(claimed, "image/png"),), "megapixels"),
+        ((good,) * 17, "more than 16 images"),
+        (("https://example.org/cat.png",), "--allow-image-urls"),
+        ((_data_url(_with_scans(_jpeg(progressive=True), 200)),), "scans"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            _ask(client, *urls)
+        assert e.value.status_code == 400, (said, e.value.message)
+        assert any(s in e.value.message for s in said.split("|")), (said, e.value.message)
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                       "data": base64.b64encode(b"not a png").decode()}}
+    with pytest.raises(anthropic.BadRequestError, match="not an image Tandem reads"):
+        vision_served.claude().messages.create(model="tiny", max_tokens=2, messages=[
+            {"role": "user", "content": [bad]}])
+    assert _ask(client, good).choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("size", [(2010, 10), (4, 1000), (30000, 100)])
+def test_an_image_over_200_to_1_is_a_400_not_a_500(vision_served, size):
+    """Qwen's processor fails an image over 200:1 ("absolute aspect ratio
+    must be smaller than 200"): the server said 500 with a traceback. The
+    image is refused from its header, saying why; one at 200:1 is read."""
+    import openai
+
+    client = vision_served.client()
+    with pytest.raises(openai.BadRequestError, match=r"at most 200 times as (wide|tall)"):
+        _ask(client, _data_url(_png(size), "image/png"))
+    short = min(size)  # 200:1 passes, even scaled down to the model's ~1 MP
+    at_limit = (200 * short, short) if size[0] > size[1] else (short, 200 * short)
+    assert _ask(client, _data_url(_png(at_limit), "image/png")).choices[0].finish_reason \
+        in ("stop", "length")

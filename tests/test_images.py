@@ -160,7 +160,7 @@ def test_the_api_refuses_each_bad_image_and_answers_on(served):
     # A body over 4 MiB with no image: 413, saying what a body with images may be.
     with pytest.raises(openai.APIStatusError) as e:
         _ask(client, text="x" * (5 << 20))
-    assert e.value.status_code == 413 and "with images may be up to 64 MiB" in e.value.message
+    assert e.value.status_code == 413 and "up to 64 MiB" in e.value.message
     # ... and one with a 5 MiB image is taken (then refused: a text model).
     big = Image.frombytes("RGB", (1400, 1400), random.Random(0).randbytes(1400 * 1400 * 3))
     photo = _encoded(big, "PNG")

@@ -211,15 +211,20 @@ MODEL_MAX_PIXELS = 1280 * 28 * 28
 
 
 def model_view(image):
-    """`image` (PIL) scaled down to at most MODEL_MAX_PIXELS, aspect kept."""
+    """`image` (PIL) scaled down to at most MODEL_MAX_PIXELS, aspect kept:
+    within MAX_ASPECT (images.py refuses past it) however the sides round."""
     from PIL import Image
+
+    from ..images import MAX_ASPECT
 
     width, height = image.size
     if width * height <= MODEL_MAX_PIXELS:
         return image
     scale = (MODEL_MAX_PIXELS / (width * height)) ** 0.5
-    size = (max(1, int(width * scale)), max(1, int(height * scale)))
-    return image.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    size = [max(1, int(width * scale)), max(1, int(height * scale))]
+    short = size.index(min(size))
+    size[short] = max(size[short], -(-size[1 - short] // MAX_ASPECT))
+    return image.resize(tuple(size), Image.Resampling.BICUBIC, reducing_gap=3.0)
 
 
 def render_with_images(model: VisionTextModel, messages: list[dict], vocab: int,
