@@ -1,8 +1,11 @@
 """`tandem generate --mcp CONFIG`: the tool loop (toolhost/loop.py) in the
 terminal, for scripting and tests. CONFIG is the `mcpServers` JSON; each
 call and its result are printed (stderr), the final answer on stdout. A
-tool not named in --allow-tools asks on the terminal; with no terminal to
-ask, the call is refused (the model sees that)."""
+tool is its server and its name: one not named in --allow-tools
+(SERVER/TOOL) asks on the terminal; with no terminal to ask, the call is
+refused (the model sees that). Everything a server sent (names, notes,
+results) is printed escaped (app/ui/terminal.py); the tools offered are
+fitted to the model (toolhost/offer.py), each left out said."""
 
 from __future__ import annotations
 
@@ -16,28 +19,57 @@ from app.ui.terminal import terminal_text
 def add_arguments(gen) -> None:
     gen.add_argument("--mcp", default=None, metavar="CONFIG",
                      help="MCP servers (an mcpServers JSON file) whose tools the model may call")
-    gen.add_argument("--allow-tools", default="", metavar="NAME,...",
-                     help="tools that run without asking (others ask on the terminal)")
+    gen.add_argument("--allow-tools", default="", metavar="SERVER/TOOL,...",
+                     help="tools that run without asking (others ask on the terminal); a "
+                          "bare TOOL only when one server lists it")
     gen.add_argument("--tool-choice", default="auto", choices=["auto", "required", "none"],
                      help="whether the first round must call a tool")
     gen.add_argument("--force-tool", default=None, metavar="NAME",
-                     help="the tool the first round must call")
+                     help="the tool the first round must call (SERVER/TOOL, or the name "
+                          "offered: SERVER_TOOL where two servers list TOOL)")
     gen.add_argument("--tool-rounds", type=int, default=8, metavar="N",
                      help="at most this many rounds of tool calls")
 
 
-def _approver(allowed: set[str]):
+def _say(text: str) -> None:
+    """A line on stderr: everything a tool server sent (names, descriptions,
+    notes, results) and a model wrote is outside text, escapes shown as \\xNN."""
+    print(terminal_text(text), file=sys.stderr, flush=True)
+
+
+def _allowed(spec: str, tools) -> set[tuple[str, str]]:
+    """--allow-tools as (server, tool) pairs: `server/tool`, or a bare tool
+    name only one server lists; ValueError names one that several list."""
+    out = set()
+    for item in (x.strip() for x in spec.split(",")):
+        server, slash, name = item.partition("/")  # (a server's name has no "/")
+        if not item:
+            continue
+        if slash:
+            out.add((server, name))
+            continue
+        servers = sorted({t.server for t in tools if t.name == item})
+        if len(servers) > 1:
+            raise ValueError(f"--allow-tools {item}: the servers {', '.join(servers)} each "
+                             f"list {item}; name one as SERVER/{item}")
+        out |= {(s, item) for s in servers}
+    return out
+
+
+def _approver(allowed: set[tuple[str, str]]):
+    """Approval by (server, tool): allowed, asked on the terminal, or refused."""
     def approve(call) -> bool:
-        if call.tool in allowed:
+        key = (call.server, call.name or call.tool)
+        if key in allowed:
             return True
+        what = f"{call.server}/{call.name or call.tool}"
         if not sys.stdin.isatty():
-            print(f"tandem: {call.tool} not allowed (no terminal to ask; see --allow-tools)",
-                  file=sys.stderr)
+            _say(f"tandem: {what} not allowed (no terminal to ask; see --allow-tools)")
             return False
-        answer = input(terminal_text(f"Allow {call.tool}({json.dumps(call.arguments)})? "
+        answer = input(terminal_text(f"Allow {what}({json.dumps(call.arguments)})? "
                                      "[y/N/a=always] "))
         if answer.strip().lower() in ("a", "always"):
-            allowed.add(call.tool)
+            allowed.add(key)
             return True
         return answer.strip().lower() in ("y", "yes")
     return approve
@@ -48,19 +80,20 @@ def _shown(call) -> None:
     model's arguments are outside text (escape sequences shown as \\xNN)."""
     arrow = "error" if call.result.is_error else "result"
     arguments = json.dumps(call.arguments, ensure_ascii=False)
-    print(terminal_text(f"→ {call.tool}({arguments})"), file=sys.stderr)
-    print(terminal_text(f"← {arrow}: {call.result.text}"), file=sys.stderr, flush=True)
+    what = f"{call.server}/{call.name}" if call.server else call.tool
+    _say(f"→ {what}({arguments})")
+    _say(f"← {arrow}: {call.result.text}")
 
 
 def generate_with_tools(args, engine, messages: list[dict], params) -> int:
-    from toolhost import loop
+    from toolhost import loop, offer
     from toolhost.config import ConfigError, parse
     from toolhost.host import ToolHost
 
     try:
         specs = parse(Path(args.mcp).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ConfigError) as e:
-        print(f"tandem: --mcp {args.mcp}: {e}", file=sys.stderr)
+        _say(f"tandem: --mcp {args.mcp}: {e}")
         return 2
     if not engine.capabilities.tools:
         print("tandem: this model has no tool-call format; it cannot call tools",
@@ -70,14 +103,27 @@ def generate_with_tools(args, engine, messages: list[dict], params) -> int:
     try:
         tools = host.tools()
         for server, note in host.notes.items():
-            print(f"tandem: MCP server {server}: {note}", file=sys.stderr)
+            _say(f"tandem: MCP server {server}: {note}")
+        tools, notes = offer.fit(engine, tools)
+        for note in notes:
+            _say(f"tandem: {note}")
         if not tools:
-            print("tandem: no tools to offer", file=sys.stderr)
+            _say("tandem: no tools to offer")
             return 2
-        allowed = {t for t in args.allow_tools.split(",") if t}
+        try:
+            allowed = _allowed(args.allow_tools, tools)
+        except ValueError as e:
+            _say(f"tandem: {e}")
+            return 2
+        choice = args.tool_choice
+        if args.force_tool:
+            choice = offer.named(tools, args.force_tool)
+            if choice is None:
+                _say(f"tandem: --force-tool {args.force_tool}: no tool offered has that name; "
+                     f"the tools are: {', '.join(offer.offered(tools))}")
+                return 2
         outcome = loop.run(engine, messages, host, tools, _approver(allowed), params,
-                           choice=args.force_tool or args.tool_choice,
-                           rounds=max(args.tool_rounds, 0), on_call=_shown)
+                           choice=choice, rounds=max(args.tool_rounds, 0), on_call=_shown)
     finally:
         host.close()
     print(terminal_text(outcome.messages[-1]["content"]), flush=True)

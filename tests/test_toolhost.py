@@ -191,7 +191,7 @@ def test_tandem_generate_mcp_prints_the_call_and_its_result(tool_engine, tmp_pat
                      "--force-tool", "get_weather", "--allow-tools", "get_weather",
                      "--tool-rounds", "1", "--max-tokens", "80", "Weather in Paris?"]) == 0
     err = capsys.readouterr().err
-    assert "→ get_weather(" in err and "← result: sunny in " in err
+    assert "→ weather/get_weather(" in err and "← result: sunny in " in err
     # Not allowed, and no terminal to ask: refused, and the model is told.
     assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
                      "--force-tool", "get_weather", "--tool-rounds", "1", "--max-tokens", "80",
@@ -236,7 +236,7 @@ def test_tandem_generate_mcp_calls_an_http_server(tool_engine, http_server, tmp_
                      "--force-tool", "get_weather", "--allow-tools", "get_weather",
                      "--tool-rounds", "1", "--max-tokens", "80", "Weather in Oslo?"]) == 0
     err = capsys.readouterr().err
-    assert "→ get_weather(" in err and "← result: sunny in " in err
+    assert "→ remote/get_weather(" in err and "← result: sunny in " in err
 
 
 def test_odd_arguments_and_broken_schemas_never_break_the_loop():

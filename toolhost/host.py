@@ -1,6 +1,7 @@
 """The MCP host: a session per server on one asyncio loop thread, through
 the official SDK (`mcp` 2.x): stdio servers started on first use (their
-stderr kept in a log file the user can open) and stopped on close;
+stderr kept in a log file the user can open, capped: toolhost/server_log.py)
+and stopped on close, their process groups with them (process_tree.py);
 Streamable HTTP servers with their headers on the SDK's httpx client.
 
 Faults are notes, never exceptions for the caller: a server that does not
@@ -15,13 +16,18 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ServerSpec
+from .server_log import CAP as LOG_CAP
+from .server_log import ServerLog
 
 MAX_TOOLS = 128  # per server; more are left out, with a note
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # MCP's advice; others are left out
 MAX_RESULT_CHARS = 32_000  # of a tool's result, for the model and the transcript
 START_S = 30.0
 CALL_S = 60.0
@@ -35,10 +41,12 @@ class Tool:
     description: str
     schema: dict
 
-    def as_function(self) -> dict:
-        """The tool in the chat template's (OpenAI's) function shape."""
+    def as_function(self, name: str | None = None) -> dict:
+        """The tool in the chat template's (OpenAI's) function shape, under
+        `name` (the name the model is offered: toolhost/offer.py)."""
         return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": self.schema}}
+            "name": name or self.name, "description": self.description,
+            "parameters": self.schema}}
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,11 @@ class ToolResult:
 
 class ToolHost:
     def __init__(self, specs: list[ServerSpec], log_dir: str | Path | None = None,
-                 call_s: float = CALL_S, start_s: float = START_S):
+                 call_s: float = CALL_S, start_s: float = START_S, log_bytes: int = LOG_CAP):
         self.specs = {s.name: s for s in specs}
         self.log_dir = Path(log_dir) if log_dir else None
+        self.log_bytes = log_bytes  # of a server's log file (one older copy beside it)
+        self._logs: list[ServerLog] = []  # the logs being written
         self.call_s, self.start_s = call_s, start_s
         self.notes: dict[str, str] = {}  # server -> what went wrong, for people
         self._sessions: dict[str, object] = {}
@@ -166,6 +176,9 @@ class ToolHost:
         self._thread.join(10)
         if not self._thread.is_alive():
             self._loop.close()
+        deadline = time.monotonic() + 5  # (a child that left the group may hold one open)
+        for log in self._logs:  # the servers have ended: their last words are written
+            log.wait(max(0.0, deadline - time.monotonic()))
 
     # ---- the loop's thread -----------------------------------------------------------
     def _run(self, coro, timeout: float):
@@ -230,8 +243,14 @@ class ToolHost:
 
             from .stdio_bound import bounded_stdio_client
 
-            log = self.log_path(spec.name) or os.devnull
-            errlog = stack.enter_context(open(log, "a", encoding="utf-8"))
+            path = self.log_path(spec.name)
+            if path is None:
+                errlog = stack.enter_context(open(os.devnull, "wb"))
+            else:  # its stderr through a pipe into a log of bounded size
+                log = ServerLog(path, self.log_bytes)
+                self._logs = [g for g in self._logs if not g.wait(0)] + [log]
+                stack.callback(log.spawned)  # (if it never started)
+                errlog = log.stderr
             return bounded_stdio_client(StdioServerParameters(
                 command=spec.command, args=list(spec.args), env=spec.env or None), errlog)
         import httpx2
@@ -242,14 +261,22 @@ class ToolHost:
         return streamable_http_client(spec.url, http_client=client)
 
     def _checked(self, server: str, tools) -> list[Tool]:
-        out = []
+        out, names, odd = [], set(), []
         for tool in tools:
             schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None)
             if not isinstance(tool.name, str) or not isinstance(schema, dict):
                 continue
+            if not TOOL_NAME.match(tool.name) or tool.name in names:
+                odd.append(ascii(tool.name[:80]))  # (escaped: a note is shown as it is)
+                continue
+            names.add(tool.name)
             out.append(Tool(server, tool.name, str(tool.description or "")[:2000], schema))
+        if odd:
+            self.notes[server] = (f"{len(odd)} tool(s) left out, their names not letters, "
+                                  f"digits, _ . - (or given twice): {', '.join(odd[:5])}")
         if len(out) > MAX_TOOLS:
-            self.notes[server] = (f"lists {len(out)} tools; the first {MAX_TOOLS} are offered "
+            self.notes[server] = (f"{self.notes[server]}; " if odd else "") + (
+                                  f"lists {len(out)} tools; the first {MAX_TOOLS} are offered "
                                   "to the model")
             out = out[:MAX_TOOLS]
         return out

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .host import Tool, ToolHost, ToolResult
+from .offer import functions_of, offered
 
 ROUNDS = 8
 
@@ -25,9 +26,10 @@ ROUNDS = 8
 @dataclass
 class Call:
     id: str
-    tool: str
+    tool: str  # the name the model called (toolhost/offer.py: maybe `<server>_<name>`)
     arguments: dict
-    server: str = ""
+    server: str = ""  # set by `check`: the tool's server
+    name: str = ""  # set by `check`: the tool's own name on its server
     result: ToolResult | None = None
     approved: bool = False
 
@@ -43,7 +45,7 @@ def run(engine, messages: list[dict], host: ToolHost, tools: list[Tool],
         approve: Callable[[Call], bool], params, choice: str | None = None,
         rounds: int = ROUNDS, on_call: Callable[[Call], None] = lambda call: None,
         timeout: float = 600.0) -> LoopOutcome:
-    by_name = {t.name: t for t in tools}
+    by_name = offered(tools)
     functions = functions_of(tools)
     out = LoopOutcome(list(messages))
     for round_no in range(rounds + 1):
@@ -65,11 +67,6 @@ def run(engine, messages: list[dict], host: ToolHost, tools: list[Tool],
             on_call(call)
             out.messages.append(tool_turn(call))
     return out
-
-
-def functions_of(tools: list[Tool]) -> list[dict]:
-    """The tools as the chat template (and `Engine.prepare`) takes them."""
-    return [t.as_function() for t in tools]
 
 
 def stopped_note(rounds: int) -> str:
@@ -96,7 +93,9 @@ def read_calls(engine, done, functions: list[dict]) -> list[Call]:
 
 def check(call: Call, by_name: dict[str, Tool]) -> ToolResult | None:
     """Why `call` cannot run (an error result the model sees), or None; sets
-    its server. Checked before anyone is asked to approve it."""
+    its server and the tool's own name there (`by_name`: `offer.offered`,
+    the tools by the names the model is offered). Checked before anyone is
+    asked to approve it."""
     tool = by_name.get(call.tool)
     if call.tool == "?":
         return ToolResult("The call could not be read (cut short, or not the tool-call "
@@ -104,7 +103,7 @@ def check(call: Call, by_name: dict[str, Tool]) -> ToolResult | None:
     if tool is None:
         return ToolResult(f"There is no tool named {call.tool!r}; the tools are: "
                           f"{', '.join(sorted(by_name)) or 'none'}.", True)
-    call.server = tool.server
+    call.server, call.name = tool.server, tool.name
     problem = _schema_problem(tool.schema, call.arguments)
     if problem:
         return ToolResult(f"The arguments do not fit {tool.name}'s schema: {problem}", True)
@@ -160,7 +159,7 @@ def _run_one(call: Call, by_name: dict[str, Tool], host: ToolHost,
     call.approved = bool(approve(call))
     if not call.approved:
         return ToolResult(DENIED, True)
-    return host.call(call.server, call.tool, call.arguments)
+    return host.call(call.server, call.name, call.arguments)
 
 
 def _schema_problem(schema: dict, arguments: dict) -> str | None:

@@ -13,19 +13,26 @@ with a clear error instead of waiting out its time limit.
 process's stdout so wrapped: the SDK spawns through its
 `_create_platform_compatible_process`, wrapped once here; the wrapper bounds
 a process spawned in a task that opened a bounded client (a context
-variable says so), and leaves any other spawn as it was."""
+variable says so), and leaves any other spawn as it was. Such a process
+also gets a parent-death signal, and its process group is ended after the
+client closes (toolhost/process_tree.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import json
-import threading
 import re
+import subprocess
+import sys
+import threading
 from collections import deque
 
 import anyio
+from anyio._core._eventloop import get_async_backend  # open_process with preexec_fn
 from anyio.abc import ByteReceiveStream
+
+from .process_tree import end_group, spawn_options
 
 MAX_LINE = 8 << 20  # bytes of one JSON-RPC message from a stdio server
 _HEAD, _TAIL = 512, 512
@@ -103,6 +110,7 @@ def _error_for(head: bytes, tail: bytes, limit: int) -> bytes | None:
 
 _limit: contextvars.ContextVar[int | None] = contextvars.ContextVar("tandem_stdio_limit",
                                                                    default=None)
+_spawned: contextvars.ContextVar[list] = contextvars.ContextVar("tandem_stdio_spawned")
 _installed = threading.Lock()
 
 
@@ -117,11 +125,19 @@ def _install() -> None:
         if getattr(original, "tandem_bounded", False):
             return
 
-        async def spawn(*args, **kwargs):
-            process = await original(*args, **kwargs)
+        async def spawn(command, args, env=None, errlog=sys.stderr, cwd=None):
             limit = _limit.get()
+            if not limit or sys.platform == "win32":
+                return await original(command=command, args=args, env=env, errlog=errlog,
+                                      cwd=cwd)
+            # As the SDK starts it (a new session: its own process group), with
+            # a parent-death signal on Linux (toolhost/process_tree.py).
+            process = await get_async_backend().open_process(
+                [command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=errlog, cwd=cwd, env=env, start_new_session=True, **spawn_options())
+            _spawned.get().append(process)
             stdout = getattr(process, "_stdout", None)
-            if limit and stdout is not None:  # anyio's asyncio Process (POSIX)
+            if stdout is not None:  # anyio's asyncio Process (POSIX)
                 process._stdout = BoundedLines(stdout, limit)
             return process
 
@@ -135,9 +151,17 @@ async def bounded_stdio_client(params, errlog, limit: int = MAX_LINE):
 
     _install()
     token = _limit.set(limit)  # this task's context: the spawn below reads it
+    spawned: list = []
+    listed = _spawned.set(spawned)
     try:
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
     finally:
         with contextlib.suppress(ValueError):  # closed from another context: nothing to undo
             _limit.reset(token)
+        with contextlib.suppress(ValueError):
+            _spawned.reset(listed)
+        # The SDK ended the server; what it left in its group ends now.
+        with anyio.CancelScope(shield=True):
+            for process in spawned:
+                await end_group(process)

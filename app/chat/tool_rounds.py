@@ -14,13 +14,13 @@ Scheduler dock's timeline."""
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal
 
 from toolhost import loop
 from toolhost.host import Tool, ToolResult
+from toolhost.offer import offered
 
 from app.tools.service import ToolService
 from app.tools.tools_menu import ToolsButton, key
@@ -40,8 +40,9 @@ class _Pending:
 
 @dataclass(eq=False)
 class _Loop:
-    tools: list[Tool]  # as offered: a name two servers share is prefixed by its server's
-    original: dict[str, str]  # offered name -> the server's own name for it
+    # The tools offered (a name two servers share is offered as
+    # `<server>_<name>`: toolhost/offer.py; a call goes to the tool named).
+    tools: list[Tool]
     round_no: int = 0
     queue: list[_Pending] = field(default_factory=list)
     current: _Pending | None = None
@@ -49,18 +50,16 @@ class _Loop:
 
     @classmethod
     def of(cls, tools: list[Tool]) -> _Loop:
-        counts = Counter(t.name for t in tools)
-        named = [t if counts[t.name] == 1 else replace(t, name=f"{t.server}_{t.name}"[:64])
-                 for t in tools]
-        return cls(named, {n.name: t.name for n, t in zip(named, tools)})
+        return cls(list(tools))
 
     @property
     def by_name(self) -> dict[str, Tool]:
-        return {t.name: t for t in self.tools}
+        return offered(self.tools)
 
-    def key(self, call: loop.Call) -> str:
+    @staticmethod
+    def key(call: loop.Call) -> str:
         """The call's tool as the chat's choices name it (server/tool)."""
-        return key(call.server, self.original.get(call.tool, call.tool))
+        return key(call.server, call.name or call.tool)
 
 
 class ToolRounds(QObject):
@@ -257,9 +256,7 @@ class ToolRounds(QObject):
             conversation.messages[pending.index]["tool"]["status"] = "running"
         self._show(tab, pending.index)
         pending.started_at = time.monotonic()
-        state = self._loops[tab]
-        pending.ticket = self.service.call(call.server, state.original.get(call.tool, call.tool),
-                                           call.arguments)
+        pending.ticket = self.service.call(call.server, call.name, call.arguments)
 
     def _on_call_done(self, ticket, result: ToolResult) -> None:
         for tab, state in list(self._loops.items()):
