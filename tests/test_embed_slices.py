@@ -18,7 +18,8 @@ import pytest
 
 from engine import (EngineError, Finished, LaneConfig, LaneSpec, SamplingParams,
                     load_embedding_model)
-from engine.core.embed_place import SlicePace
+from engine.core.embed_place import SlicePace, slice_rows
+from engine.runtime.embed import EmbedJob, EmbedQueue
 from tests.embedding_models import build_bert
 from tests.helpers import TokenCounter, prompt_of
 from tests.test_server import Served
@@ -64,6 +65,44 @@ def count_passes(monkeypatch, model, log: list, during=None):
 
 def inputs_of(n: int, shortest: int) -> list[list[int]]:
     return [[5 + (i * 7 + j) % 200 for j in range(shortest + i)] for i in range(n)]
+
+
+def test_slices_are_bounded_and_jobs_take_turns():
+    """Plain decisions: a slice's inputs fit its budget padded (at least one);
+    the budget follows the measured rate within its bounds; two jobs on one
+    queue alternate, each slice shortest first, and each gets its vectors."""
+    assert slice_rows([3, 4, 4, 9], 12) == 3 and slice_rows([30, 40], 12) == 1
+    assert slice_rows([5] * 10, 10_000) == 10
+    pace = SlicePace(busy=(100, 1000), idle=(500, 4000), idle_s=0.5)
+    assert (pace.budget(True, 0.1), pace.budget(False, None)) == (100, 500)  # not measured yet
+    pace.learn(2000, 1.0)
+    assert (pace.budget(True, 0.1), pace.budget(True, 10.0), pace.budget(False, None)) == (
+        200, 1000, 1000)
+
+    class Model:  # a vector says which input it is: (its length, its first id)
+        def __init__(self):
+            self.passes = []
+
+        def embed(self, batch):
+            import mlx.core as mx
+
+            self.passes.append([row[0] for row in batch])
+            return mx.array([[len(row), row[0]] for row in batch], dtype=mx.float32)
+
+    model, queue = Model(), EmbedQueue(threading.Condition())
+    queue.pace = SlicePace(busy=(8, 8), idle=(8, 8))
+    a = EmbedJob("a", None, [[1] * 4, [2] * 2, [3] * 3], model)
+    b = EmbedJob("b", None, [[7] * 8], model)
+    gone = []
+    for job in (a, b):
+        job.when_gone(lambda j: gone.append(j.request_id))
+        assert queue.add(job)
+    assert queue.tokens == 17
+    while queue:
+        queue.run_slice(False, None)
+    assert model.passes == [[2, 3], [7], [1]] and queue.slices == 3 and gone == ["b", "a"]
+    assert a.future.result().tolist() == [[4, 1], [2, 2], [3, 3]]
+    assert b.future.result().tolist() == [[8, 7]] and queue.tokens == 0
 
 
 def test_a_chat_decodes_between_the_slices_of_a_big_embedding(make_engine, tiny_loaded,

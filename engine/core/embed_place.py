@@ -5,7 +5,8 @@ decode. It goes to a serving lane, preferring one where no decode is running
 (on a machine with a GPU and a CPU lane: whichever is not streaming answers,
 so chats keep their speed), then the one with the least work queued ahead of
 it (decoding rows, prefills and embedding tokens waiting), then the GPU.
-The reason is what the Decisions tab shows."""
+The reason is what the Decisions tab shows. There it runs in slices between
+the lane's steps (`SlicePace`, `slice_rows`; issue 47)."""
 
 from __future__ import annotations
 

@@ -97,6 +97,7 @@ class EmbedQueue:
     def __init__(self, wakeup):
         self._wakeup = wakeup
         self._jobs: list[EmbedJob] = []  # in turn: the first runs the next slice
+        self._running: EmbedJob | None = None  # off the line while its slice runs
         self.closed: str | None = None  # why it takes no more
         self.pace = SlicePace()
         self.slices = 0  # run on this lane
@@ -107,7 +108,9 @@ class EmbedQueue:
     @property
     def tokens(self) -> int:
         """Embedding tokens queued here, not embedded yet."""
-        return sum(job.tokens_left for job in list(self._jobs))
+        running = self._running
+        return (sum(job.tokens_left for job in list(self._jobs))
+                + (running.tokens_left if running is not None else 0))
 
     def add(self, job: EmbedJob) -> bool:
         with self._wakeup:
@@ -128,7 +131,7 @@ class EmbedQueue:
         with self._wakeup:
             dropped = [job for job in self._jobs if job.future.done()]
             self._jobs = [job for job in self._jobs if not job.future.done()]
-            job = self._jobs.pop(0) if self._jobs else None
+            job = self._running = self._jobs.pop(0) if self._jobs else None
         for gone in dropped:
             gone.leave()
         if job is None:
@@ -140,6 +143,7 @@ class EmbedQueue:
             return
         finally:
             self.slices += 1
+            self._running = None
         with self._wakeup:
             again = not job.future.done() and self.closed is None
             if again:
