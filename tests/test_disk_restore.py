@@ -349,3 +349,31 @@ def test_health_names_a_lane_that_failed(make_engine):
         assert "a device fault" in health.json()["lanes"]["cpu"]
     finally:
         served.stop()
+
+
+def test_fifos_in_the_kv_folder_never_block_the_engine(tiny_model_dir, tmp_path):
+    """A FIFO (and a link to one) named like a segment when the engine opens,
+    and another planted while it serves: it opens, restores the real files
+    and answers as before (before, it never opened: `tandem serve` never
+    listened; planted later, every request hung)."""
+    import os
+
+    from tests.test_disk_tier import _in_time
+
+    folder = tmp_path / "kv"
+    follow, warm = _first_process(tiny_model_dir, folder)
+    (model_folder,) = [p for p in folder.iterdir() if p.is_dir()]
+    os.mkfifo(model_folder / "fifo_0_16.kv")
+    os.symlink(model_folder / "fifo_0_16.kv", model_folder / "link_0_16.kv")
+    again = _in_time(lambda: _engine(tiny_model_dir, folder), 120)
+    try:
+        done = _in_time(lambda: again.generate(follow, SamplingParams(max_tokens=16),
+                                               timeout=60), 90)
+        assert done.restored_tokens > 100 and done.text == warm.text
+        os.mkfifo(model_folder / "late_0_16.kv")  # while serving: seen at the next look
+        done = _in_time(lambda: again.generate(follow + [{"role": "user", "content": "ok"}],
+                                               SamplingParams(max_tokens=4), timeout=60), 90)
+        assert done.reason in ("stop", "length")
+        assert sum("not a regular file" in n for n in again.prefix_cache.disk.notes) == 3
+    finally:
+        again.close()
