@@ -6,7 +6,8 @@ it, else `<server>_<name>` (never two tools under one name); a call is read
 back through the same table (`offered`), so it goes to the server whose
 tool the model named, and approvals are keyed by server and name.
 
-`fit` makes the tools offered fit the model: a tool the model's template
+`fit` makes the tools offered fit the model (`measure` then `choose`; the
+app measures on a worker, chooses at Send): a tool the model's template
 refuses (a description or schema that spells one of its control tokens) is
 left out, and so are tools past a share of the context (`SHARE`), each left
 out with a note naming it, the others still offered."""
@@ -57,36 +58,50 @@ def named(tools: list[Tool], wanted: str) -> str | None:
     return next((n for n, t in table.items() if (t.server, t.name) == (server, name)), None)
 
 
-def fit(engine, tools: list[Tool], share: float = SHARE) -> tuple[list[Tool], list[str]]:
-    """The tools `engine`'s model can be offered, and a note for each left
-    out: those its template refuses, then those past `share` of its context."""
+def measure(engine, tools: list[Tool]) -> dict[tuple[str, str], int | str]:
+    """Each tool's cost in `engine`'s tokens, or why its template refuses it
+    (by (server, name)). A template and a tokenizer per tool: off a GUI thread."""
     from engine import EngineError
 
-    kept, notes = list(tools), []
-    try:
-        engine.prepare(_PROBE, tools=functions_of(kept))
-    except EngineError:  # find the tools it refuses, one by one
-        good = []
-        for name, tool in offered(kept).items():
-            try:
-                engine.prepare(_PROBE, tools=[tool.as_function(name)])
-                good.append(tool)
-            except EngineError as e:
-                notes.append(f"tool {ascii(tool.name)} of {tool.server} left out: {e}")
-        kept = good
-    budget = int(engine.context_length * share)
-    used, fitted, left = 0, [], []
-    for name, tool in offered(kept).items():
-        cost = engine.count_tokens(json.dumps(tool.as_function(name), ensure_ascii=False))
-        if used + cost <= budget:
+    out: dict[tuple[str, str], int | str] = {}
+    for tool in tools:
+        function = tool.as_function()
+        try:
+            engine.prepare(_PROBE, tools=[function])
+        except EngineError as e:
+            out[(tool.server, tool.name)] = str(e)
+            continue
+        out[(tool.server, tool.name)] = engine.count_tokens(
+            json.dumps(function, ensure_ascii=False))
+    return out
+
+
+def choose(tools: list[Tool], measured: dict, context_length: int,
+           share: float = SHARE) -> tuple[list[Tool], list[str]]:
+    """The tools to offer, in their order, and a note for each left out: one
+    the template refuses, then those past `share` of the context (a tool
+    not measured costs nothing here)."""
+    budget = int(context_length * share)
+    used, kept, left, notes = 0, [], [], []
+    for tool in tools:
+        cost = measured.get((tool.server, tool.name), 0)
+        if isinstance(cost, str):
+            notes.append(f"tool {ascii(tool.name)} of {tool.server} left out: {cost}")
+        elif used + cost <= budget:
             used += cost
-            fitted.append(tool)
+            kept.append(tool)
         else:
             left.append(f"{tool.server}/{tool.name}")
     if left:
         shown = ", ".join(ascii(n)[1:-1] for n in left[:20]) + (
             f" and {len(left) - 20} more" if len(left) > 20 else "")
-        notes.append(f"{len(left)} of {len(kept)} tools left out: offered, they would take more "
+        notes.append(f"{len(left)} of {len(tools)} tools left out: offered, they would take more "
                      f"than {budget:,} tokens ({share:.0%} of the model's "
-                     f"{engine.context_length:,}-token context): {shown}")
-    return fitted, notes
+                     f"{context_length:,}-token context): {shown}")
+    return kept, notes
+
+
+def fit(engine, tools: list[Tool], share: float = SHARE) -> tuple[list[Tool], list[str]]:
+    """The tools `engine`'s model can be offered, and a note for each left
+    out: those its template refuses, then those past `share` of its context."""
+    return choose(tools, measure(engine, tools), engine.context_length, share)

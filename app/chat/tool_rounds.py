@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal
 
-from toolhost import loop
+from toolhost import loop, offer
 from toolhost.host import Tool, ToolResult
 from toolhost.offer import offered
 
 from app.tools.service import ToolService
 from app.tools.tools_menu import ToolsButton, key
+from app.ui.terminal import terminal_text
 
 STOPPED_BEFORE = "Stopped by the user: the call did not run."
 
@@ -75,6 +76,7 @@ class ToolRounds(QObject):
         self._loops: dict[object, _Loop] = {}  # tab -> its loop, while one runs
         self.service.call_done.connect(self._on_call_done)
         window.engine_ready.connect(self._on_engine)  # a model loaded: can it call tools?
+        self.service.measure(getattr(window, "engine", None))  # (one loaded already)
 
     def open_servers(self):
         """Tools > MCP servers…: the tool servers chats may call."""
@@ -91,6 +93,7 @@ class ToolRounds(QObject):
         self.service.close()
 
     def _on_engine(self) -> None:
+        self.service.measure(self._window.engine)  # the tools as this model takes them
         for tab in self._window.chat_tabs():
             self.show_engine(tab, self._window.engine)
 
@@ -131,6 +134,7 @@ class ToolRounds(QObject):
         if not next_round:
             self._loops.pop(tab, None)
             tools = tab.tools_button.offered() if tab.tools_button is not None else []
+            tools = self._fitted(tab, tools)
             if not tools:
                 return None, None
             self._loops[tab] = _Loop.of(tools)
@@ -139,6 +143,20 @@ class ToolRounds(QObject):
             return None, None
         first = state.round_no == 0 and tab.tool_choices.require
         return loop.functions_of(state.tools), "required" if first else "auto"
+
+    def _fitted(self, tab, tools: list[Tool]) -> list[Tool]:
+        """The chat's tools the model can take (toolhost/offer.py: measured on
+        a worker when listed): one its template refuses is left out, and those
+        past half its context; the chat's footer and Tools menu say which."""
+        engine, service = self._window.engine, self.service
+        notes: list[str] = []
+        if tools and engine is not None and service.measured_for is engine:
+            tools, notes = offer.choose(tools, service.measured, engine.context_length)
+        if tab.tools_button is not None:
+            tab.tools_button.left_out = notes
+        if notes:
+            tab.footer.setText(terminal_text("⚠ " + " · ".join(notes))[:600])
+        return tools
 
     # ---- a prompt the engine refused -------------------------------------------------
     @staticmethod

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 
+from toolhost import offer
 from toolhost.host import Tool, ToolHost, ToolResult
 
 from app.store.journal import cache_dir
@@ -41,9 +42,10 @@ def log_dir() -> Path:
 
 
 class ToolService(QObject):
-    listed = Signal()  # `tools` and `notes` changed
+    listed = Signal()  # `tools` and `notes` changed (or `measured`)
     call_done = Signal(object, object)  # Ticket, ToolResult
     _listed = Signal(object, object, int)  # from the worker: tools, notes, generation
+    _measured = Signal(object, object)  # from the worker: engine, its measures
     _done = Signal(object, object)
 
     def __init__(self, store, parent: QObject | None = None, logs: Path | None = None):
@@ -53,12 +55,19 @@ class ToolService(QObject):
         self.tools: list[Tool] = []
         self.notes: dict[str, str] = {}  # server -> what went wrong
         self.listing = False
+        # The tools as the loaded model takes them (toolhost/offer.py's
+        # `measure`: (server, tool) -> its tokens, or why the model refuses it),
+        # measured on a worker; `measured_for`: that model's engine.
+        self.measured: dict = {}
+        self.measured_for = None
+        self._engine = None
         self._logs = logs or log_dir()
         self._host: ToolHost | None = None
         self._generation = 0  # a listing started before a reconfigure is stale
         self._closed = False  # the window closed: no listing starts a host again
         self._lock = threading.Lock()  # one listing or reconfigure on the host at a time
         self._listed.connect(self._on_listed)
+        self._measured.connect(self._on_measured)
         # Queued even from this thread: a result never arrives inside call().
         self._done.connect(self.call_done.emit, Qt.QueuedConnection)
 
@@ -129,6 +138,36 @@ class ToolService(QObject):
         if generation != self._generation:
             return  # reconfigured since: that listing's own result follows
         self.tools, self.notes, self.listing = list(tools), dict(notes), False
+        self.listed.emit()
+        self.measure(self._engine)
+
+    # ---- the tools as the model takes them ---------------------------------------------
+    def measure(self, engine) -> None:
+        """Measure the tools listed for `engine` (a model loaded) off the GUI
+        thread; `listed` follows."""
+        self._engine = engine
+        tools = [t for t in self.tools
+                 if (t.server, t.name) not in self.measured or self.measured_for is not engine]
+        if engine is None or not getattr(engine.capabilities, "tools", False) or not tools:
+            return
+        threading.Thread(target=self._measure, args=(engine, tools), name="mcp-measure",
+                         daemon=True).start()
+
+    def _measure(self, engine, tools) -> None:
+        try:
+            measured = offer.measure(engine, tools)
+        except Exception:  # noqa: BLE001 (an engine closed under it: nothing measured)
+            return
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the window (and this object) went
+                self._measured.emit(engine, measured)
+
+    def _on_measured(self, engine, measured: dict) -> None:
+        if engine is not self._engine:
+            return  # another model loaded since: its own measures follow
+        if self.measured_for is not engine:
+            self.measured, self.measured_for = {}, engine
+        self.measured.update(measured)
         self.listed.emit()
 
     # ---- calls ---------------------------------------------------------------------

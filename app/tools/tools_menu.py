@@ -50,6 +50,7 @@ class ToolsButton(QToolButton):
         super().__init__(parent)
         self.service, self.choices = service, choices or ChatTools()
         self.reason: str | None = "No model is loaded yet."
+        self.left_out: list[str] = []  # why tools on were not offered at the last Send
         self.setPopupMode(QToolButton.InstantPopup)
         self.menu_ = QMenu(self)
         self.setMenu(self.menu_)
@@ -111,6 +112,10 @@ class ToolsButton(QToolButton):
         menu.setToolTipsVisible(True)
         for server, note in service.notes.items():
             menu.addAction(terminal_text(f"⚠ {server}: {note}")[:200]).setEnabled(False)
+        for note in self.left_out:  # (the model's template refused it, or no room)
+            act = menu.addAction(terminal_text(f"⚠ {note}")[:200])
+            act.setToolTip(tip(terminal_text(note)))
+            act.setEnabled(False)
         if service.notes:
             menu.addAction("Start the servers again", lambda: service.refresh(retry=True))
         menu.addSeparator()
