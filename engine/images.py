@@ -6,7 +6,10 @@ An image is refused, saying why, when it is not a PNG, JPEG, WebP or GIF
 has more than `MAX_PIXELS` pixels or is more than `MAX_ASPECT` times as
 wide as tall or tall as wide (read from its header, before anything is
 decoded: a decompression bomb never decodes), or its encoded bytes pass
-`MAX_IMAGE_BYTES`. A decode's work is bounded too: a JPEG with more than
+`MAX_IMAGE_BYTES`. What is decoded is at most `MAX_DECODED_PIXELS`: a
+larger JPEG is decoded at 1/2, 1/4 or 1/8 of its size (libjpeg scales as it
+decodes), any other format refused (a WebP decodes whole at ~16 bytes a
+pixel). A decode's work is bounded too: a JPEG with more than
 `MAX_JPEG_SCANS` scans is refused from its bytes (each scan of a progressive
 JPEG walks every block of the image: a 0.8 MB file of thousands of empty
 scans took a minute), and a decode still reading its bytes after
@@ -37,6 +40,7 @@ from .core.errors import EngineError
 
 MAX_IMAGE_BYTES = 20 << 20  # one image, encoded
 MAX_PIXELS = 50_000_000  # one image: a 48-megapixel phone photo passes
+MAX_DECODED_PIXELS = 24_000_000  # one image as decoded (a model reads ~1 MP of it)
 MAX_IMAGES = 16  # one request
 MAX_REQUEST_PIXELS = 100_000_000  # one request, decoded (3 bytes a pixel)
 MAX_ASPECT = 200  # width to height, or height to width (Qwen's processor fails past it)
@@ -106,6 +110,8 @@ def decode_image(data: bytes, what: str = "The image",
             raise _bad(f"{what} is {width}x{height}; an image is at most {MAX_ASPECT} times as "
                        f"{'wide' if width > height else 'tall'} as it is "
                        f"{'tall' if width > height else 'wide'}.")
+        if width * height > MAX_DECODED_PIXELS:
+            _read_smaller(image, kind, what)
         if budget is not None:
             budget.take(width, height)
         try:
@@ -114,8 +120,8 @@ def decode_image(data: bytes, what: str = "The image",
             image.decodermaxblock = DECODE_BLOCK
             image.load()
             if kind == "jpeg":
-                image = ImageOps.exif_transpose(image)  # a phone photo the right way up
-            rgb = _rgb(image)
+                ImageOps.exif_transpose(image, in_place=True)  # a phone photo the right way up
+            rgb = _rgb(image, kind)
         except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
             raise _bad(f"{what} has more than {MAX_PIXELS / 1e6:.0f} megapixels.") from None
         except TimeoutError:
@@ -123,9 +129,35 @@ def decode_image(data: bytes, what: str = "The image",
                        "not read.") from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise _bad(f"{what} is damaged or cut short ({kind}: {e}).") from None
-    digest = hashlib.blake2b(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes(),
-                             digest_size=16).hexdigest()
-    return ChatImage(rgb, rgb.width, rgb.height, kind, digest)
+    return ChatImage(rgb, rgb.width, rgb.height, kind, _digest(rgb))
+
+
+def _read_smaller(image, kind: str, what: str) -> None:
+    """An image over MAX_DECODED_PIXELS: a JPEG decoded at 1/2, 1/4 or 1/8
+    of its size (libjpeg scales as it decodes: `draft`), any other refused
+    before it is decoded (a WebP decodes whole at ~16 bytes a pixel: 49 MP
+    of a 2 KB WebP took 1 GB)."""
+    width, height = image.size
+    if kind == "jpeg":
+        for scale in (2, 4, 8):
+            if -(-width // scale) * -(-height // scale) <= MAX_DECODED_PIXELS:
+                image.draft(None, (width // scale, height // scale))
+                if image.size[0] * image.size[1] <= MAX_DECODED_PIXELS:
+                    return
+                break
+    raise _bad(f"{what} is {width}x{height} ({width * height / 1e6:.0f} megapixels); a "
+               f"{kind.upper()} is read up to {MAX_DECODED_PIXELS / 1e6:.0f} megapixels "
+               f"(a JPEG up to {MAX_PIXELS / 1e6:.0f}): scale it down.")
+
+
+def _digest(rgb) -> str:
+    """BLAKE2b of the size and the RGB bytes, hashed a band of rows at a
+    time (the same digest as of tobytes() whole, without its copy)."""
+    digest = hashlib.blake2b(f"{rgb.width}x{rgb.height}:".encode(), digest_size=16)
+    rows = max(1, (4 << 20) // (3 * rgb.width))
+    for top in range(0, rgb.height, rows):
+        digest.update(rgb.crop((0, top, rgb.width, min(top + rows, rgb.height))).tobytes())
+    return digest.hexdigest()
 
 
 class _Deadline(io.BytesIO):
@@ -167,16 +199,20 @@ def jpeg_scans(data: bytes) -> int:
     return scans
 
 
-def _rgb(image):
-    """RGB; transparency over white (as a viewer shows it on a page)."""
+def _rgb(image, kind: str):
+    """RGB; transparency over white (as a viewer shows it on a page). An RGB
+    JPEG or PNG is itself (no copy; a WebP is copied: its file object holds
+    the decoder's canvases)."""
     from PIL import Image as PILImage
 
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and
                                               "transparency" in image.info):
-        rgba = image.convert("RGBA")
+        rgba = image if image.mode == "RGBA" else image.convert("RGBA")
         white = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return PILImage.alpha_composite(white, rgba).convert("RGB")
-    return image.convert("RGB")
+        white.alpha_composite(rgba)  # in place: one image fewer at once
+        del rgba
+        return white.convert("RGB")
+    return image if image.mode == "RGB" and kind in ("jpeg", "png") else image.convert("RGB")
 
 
 def decode_data_url(url: str, what: str = "The image",

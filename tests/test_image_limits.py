@@ -207,3 +207,48 @@ def test_an_image_over_200_to_1_is_a_400_not_a_500(vision_served, size):
     at_limit = (200 * short, short) if size[0] > size[1] else (short, 200 * short)
     assert _ask(client, _data_url(_png(at_limit), "image/png")).choices[0].finish_reason \
         in ("stop", "length")
+
+
+def test_what_is_decoded_is_at_most_max_decoded_pixels():
+    """A 2 KB WebP of 49 MP decoded whole at ~16 bytes a pixel (its peak
+    was ~1 GB): refused from its header now (measured: 1055 MB peak before,
+    26 MB after). A 30 MP JPEG is decoded at half its size by libjpeg (its
+    peak 331 MB at 23 MP before, 125 MB after)."""
+    big = io.BytesIO()
+    Image.new("RGB", (7000, 7000), (10, 200, 30)).save(big, "WEBP", lossless=True)
+    assert len(big.getvalue()) < 4096
+    with pytest.raises(EngineError, match=r"7000x7000 \(49 megapixels\); a WEBP is read up "
+                                          r"to 24 megapixels \(a JPEG up to 50\)"):
+        decode_image(big.getvalue())
+    photo = decode_image(_jpeg((6000, 5000), quality=10))
+    assert (photo.width, photo.height, photo.pixels.size) == (3000, 2500, (3000, 2500))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "GIF"])
+def test_past_the_decoded_cap_only_a_jpeg_is_read_smaller(monkeypatch, fmt):
+    monkeypatch.setattr(images_module, "MAX_DECODED_PIXELS", 1000)
+    out = io.BytesIO()
+    Image.new("RGB", (40, 25), (1, 2, 3)).save(out, fmt)  # 1000 pixels: read
+    assert decode_image(out.getvalue()).width == 40
+    out = io.BytesIO()
+    Image.new("RGB", (41, 25), (1, 2, 3)).save(out, fmt)
+    with pytest.raises(EngineError, match=rf"41x25 .*; a {fmt} is read up to 0 megapixels"):
+        decode_image(out.getvalue())
+    # A JPEG is decoded at 1/2, 1/4 or 1/8 of its size, the first that fits.
+    for size, read in [((64, 48), (32, 24)), ((200, 100), (25, 13)), ((63, 31), (32, 16))]:
+        image = decode_image(_jpeg(size))
+        assert image.pixels.size == (image.width, image.height) == read
+    with pytest.raises(EngineError, match="scale it down"):  # 1/8 is not enough
+        decode_image(_jpeg((400, 200)))
+
+
+def test_the_digest_is_of_the_whole_rgb_bytes():
+    """Hashed a band of rows at a time: the digest a whole tobytes() gives."""
+    import hashlib
+
+    picture = Image.new("RGB", (700, 3000))
+    picture.putdata([(x % 256, y % 256, (x * y) % 256) for y in range(3000) for x in range(0, 700)])
+    out = io.BytesIO()
+    picture.save(out, "PNG")
+    whole = hashlib.blake2b(b"700x3000:" + picture.tobytes(), digest_size=16).hexdigest()
+    assert decode_image(out.getvalue()).digest == whole
