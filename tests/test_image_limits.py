@@ -252,3 +252,13 @@ def test_the_digest_is_of_the_whole_rgb_bytes():
     picture.save(out, "PNG")
     whole = hashlib.blake2b(b"700x3000:" + picture.tobytes(), digest_size=16).hexdigest()
     assert decode_image(out.getvalue()).digest == whole
+
+
+def test_a_photo_s_orientation_is_applied_in_place():
+    photo = Image.new("RGB", (60, 20), (1, 2, 3))
+    exif = photo.getexif()
+    exif[0x0112] = 6  # rotated 90 degrees
+    out = io.BytesIO()
+    photo.save(out, "JPEG", exif=exif)
+    image = decode_image(out.getvalue())
+    assert (image.width, image.height, image.pixels.size) == (20, 60, (20, 60))
