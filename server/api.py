@@ -42,7 +42,7 @@ from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  
 from .logprobs import chat_entries, completion_logprobs
 from .messages import messages_route
 from .raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, check_images_carried,
-                       parse_json)
+                       fetches_urls, parse_json)
 from .responses import ResponseStore, responses_route
 from .tool_calls import read_calls
 from .trust import RequestGate
@@ -119,8 +119,7 @@ def make_app(engine, config: ServerConfig | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        if state.pool is not None:  # the server stopped: its worker threads go too
-            state.pool.shutdown(wait=False, cancel_futures=True)
+        state.close()  # the server stopped: its worker threads go too
 
     app = Starlette(lifespan=lifespan, routes=[
         Route("/health", health), Route("/v1/models", models),
@@ -158,9 +157,9 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
     """/v1/chat/completions and /v1/completions: key, body, model, slot,
     prepare and submit; then the answer whole, or streamed."""
     check_key(request, state)
-    job = await state.run(_parse, await read_body(request, MAX_IMAGE_BODY_BYTES if chat else
-                                                  MAX_BODY_BYTES), chat,
-                          state.engine.generation_defaults.as_dict(), state.config.image_urls)
+    data = await read_body(request, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES)
+    job = await state.run(_parse, data, chat, state.engine.generation_defaults.as_dict(),
+                          state.config.image_urls, fetching=fetches_urls(data))
     slot, handle = await admit(state, request, job)
     reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
                    int(time.time()), "chat.completion" if chat else "text_completion")

@@ -13,7 +13,8 @@ from engine import EngineError, Grammar, SamplingParams
 
 from .errors import APIError
 from .image_urls import ImageFetcher, RequestImages
-from .raw_body import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json  # noqa: F401 (their home)
+# Their home is raw_body; named here too for the modules that import them from bodies.
+from .raw_body import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json  # noqa: F401
 from .raw_body import is_text as _is_text
 
 ROLES = ("system", "user", "assistant", "tool")

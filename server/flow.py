@@ -26,6 +26,7 @@ from .slots import Slot, Slots
 from .trust import key_matches
 
 log = logging.getLogger("tandem.server")
+FETCH_WORKERS = 4  # threads for bodies that fetch image URLs (--allow-image-urls)
 
 
 @dataclass
@@ -66,12 +67,24 @@ class ServerState:
         self.slots = Slots(config.max_in_flight)
         self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
                      if config.workers > 0 else None)
+        # Bodies that fetch image URLs are parsed here: a slow host holds one
+        # of these threads up to a request's fetch deadline (30 s), never one
+        # of the workers every other request's template and tokenizer need.
+        self.fetches = (ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="api-fetch")
+                        if config.workers > 0 else None)
 
-    async def run(self, fn, *args):
-        """`fn(*args)` on a worker thread: never blocks the event loop."""
-        if self.pool is None:
+    async def run(self, fn, *args, fetching: bool = False):
+        """`fn(*args)` on a worker thread (`fetching`: a body that fetches
+        image URLs, on the fetchers' threads): never blocks the event loop."""
+        pool = self.fetches if fetching else self.pool
+        if pool is None:
             return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def close(self) -> None:
+        for pool in (self.pool, self.fetches):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 def check_key(request: Request, state: ServerState) -> None:

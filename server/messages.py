@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
+from .raw_body import (MAX_IMAGE_BODY_BYTES, check_images_carried, fetches_urls,
+                       parse_json)
 from .errors import APIError
 from .messages_body import parse, tool_input
 from .tool_calls import read_calls
@@ -48,7 +49,7 @@ async def _messages(state: ServerState, request: Request) -> Response:
     data = await read_body(request, MAX_IMAGE_BODY_BYTES)  # images may come (base64)
     body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
     job = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
-                          state.config.image_urls)
+                          state.config.image_urls, fetching=fetches_urls(data))
     check_images_carried(data, job.messages)
     slot, handle = await admit(state, request, job)
     reply = Reply(state, job, handle)

@@ -374,3 +374,72 @@ def test_a_wide_any_of_runs_to_its_end(served):
         response_format={"type": "json_schema", "json_schema": {"name": "k", "schema": schema}})
     assert done.choices[0].finish_reason == "stop", done.choices[0].message.content
     assert json.loads(done.choices[0].message.content)["k"] in range(2400)
+
+
+# ---- a slow image host never holds the workers other requests need ---------------------
+class _HeldHost:
+    """A local host that accepts, reads the request and answers nothing until
+    released; `arrived` counts the fetches waiting on it."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.release, self.arrived = threading.Event(), threading.Semaphore(0)
+        host = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                host.arrived.release()
+                host.release.wait(60)
+                self.send_error(404)
+
+        self.site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.site.daemon_threads = True
+        threading.Thread(target=self.site.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.site.server_address[1]}/image.png"
+
+    def stop(self):
+        self.release.set()
+        self.site.shutdown()
+        self.site.server_close()
+
+
+def test_requests_fetching_from_a_slow_host_leave_the_workers_free(tmp_path):
+    """Issue 47 (#5 at the server): two requests whose image URL hangs held
+    both parsing workers, so a plain chat waited their whole deadline."""
+    import threading
+
+    from server.image_urls import ImageFetcher
+    from tests.vision_models import build_qwen25_vl
+
+    engine = Engine(load_model(str(build_qwen25_vl(tmp_path / "vl"))),
+                    lanes=[LaneSpec("cpu", "cpu", "float32")])
+    host = _HeldHost()
+    served = Served(engine, workers=2, image_urls=ImageFetcher(
+        allowed=lambda ip: ip.is_loopback, seconds=60))
+    try:
+        assert engine.wait_ready(120)
+        body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is it?"},
+            {"type": "image_url", "image_url": {"url": host.url}}]}]}
+        held = [threading.Thread(target=lambda: httpx.post(
+            served.url + "/v1/chat/completions", json=body, timeout=120)) for _ in range(2)]
+        for t in held:
+            t.start()
+        for _ in held:  # both fetches wait on the host: both would hold a worker
+            assert host.arrived.acquire(timeout=60)
+        plain = httpx.post(served.url + "/v1/chat/completions", timeout=120, json={
+            "model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        assert plain.status_code == 200
+        assert not host.release.is_set() and all(t.is_alive() for t in held)
+        host.release.set()
+        for t in held:
+            t.join(60)
+    finally:
+        host.stop()
+        served.stop()
+        engine.close()
