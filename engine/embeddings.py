@@ -87,6 +87,10 @@ class Embedder:
                               "in the app: Engine > Local server settings).", "no-embedding-model")
         if not inputs or len(inputs) > MAX_INPUTS:
             raise EngineError(f"Give 1 to {MAX_INPUTS} inputs to embed.", "bad-argument")
+        given = sum(min(len(x), model.max_tokens) for x in inputs if isinstance(x, list))
+        if given > MAX_TOKENS:  # token ids counted before any is checked or copied
+            raise EngineError(f"{given:,} tokens to embed in one request; at most "
+                              f"{MAX_TOKENS:,}.", "bad-argument")
         ids = [model.check_ids(list(x)) if isinstance(x, list) else model.encode(x)
                for x in inputs]
         if any(not row for row in ids):

@@ -34,15 +34,15 @@ def _inputs(value) -> list:
     if not isinstance(value, list) or not value:
         raise APIError(400, "input must be a string, a list of strings or token ids.",
                        param="input")
-    if all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if set(map(type, value)) == {int}:
         value = [value]  # one input of token ids
     if len(value) > MAX_INPUTS:
         raise APIError(400, f"input holds {len(value):,} items; at most {MAX_INPUTS:,} per "
                             "request.", param="input")
     for i, item in enumerate(value):
         text_ok = isinstance(item, str) and item and _is_text(item)
-        ids_ok = (isinstance(item, list) and item and all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item))
+        ids_ok = (isinstance(item, list) and item and set(map(type, item)) == {int}
+                  and min(item) >= 0)  # map and min at C speed: 2,048 x 1,000 ids
         if not (text_ok or ids_ok):
             raise APIError(400, f"input[{i}] must be non-empty text or a list of token ids.",
                            param=f"input[{i}]")
