@@ -40,7 +40,9 @@ class ServerConfig:
     workers: int = 2  # threads that parse bodies, apply templates and tokenize (0: the
     # event loop itself, as before these threads existed; benchmarks compare with it)
     send_timeout_s: float = 60.0  # a stream whose client reads nothing for this long ends
-    image_urls: ImageFetcher | None = None  # fetches http(s) image URLs (--allow-image-urls)
+    # fetches http(s) image URLs (--allow-image-urls); ServerState hands the
+    # parsers a ServerImages around it
+    image_urls: ImageFetcher | ServerImages | None = None
     stored_responses_bytes: int = 64 << 20  # what /v1/responses keeps for previous_response_id
 
 
@@ -111,9 +113,7 @@ def _submit(state: ServerState, request: Request, job: Completion):
             return engine.submit(prepared, job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
         if any(m.get("images") for m in job.messages) and not engine.capabilities.images:
-            raise APIError(400, f"The model {state.ids[0]} cannot read "
-                           "images: it is a text model. Load a vision model (Qwen2.5-VL, "
-                           "SmolVLM, Gemma 3, ...) to send images.", param="messages")
+            raise APIError(400, cannot_read_images(state.ids[0]), param="messages")
         prepared = engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
                                   grammar=job.params.grammar)
         return engine.submit(prepared, job.params, tab_id=f"api:{who}")
