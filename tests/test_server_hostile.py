@@ -27,25 +27,13 @@ from server.raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, MAX_NESTING, 
                              parse_json, read_body)
 from server.responses import ResponseStore
 from tests.test_server import Served
-from tests.tool_models import QWEN25_TOOLS, build_tool_model
+from tests.test_server_dialects import KEY, served  # noqa: F401 (served: its fixture)
 
-KEY = "test-key"
 CITY = {"type": "object", "properties": {"name": {"type": "string", "enum": ["Paris", "Oslo"]}},
         "required": ["name"], "additionalProperties": False}
 # What pydantic emits for a model with a nested one: the nested one in $defs.
 PYDANTIC = {"$defs": {"City": CITY}, "type": "object",
             "properties": {"city": {"$ref": "#/$defs/City"}}, "required": ["city"]}
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    path = build_tool_model(tmp_path_factory.mktemp("hostile") / "qwen25", QWEN25_TOOLS)
-    engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
-    assert engine.wait_ready(120)
-    s = Served(engine, api_key=KEY)
-    yield s
-    s.stop()
-    engine.close()
 
 
 def _slots_free(served):
