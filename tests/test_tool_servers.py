@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,7 +197,8 @@ def test_a_servers_children_end_when_it_closes(tmp_path):
             os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent-death signal")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+                    reason="a parent-death signal (Linux, util-linux's setpriv)")
 def test_a_server_ends_when_tandem_is_killed(tmp_path):
     """Killed, Tandem closes nothing: a server that stays when its stdin
     closes ends by its parent-death signal."""

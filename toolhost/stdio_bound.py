@@ -29,10 +29,9 @@ import threading
 from collections import deque
 
 import anyio
-from anyio._core._eventloop import get_async_backend  # open_process with preexec_fn
 from anyio.abc import ByteReceiveStream
 
-from .process_tree import end_group, spawn_options
+from .process_tree import command_line, end_group
 
 MAX_LINE = 8 << 20  # bytes of one JSON-RPC message from a stdio server
 _HEAD, _TAIL = 512, 512
@@ -132,9 +131,10 @@ def _install() -> None:
                                       cwd=cwd)
             # As the SDK starts it (a new session: its own process group), with
             # a parent-death signal on Linux (toolhost/process_tree.py).
-            process = await get_async_backend().open_process(
-                [command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=errlog, cwd=cwd, env=env, start_new_session=True, **spawn_options())
+            process = await anyio.open_process(
+                command_line(command, args, env), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=errlog, cwd=cwd, env=env,
+                start_new_session=True)
             _spawned.get().append(process)
             stdout = getattr(process, "_stdout", None)
             if stdout is not None:  # anyio's asyncio Process (POSIX)
