@@ -42,7 +42,7 @@ from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  
 from .logprobs import chat_entries, completion_logprobs
 from .messages import messages_route
 from .raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, check_images_carried,
-                       fetches_urls, parse_json)
+                       parse_json)
 from .responses import ResponseStore, responses_route
 from .tool_calls import read_calls
 from .trust import RequestGate
@@ -79,17 +79,7 @@ def make_app(engine, config: ServerConfig | None = None,
     state = ServerState(engine, config)
 
     async def health(request: Request) -> Response:
-        # The lanes' state, not only the process's: a server whose lanes all
-        # failed still listens (503, "failed"); one that lost a lane serves on
-        # ("degraded"); each failed lane is named with its reason.
-        lanes = state.engine.lane_info()
-        down = {lane.name: lane.failed for lane in lanes if lane.failed}
-        up = len(lanes) - len(down)
-        body = {"status": "ok" if not down else "degraded" if up else "failed",
-                "model": state.ids[0], "in_flight": state.slots.in_flight}
-        if down:
-            body["lanes"] = down
-        return JSONResponse(body, status_code=503 if lanes and not up else 200)
+        return _health(state)
 
     async def models(request: Request) -> Response:
         check_key(request, state)
@@ -136,6 +126,23 @@ def make_app(engine, config: ServerConfig | None = None,
     return outer
 
 
+def _health(state) -> Response:
+    """The lanes' state, not only the process's: a server whose lanes all
+    failed still listens (503, "failed"); one that lost a lane, or whose lane
+    restarts after a failure (requests wait for it), serves on ("degraded");
+    each such lane is named with its reason."""
+    lanes = state.engine.lane_info()
+    down = {lane.name: lane.failed for lane in lanes if lane.failed}
+    up = len(lanes) - len(down)
+    down.update({lane.name: f"{lane.phase} after: {lane.restarting}" for lane in lanes
+                 if not lane.failed and getattr(lane, "restarting", None)})
+    body = {"status": "ok" if not down else "degraded" if up else "failed",
+            "model": state.ids[0], "in_flight": state.slots.in_flight}
+    if down:
+        body["lanes"] = down
+    return JSONResponse(body, status_code=503 if lanes and not up else 200)
+
+
 async def _api_error(request: Request, exc: APIError) -> Response:
     return exc.response()
 
@@ -158,8 +165,9 @@ async def _completions(state: ServerState, request: Request, chat: bool) -> Resp
     prepare and submit; then the answer whole, or streamed."""
     check_key(request, state)
     data = await read_body(request, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES)
-    job = await state.run(_parse, data, chat, state.engine.generation_defaults.as_dict(),
-                          state.config.image_urls, fetching=fetches_urls(data))
+    job = await state.run_for(request, _parse, data, chat,
+                              state.engine.generation_defaults.as_dict(),
+                              state.config.image_urls)
     slot, handle = await admit(state, request, job)
     reply = _Reply(("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
                    int(time.time()), "chat.completion" if chat else "text_completion")

@@ -76,14 +76,16 @@ async def embeddings_route(state: ServerState, request: Request) -> Response:
                             "repo id, e.g. sentence-transformers/all-MiniLM-L6-v2), or set "
                             "one in the app's Local server settings.",
                        code="no_embedding_model")
-    inputs, fmt, size, name = await state.run(_parse, await read_body(request), model.dims)
+    data = await read_body(request)
+    inputs, fmt, size, name = await state.run_for(request, _parse, data, model.dims)
     if name is not None and name not in (model.name, model.source):
         raise APIError(404, f"The model '{name}' is not this server's embedding model "
                             f"('{model.name}').", param="model", code="model_not_found")
     who = request.client.host if request.client else "client"
     slot = state.slots.take()
     try:
-        handle = await state.run(engine.embed, inputs, f"api:{who} /v1/embeddings")
+        handle = await state.run_for(request, engine.embed, inputs,
+                                     f"api:{who} /v1/embeddings")
     except BaseException as e:
         slot.release()
         if isinstance(e, EngineError):

@@ -26,7 +26,7 @@ from .slots import Slot, Slots
 from .trust import key_matches
 
 log = logging.getLogger("tandem.server")
-FETCH_WORKERS = 4  # threads for bodies that fetch image URLs (--allow-image-urls)
+BULK_WORKERS = 4  # threads for bulky requests: big bodies, image URLs to fetch
 
 
 @dataclass
@@ -69,22 +69,28 @@ class ServerState:
         self.slots = Slots(config.max_in_flight)
         self.pool = (ThreadPoolExecutor(config.workers, thread_name_prefix="api-work")
                      if config.workers > 0 else None)
-        # Bodies that fetch image URLs are parsed here: a slow host holds one
-        # of these threads up to a request's fetch deadline (30 s), never one
-        # of the workers every other request's template and tokenizer need.
-        self.fetches = (ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="api-fetch")
-                        if config.workers > 0 else None)
+        # Bulky requests (bodies over BULKY_BYTES, or fetching image URLs) do
+        # their work here: a slow image host holds one of these threads up to
+        # a request's fetch deadline (30 s), six 4 MB bodies of token ids
+        # queue here, never before the workers a plain chat's template and
+        # tokenizer need.
+        self.bulk = (ThreadPoolExecutor(BULK_WORKERS, thread_name_prefix="api-bulk")
+                     if config.workers > 0 else None)
 
-    async def run(self, fn, *args, fetching: bool = False):
-        """`fn(*args)` on a worker thread (`fetching`: a body that fetches
-        image URLs, on the fetchers' threads): never blocks the event loop."""
-        pool = self.fetches if fetching else self.pool
+    async def run(self, fn, *args, bulky: bool = False):
+        """`fn(*args)` on a worker thread (`bulky`: on the bulky requests'
+        threads): never blocks the event loop."""
+        pool = self.bulk if bulky else self.pool
         if pool is None:
             return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
+    async def run_for(self, request: Request, fn, *args):
+        """`run` on the threads for `request`'s kind (read_body judged it)."""
+        return await self.run(fn, *args, bulky=getattr(request.state, "bulky", False))
+
     def close(self) -> None:
-        for pool in (self.pool, self.fetches):
+        for pool in (self.pool, self.bulk):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
 
@@ -160,7 +166,7 @@ async def admit(state: ServerState, request: Request, job: Completion):
                        code="model_not_found")
     slot = state.slots.take()
     try:
-        return slot, await state.run(_submit, state, request, job)
+        return slot, await state.run_for(request, _submit, state, request, job)
     except BaseException:
         slot.release()
         raise

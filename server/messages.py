@@ -20,8 +20,7 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .raw_body import (MAX_IMAGE_BODY_BYTES, check_images_carried, fetches_urls,
-                       parse_json)
+from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
 from .errors import APIError
 from .messages_body import parse, tool_input
 from .tool_calls import read_calls
@@ -47,9 +46,9 @@ async def messages_route(state: ServerState, request: Request) -> Response:
 async def _messages(state: ServerState, request: Request) -> Response:
     check_key(request, state)
     data = await read_body(request, MAX_IMAGE_BODY_BYTES)  # images may come (base64)
-    body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
-    job = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
-                          state.config.image_urls, fetching=fetches_urls(data))
+    body = await state.run_for(request, parse_json, data, MAX_IMAGE_BODY_BYTES)
+    job = await state.run_for(request, parse, body, state.engine.generation_defaults.as_dict(),
+                              state.config.image_urls)
     check_images_carried(data, job.messages)
     slot, handle = await admit(state, request, job)
     reply = Reply(state, job, handle)

@@ -37,10 +37,14 @@ _BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # deleted by trans
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
-def fetches_urls(data: bytes) -> bool:
-    """Whether a body names an http(s) image URL (parsed on the fetchers'
-    threads: server/flow.py). A false match costs nothing but the thread."""
-    return _URL.search(data) is not None
+BULKY_BYTES = 256 << 10  # a body over this is parsed and prepared on the bulky threads
+
+
+def bulky(data: bytes) -> bool:
+    """Whether a body's work may be long: over BULKY_BYTES, or naming an
+    http(s) image URL to fetch (server/flow.py runs it on threads of its
+    own). A false match costs nothing but the thread it runs on."""
+    return len(data) > BULKY_BYTES or _URL.search(data) is not None
 
 
 def too_large(limit: int) -> APIError:
@@ -88,7 +92,9 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             if beyond_images(chunks[0]) > MAX_BODY_BYTES:
                 raise too_large(limit)
             next_check = 2 * size
-    return b"".join(chunks)
+    data = b"".join(chunks)
+    request.state.bulky = bulky(data)  # which threads its work runs on (flow.py)
+    return data
 
 
 def nesting(data: bytes) -> int:

@@ -23,8 +23,7 @@ from starlette.responses import JSONResponse, Response
 from engine import Finished, Token
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
-from .raw_body import (MAX_IMAGE_BODY_BYTES, check_images_carried, fetches_urls,
-                       parse_json)
+from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
 from .errors import APIError
 from .responses_body import ResponsesJob, parse
 from .tool_calls import read_calls
@@ -126,11 +125,11 @@ async def responses_route(state: ServerState, store: ResponseStore, request: Req
     check_key(request, state)
     owner = owner_of(request)
     data = await read_body(request, MAX_IMAGE_BODY_BYTES)  # images may come (data: URLs)
-    body = await state.run(parse_json, data, MAX_IMAGE_BODY_BYTES)
-    rj: ResponsesJob = await state.run(parse, body, state.engine.generation_defaults.as_dict(),
-                                       lambda rid: store.history(owner, rid),
-                                       state.config.image_urls,
-                                       fetching=fetches_urls(data))
+    body = await state.run_for(request, parse_json, data, MAX_IMAGE_BODY_BYTES)
+    rj: ResponsesJob = await state.run_for(request, parse, body,
+                                           state.engine.generation_defaults.as_dict(),
+                                           lambda rid: store.history(owner, rid),
+                                           state.config.image_urls)
     check_images_carried(data, rj.new_messages)
     reply = Reply(state, rj, store, owner)
     try:

@@ -113,6 +113,19 @@ def test_a_text_body_is_refused_at_4_mib_as_it_streams_in():
     assert isinstance(refused, APIError) and read <= MAX_BODY_BYTES + (1 << 16)
 
 
+def test_bulky_bodies_are_marked_for_their_own_threads():
+    """Big bodies and image URLs to fetch do their work on the server's bulky
+    threads (flow.py), never queued before a plain chat's."""
+    small = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    url = json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]}).encode()
+    big = json.dumps({"input": [[1] * 1000] * 200}).encode()
+    for data, expected in ((small, False), (url, True), (big, True)):
+        request = _request(_chunks(data), [])
+        assert asyncio.run(read_body(request)) == data
+        assert request.state.bulky is expected
+
+
 def test_a_big_body_is_checked_whole_before_it_is_parsed():
     image = "data:image/png;base64," + "A" * (8 << 20)
     ok = json.dumps({"messages": [{"role": "user", "content": [
