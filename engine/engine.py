@@ -32,6 +32,7 @@ from .hub import EventHub, Observer
 from .handle import RequestHandle
 from .interface import Capabilities, Prepared
 from .lane_reports import describe_lanes, sample_lanes
+from .lane_restart import LaneRestarts
 from .remotes import Remotes
 from .restore import Restorer, open_disk_tier
 from .models.tools import plan_tools, tool_format
@@ -203,6 +204,7 @@ class Engine:
     def _build_lanes(self, enabled: list[LaneSpec], models: dict, warm_up_s: float,
                      stored: dict[str, float], calibrate: bool) -> None:
         self.lanes: dict[str, Lane] = {}
+        self.restarts = LaneRestarts(self)  # a lane whose step raised is replaced
         measure = threading.Lock()  # calibrations are timed one lane at a time
         for spec in enabled:
             lane_plan = self.memory_plan.lane(spec.name)
@@ -213,7 +215,7 @@ class Engine:
                         warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
                         on_ready=self._lane_ready, vocab=self.vocab_size,
                         draft_model=self.draft_model.model if self.draft_model else None)
-            self.lanes[spec.name] = lane
+            self.lanes[spec.name] = self.restarts.watch(lane)
             self.director.add_lane(lane.scheduler)
 
     def _start(self, sample_interval_s: float) -> None:
@@ -639,6 +641,8 @@ class Engine:
         if hasattr(self, "_sampler"):
             self._sampler_stop.set()
             self._sampler.join()
+        if hasattr(self, "restarts"):
+            self.restarts.close()  # no lane restarts from now on
         with self.director.lock:  # no lane takes a hand-over from now on
             for lane in self.lanes.values():
                 lane.refuse_work()
@@ -668,8 +672,11 @@ class Engine:
         self.close()
 
     def lane_info(self) -> list[LaneInfo]:
-        """The running lanes, in order: name, device, role, phase, and why one failed."""
-        return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed, lane.phase)
+        """The running lanes, in order: name, device, role, phase, why one
+        failed, and why one restarts (until it serves again)."""
+        return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed, lane.phase,
+                         lane.restarted_after if lane.warming_up and not lane.failed
+                         else None)
                 for lane in self.lanes.values()] + self.remotes.info()
 
     def describe_lanes(self) -> dict[str, str]:

@@ -24,6 +24,9 @@ def describe_lanes(lanes: Iterable[Lane]) -> dict[str, str]:
         cost, device = lane.cost, lane.device.upper()
         if lane.failed:
             lines[name] = lane.failed
+        elif lane.warming_up and lane.restarted_after:
+            lines[name] = (f"{device} lane: {lane.phase} after a failure "
+                           f"({lane.restarted_after}); routed around until ready")
         elif lane.warming_up:
             since = time.monotonic() - (lane.started_at or time.monotonic())
             what = ("compiling and timing its kernels" if lane.phase != "calibrating"
@@ -50,7 +53,7 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
     """The sampler thread's loop: the watchdog, then a sample per lane, every
     `interval` s until `stop` is set."""
     priority.lower_thread(nice)
-    last = {name: (lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
+    last = {name: (lane, lane.stats.busy_s, lane.stats.output_tokens, time.perf_counter())
             for name, lane in lanes.items()}
     while not stop.wait(interval):
         try:
@@ -64,8 +67,10 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
             running = time.monotonic() - since if since is not None else 0.0
             busy, out, t = (lane.stats.busy_s + running, lane.stats.output_tokens,
                             time.perf_counter())
-            busy0, out0, t0 = last[name]
-            last[name] = (busy, out, t)
+            was, busy0, out0, t0 = last.get(name, (None, 0.0, 0, t))
+            if was is not lane:  # restarted (engine/lane_restart.py): its counts begin at 0
+                busy0, out0 = 0.0, 0
+            last[name] = (lane, busy, out, t)
             dt = max(t - t0, 1e-6)
             emit(LaneSample(
                 lane=name, device=lane.device,

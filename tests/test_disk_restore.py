@@ -323,8 +323,10 @@ def test_a_step_that_fails_on_cached_kv_fails_that_request_not_the_lane(tiny_mod
 
 def test_health_names_a_lane_that_failed(make_engine):
     """/health reports the lanes, not only the process: 200 "ok" while every
-    lane serves; after the only lane failed mid-step (its runner raising),
-    503 "failed" with the lane's reason, the server still answering."""
+    lane serves; after the only lane failed mid-step (its runner raising)
+    for good (no restarts left: engine/lane_restart.py; a restart is
+    tests/test_lane_restart.py's), 503 "failed" with the lane's reason, the
+    server still answering."""
     import httpx
 
     from tests.test_server import Served
@@ -336,6 +338,7 @@ def test_health_names_a_lane_that_failed(make_engine):
         assert health.status_code == 200 and health.json()["status"] == "ok"
         assert "lanes" not in health.json()
         lane = engine.lanes["cpu"]
+        engine.restarts.budget.limit = 0  # restarts used up: it stays failed
 
         def broken(plan):
             raise RuntimeError("a device fault")

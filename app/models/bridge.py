@@ -110,7 +110,8 @@ class EngineBridge(QObject):
             elif isinstance(event, Queued):
                 self.queued.emit(event)
             elif isinstance(event, EngineErrorEvent):
-                if event.lane:
+                # A lane that restarts comes back: its card shows its phases.
+                if event.lane and not getattr(event, "restarting", False):
                     self.lane_failed.emit(event.lane, event.message)
                 self.error.emit(event.message)
         flush_text()

@@ -71,7 +71,7 @@ class LaneCard(QFrame):
                                  f"{sample.batch_size} in flight ({busy_pct:.0f}% of its "
                                  f"capacity) · {tokens_per_s:.1f} tok/s{queued}")
             return
-        if phase in ("starting", "warming up", "calibrating"):
+        if phase in ("starting", "restarting", "warming up", "calibrating"):
             queued = f" · {sample.queue_depth} queued" if sample.queue_depth else ""
             self.numbers.setText(f"{phase}: not routed to until ready{queued}")
             return

@@ -149,4 +149,5 @@ class LaneInfo:
     device: str  # 'cpu' / 'gpu'
     kind: str  # the role the router sees
     failed: str | None = None  # why it stopped, if it failed
-    phase: str = "serving"  # starting, warming up, calibrating, serving, failed
+    phase: str = "serving"  # starting, restarting, warming up, calibrating, serving, failed
+    restarting: str | None = None  # a lane restarting after a failure: that failure

@@ -3,7 +3,9 @@
 The scheduler (plain Python) decides, the runner (MLX) executes, and the lane
 turns the committed step into events. A lane that fails, at start-up or in
 the middle of a step, ends every request it holds with an error, says why,
-and takes no more work; the engine routes around it.
+and takes no more work; the engine routes around it. One that failed in the
+middle of a step is replaced by a fresh lane of the same device and weights,
+bounded (`on_failed`, engine/lane_restart.py).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class Lane(SchedulerState):
                  calibrate: bool = False, measure_lock: threading.Lock | None = None,
                  warm_up_s: float = 300.0, contention: float = 0.0,
                  on_ready: Callable[["Lane"], None] | None = None,
-                 draft_model=None, vocab: int | None = None):
+                 draft_model=None, vocab: int | None = None,
+                 restarted_after: str | None = None):
         self.name = name
         self.device = device
         self.kind = kind
@@ -71,7 +74,12 @@ class Lane(SchedulerState):
         self.warm_up_s = warm_up_s  # the start-up deadline (warm-up and calibration)
         self.start_contention = contention  # stored by the last run here (coststore.py)
         self.scheduler.warming_up = True  # routed around until warm (director.views)
-        self.phase = "starting"  # starting, warming up, calibrating, serving, failed, closed
+        # starting (restarting), warming up, calibrating, serving, failed, closed
+        self.phase = "restarting" if restarted_after else "starting"
+        self.restarted_after = restarted_after  # why the lane it replaces failed
+        # Called on this thread when a step raised: the engine restarts the
+        # lane or says why not; returns the failure's message as shown.
+        self.on_failed: Callable[["Lane", str], str] | None = None
         self.phase_since = time.monotonic()
         self.started_at: float | None = None  # monotonic
         self.ready = threading.Event()  # start-up ended (serving or failed)
@@ -127,9 +135,12 @@ class Lane(SchedulerState):
         return {name: lane.device for name, lane in self._lanes.items()
                 if name == self.name or (lane.failed is None and lane.phase == "serving")}
 
-    def start(self) -> None:
+    def start(self, after: LaneThread | None = None) -> None:
+        """Start on a parked lane thread (`after`: the one the lane this
+        replaces ran on, once it parks)."""
         self.started_at = time.monotonic()
-        self._thread = lanethreads.start(self._run, self.device, self.nice, f"lane-{self.name}")
+        self._thread = lanethreads.start(self._run, self.device, self.nice, f"lane-{self.name}",
+                                         after)
 
     @property
     def thread_id(self) -> int | None:
@@ -171,8 +182,10 @@ class Lane(SchedulerState):
             self._wakeup.notify()
         if self._thread is not None:
             self._stopped.wait(timeout)
-        else:
+        else:  # never started (a restart the engine closed before it began)
             self._end_all("cancelled")
+            self.runner.unload()
+            self._stopped.set()
 
     # ---- the lane thread ----------------------------------------------------------------
     def _run(self, stream: mx.Stream) -> None:
@@ -352,7 +365,12 @@ class Lane(SchedulerState):
         message = f"{self.name.upper()} lane failed {when}: {type(exc).__name__}: {exc}"
         traceback.print_exc()
         self.scheduler.fail(message)
-        self.director.emit(EngineErrorEvent("", None, message=message, lane=self.name))
+        self._set_phase("failed")
+        if when == "mid-step" and self.on_failed is not None:
+            message = self.on_failed(self, message)  # restarted, or why not
+        restarting = self._lanes.get(self.name) not in (self, None)  # a new lane took over
+        self.director.emit(EngineErrorEvent("", None, message=message, lane=self.name,
+                                            restarting=restarting))
 
     def _end_all(self, reason: str, error: str | None = None) -> None:
         self.embeds.close(error or f"The {self.name.upper()} lane closed.")

@@ -25,6 +25,7 @@ from ..core.priority import lower_thread
 Job = Callable[[mx.Stream], None]
 
 _lock = threading.Lock()
+_parked_now = threading.Condition(_lock)  # notified when a thread parks
 _parked: dict[tuple[str, int], list[LaneThread]] = {}
 _made = 0
 
@@ -58,16 +59,25 @@ class LaneThread:
             finally:
                 del job  # holds nothing of the lane while parked
                 self._thread.name = "lane-parked"
-                with _lock:
+                with _parked_now:
                     _parked.setdefault((self.device, self.nice), []).append(self)
+                    _parked_now.notify_all()
 
 
-def start(job: Job, device: str, nice: int, name: str) -> LaneThread:
+def start(job: Job, device: str, nice: int, name: str, after: LaneThread | None = None,
+          wait_s: float = 10.0) -> LaneThread:
     """Run `job(stream)` on a parked lane thread of this device and priority,
-    or on a new one."""
-    with _lock:
-        idle = _parked.get((device, nice))
-        thread = idle.pop() if idle else None
+    or on a new one. `after`: a lane thread whose job is ending (a lane
+    restarting, engine/lane_restart.py): wait up to `wait_s` for it to park
+    and run on it, so a restart adds no thread and no stream."""
+    with _parked_now:
+        idle = _parked.setdefault((device, nice), [])
+        if after is not None and (after.device, after.nice) == (device, nice):
+            _parked_now.wait_for(lambda: after in idle, wait_s)
+        thread = after if after is not None and after in idle else (
+            idle[-1] if idle else None)
+        if thread is not None:
+            idle.remove(thread)
     if thread is None:
         global _made
         thread = LaneThread(device, nice)
