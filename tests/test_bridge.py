@@ -38,3 +38,23 @@ def test_signal_emit_does_not_leak_references(qtbot):
     for _ in range(200):
         bridge.tokens.emit("r", "t")
     assert sys.getrefcount(True) >= before - 5
+
+
+def test_a_lane_that_restarts_keeps_its_card(qtbot):
+    """A lane failure the engine restarts (EngineErrorEvent.restarting) is
+    said as an error but does not turn the lane's card off: the card shows
+    its phases ('restarting', 'warming up') from the samples and serves on
+    (engine/lane_restart.py); one that stays failed turns it off."""
+    from engine.core.events import EngineErrorEvent
+
+    bridge = EngineBridge()
+    failed, errors = [], []
+    bridge.lane_failed.connect(lambda lane, why: failed.append((lane, why)))
+    bridge.error.connect(errors.append)
+    bridge._on_engine_event(EngineErrorEvent("", None, message="CPU lane failed mid-step: x; "
+                                             "restarting the lane", lane="cpu", restarting=True))
+    bridge._on_engine_event(EngineErrorEvent("", None, message="CPU lane failed mid-step: y; "
+                                             "it failed repeatedly", lane="cpu"))
+    bridge.flush()
+    assert failed == [("cpu", "CPU lane failed mid-step: y; it failed repeatedly")]
+    assert len(errors) == 2

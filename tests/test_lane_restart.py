@@ -50,13 +50,13 @@ class _GatedWarmUps:
     """Lets the lane's first warm-up run; later ones (restarts) wait for
     `gate` (or end when their lane is closed)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, lanes: int = 1):
         self.gate, self.entered, self.calls = threading.Event(), threading.Event(), 0
         real = lane_module.warm_up
 
         def warm_up(model, solo=True, steps=3, cancelled=lambda: False):
             self.calls += 1
-            if self.calls > 1:
+            if self.calls > lanes:
                 self.entered.set()
                 while not self.gate.wait(0.02):
                     if cancelled():
@@ -115,6 +115,54 @@ def test_a_lane_whose_step_raises_restarts_and_answers_again(make_engine, tiny_l
     finally:
         gated.gate.set()
         served.stop()
+
+
+def test_the_other_lane_serves_while_one_restarts(make_engine, tiny_loaded, monkeypatch):
+    """Two lanes: the CPU lane's step raises; while it restarts (held in its
+    warm-up) a request goes to the other lane; once it serves it is routed
+    to again, with the cost model it had learned (no calibration)."""
+    from engine import LaneSpec
+
+    gated = _GatedWarmUps(monkeypatch, lanes=2)
+    engine = make_engine([LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+                          LaneSpec("cpu", "cpu", "float32")])
+    old = engine.lanes["cpu"]
+    cost = old.scheduler.cost
+    assert cost is not None
+    real = ModelRunner.run
+
+    def run(self, plan):
+        if self is old.runner and plan.has_work:
+            raise RuntimeError("device lost on the CPU lane")
+        return real(self, plan)
+
+    monkeypatch.setattr(ModelRunner, "run", run)
+    try:
+        engine.set_mode("cpu-only")
+        done = engine.generate(prompt_ids=prompt_of(tiny_loaded, "hello"),
+                               params=SamplingParams(max_tokens=8), timeout=60)
+        assert done.reason == "error" and "device lost on the CPU lane" in done.error
+        assert gated.entered.wait(60)
+        engine.set_mode("hybrid")
+        ids = prompt_of(tiny_loaded, "numbers 0123456789")
+        meanwhile = engine.generate(prompt_ids=ids, params=SamplingParams(max_tokens=10),
+                                    timeout=60)
+        assert meanwhile.reason in ("stop", "length")
+        assert {lane for _, lane in meanwhile.lanes} == {"gpu"}
+        assert {i.name: i.phase for i in engine.lane_info()} == {"gpu": "serving",
+                                                                 "cpu": "warming up"}
+        gated.gate.set()
+        assert engine.wait_ready(60, every_lane=True)
+        new = engine.lanes["cpu"]
+        assert new is not old and new.phase == "serving" and new.scheduler.cost is cost
+        engine.set_mode("cpu-only")
+        ids = prompt_of(tiny_loaded, "the quick brown fox")
+        again = engine.submit(prompt_ids=ids, params=SamplingParams(max_tokens=10))
+        assert again.result(60).reason in ("stop", "length")
+        assert {lane for _, lane in again.request.lane_history} == {"cpu"}
+        assert again.request.output_ids == reference_greedy(tiny_loaded, ids, 10)
+    finally:
+        gated.gate.set()
 
 
 def test_a_lane_that_keeps_failing_stays_failed_after_three_restarts(make_engine, tiny_loaded,
