@@ -37,13 +37,13 @@ import warnings
 from dataclasses import dataclass, field
 
 from .core.errors import EngineError
+from .models.vision_kinds import MAX_ASPECT
 
 MAX_IMAGE_BYTES = 20 << 20  # one image, encoded
 MAX_PIXELS = 50_000_000  # one image: a 48-megapixel phone photo passes
 MAX_DECODED_PIXELS = 24_000_000  # one image as decoded (a model reads ~1 MP of it)
 MAX_IMAGES = 16  # one request
 MAX_REQUEST_PIXELS = 100_000_000  # one request, decoded (3 bytes a pixel)
-MAX_ASPECT = 200  # width to height, or height to width (Qwen's processor fails past it)
 MAX_JPEG_SCANS = 100  # a progressive JPEG has about 10
 DECODE_SECONDS = 30.0  # one image, read and decoded (a worker thread waits on it)
 DECODE_BLOCK = 16 << 10  # bytes given the decoder at a time: the deadline is checked between

@@ -32,7 +32,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..core.errors import EngineError
-from .vision_kinds import MROPE, SERVED
+from .vision_kinds import MAX_ASPECT, MROPE, SERVED
 
 
 
@@ -214,8 +214,6 @@ def model_view(image):
     """`image` (PIL) scaled down to at most MODEL_MAX_PIXELS, aspect kept:
     within MAX_ASPECT (images.py refuses past it) however the sides round."""
     from PIL import Image
-
-    from ..images import MAX_ASPECT
 
     width, height = image.size
     if width * height <= MODEL_MAX_PIXELS:
