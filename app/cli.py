@@ -10,7 +10,9 @@ import os
 import sys
 
 from app import tool_cli
-from app.ui.terminal import terminal_text  # noqa: F401 (the CLI's, and tests')
+# Every line printed that may hold outside text (a model's answer, a remote's
+# error, a client's request path) goes through it: no escape code reaches the terminal.
+from app.ui.terminal import terminal_text
 
 MODEL_HELP = ("'default' (the bundled model; the default), a .gguf file, a model folder or a "
               "Hugging Face repo id")
@@ -173,10 +175,11 @@ def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
             engine.wait_ready(60, every_lane=True)
             for lane in engine.lane_info():  # a remote not routed to says why
                 if lane.kind == "remote" and lane.failed:
-                    print(f"tandem: remote lane {lane.name}: {lane.failed}", file=sys.stderr)
+                    print(terminal_text(f"tandem: remote lane {lane.name}: {lane.failed}"),
+                          file=sys.stderr)
         return engine
     except EngineError as e:
-        print(f"tandem: {e}", file=sys.stderr)
+        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return None
 
 
@@ -197,7 +200,7 @@ def serve(args) -> int:
         api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
         allow_origins=tuple(args.allow_origin),
         image_urls=ImageFetcher() if args.allow_image_urls else None),
-        access_log=lambda line: print(line, flush=True))
+        access_log=lambda line: print(terminal_text(line), flush=True))
     host = f"[{args.host}]" if ":" in args.host else args.host
 
     class Server(uvicorn.Server):
@@ -277,7 +280,7 @@ def generate(args) -> int:
         prompt = read_prompt(args)
         system = _argument_text(args.system, "the system prompt") if args.system else None
     except PromptError as e:
-        print(f"tandem: {e}", file=sys.stderr)
+        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return 2
     from engine import EngineError, Finished, Token
 
@@ -294,7 +297,7 @@ def generate(args) -> int:
             return tool_cli.generate_with_tools(args, engine, messages,
                                                 sampling_params(engine, args))
         except EngineError as e:
-            print(f"tandem: {e}", file=sys.stderr)
+            print(terminal_text(f"tandem: {e}"), file=sys.stderr)
             return 2
         finally:
             engine.close()
@@ -309,7 +312,7 @@ def generate(args) -> int:
             elif isinstance(event, Finished):
                 done = event
     except EngineError as e:
-        print(f"tandem: {e}", file=sys.stderr)
+        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if handle is None:  # interrupted before the request was queued

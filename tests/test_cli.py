@@ -305,3 +305,30 @@ def test_a_crash_in_native_code_prints_every_threads_stack(tiny_model_dir):
     assert proc.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in stderr
     assert "most recent call first" in stderr and stderr.count("Thread 0x") >= 2, stderr
+
+
+def test_a_request_path_cannot_drive_the_serve_terminal(tiny_model_dir):
+    """`tandem serve` logs each request's path: one spelling escape codes
+    (any web page can send it; the gate refuses it, the log still shows it)
+    is printed escaped, as a model's answer is (issue 47)."""
+    import socket
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
+                             str(tiny_model_dir), "--port", "0"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert "at http://127.0.0.1:" in first, first + proc.stderr.read()
+        port = int(first.split("http://127.0.0.1:")[1].split("/")[0].split()[0].rstrip(".,"))
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"GET /%1b%5b2J%1b%5d0%3btitle%07 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Connection: close\r\n\r\n")
+            while s.recv(4096):
+                pass
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert "GET /\\x1b[2J\\x1b]0;title\\x07 404" in line, line
+    assert "\x1b" not in line and "\x07" not in line
