@@ -2,7 +2,9 @@
 thumbnail off the GUI thread; kept with the chat by their digest.
 
 Qt-free. An image is checked as the API's are (engine/images.py: PNG, JPEG,
-WebP or GIF by its bytes, 20 MiB, 50 megapixels, damaged files refused). What
+WebP or GIF by its bytes, 20 MiB, 50 megapixels, 200:1, at most 24 megapixels
+decoded (a larger JPEG read at 1/2, 1/4 or 1/8, other formats refused), at most
+100 JPEG scans, damaged files refused). What
 is kept is the file's own bytes (the store's `images` table, schema 5) and a
 small PNG thumbnail; a message keeps a record per image ({digest, name,
 width, height, format, size}), in order. A chat with images is sent with
