@@ -52,11 +52,14 @@ class _GatedWarmUps:
 
     def __init__(self, monkeypatch, lanes: int = 1):
         self.gate, self.entered, self.calls = threading.Event(), threading.Event(), 0
+        counted = threading.Lock()  # lanes warm up at once
         real = lane_module.warm_up
 
         def warm_up(model, solo=True, steps=3, cancelled=lambda: False):
-            self.calls += 1
-            if self.calls > lanes:
+            with counted:
+                self.calls += 1
+                later = self.calls > lanes
+            if later:
                 self.entered.set()
                 while not self.gate.wait(0.02):
                     if cancelled():
