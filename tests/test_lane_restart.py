@@ -216,7 +216,13 @@ def test_closing_the_engine_during_a_restart_is_clean(make_engine, tiny_loaded, 
     assert waiting.result(10).reason == "cancelled"
     assert new._stopped.is_set() and new.model is None
     assert not [t for t in threading.enumerate() if t.name.startswith("lane-restart-")]
-    assert not [t for t in threading.enumerate() if t.name == "lane-cpu"]
+    # The lane's thread parks just after its lane ends (it is renamed then):
+    # waited for on the condition the parking notifies.
+    from engine.runtime import lanethreads
+
+    with lanethreads._parked_now:
+        assert lanethreads._parked_now.wait_for(
+            lambda: not [t for t in threading.enumerate() if t.name == "lane-cpu"], 30)
 
 
 def test_closing_before_the_restart_starts_leaves_its_lane_unstarted(make_engine, tiny_loaded,

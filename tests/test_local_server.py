@@ -139,6 +139,11 @@ def _image_url(url, key, image_url) -> str:
     return answer.json()["error"]["message"]
 
 
+def _fetcher(local_server):
+    """The image-URL fetcher the running server's requests are parsed with."""
+    return local_server._server.config.app.state.config.image_urls.fetcher
+
+
 def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
         qtbot, tiny_model_dir, tmp_path, memory_keyring):
     from app.connections.server_settings import open_server_settings
@@ -167,8 +172,11 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     url = window.server.url
     assert window.server.running and "key required" in window.status.server_label.text()
     assert _status(url) == 401 and _status(url, "wrong") == 401 and _status(url, key) == 200
-    # Image URLs are fetched now, and never from this computer.
-    assert "local or private address" in _image_url(url, key, "http://127.0.0.1:1/a.png")
+    # Image URLs are fetched now (never from this computer: test_image_urls). A text
+    # model refuses a request's images before any is fetched (issue 47), so the
+    # switch shows in the server's own config.
+    assert "cannot read images" in _image_url(url, key, "http://127.0.0.1:1/a.png")
+    assert _fetcher(window.server) is not None
     window.close()
     files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert key.encode() not in files  # never in the database (or its journal)
@@ -176,9 +184,9 @@ def test_server_settings_port_key_in_the_keyring_and_start_with_tandem(
     qtbot.waitUntil(lambda: again.server.running, timeout=10_000)
     assert again.menus.server_action.isChecked() and again.server.port == port
     assert _status(url, key) == 200 and _status(url) == 401
-    again.server.settings.image_urls = False  # and off: refused, naming the switch's flag
+    again.server.settings.image_urls = False  # and off
     again.toggle_server(True)
-    assert "--allow-image-urls" in _image_url(url, key, "http://127.0.0.1:1/a.png")
+    assert _fetcher(again.server) is None
     again.close()
 
 
