@@ -74,7 +74,7 @@ class LaneRestarts:
         """A lane like `old` (not started), on the weights `old` ran."""
         sched = old.scheduler
         new = Lane(old.name, old.device, old.kind, old.runner.model, old.director,
-                   old.runner.prefix_cache, old._lanes, old.config, sched.kv_bytes_per_token,
+                   old.runner.prefix_cache, old.lanes, old.config, sched.kv_bytes_per_token,
                    sched.kv_budget_bytes, nice=old.nice, calibrate=False,
                    measure_lock=old.measure_lock, warm_up_s=old.warm_up_s,
                    contention=old.start_contention, on_ready=old.on_ready,
@@ -87,11 +87,11 @@ class LaneRestarts:
     def _start(self, old: Lane, new: Lane) -> None:
         """Off the failing lane's thread: once it has ended, the new lane
         starts on that thread (its stream)."""
-        old._stopped.wait(STOP_WAIT_S)
+        old.wait_stopped(STOP_WAIT_S)
         with self._lock:
             if self._closed or self.engine.lanes.get(new.name) is not new:
                 return  # the engine closes it (never started: its queue cancelled)
-            new.start(after=old._thread)
+            new.start(after=old.lane_thread)
 
     def close(self) -> None:
         """The engine closes: no restart starts from now on; those under way

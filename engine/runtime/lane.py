@@ -143,6 +143,20 @@ class Lane(SchedulerState):
                                          after)
 
     @property
+    def lane_thread(self) -> LaneThread | None:
+        """The parked-thread handle it runs on (a restart's lane starts on it)."""
+        return self._thread
+
+    @property
+    def lanes(self) -> dict:
+        """Every lane of the engine (hand-overs), shared by a restart's lane."""
+        return self._lanes
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait until the lane's thread has ended its lane (or it never started)."""
+        return self._stopped.wait(timeout)
+
+    @property
     def thread_id(self) -> int | None:
         """The kernel id of the thread the lane runs on (once started)."""
         return self._thread.native_id if self._thread is not None else None
