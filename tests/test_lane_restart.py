@@ -216,13 +216,16 @@ def test_closing_the_engine_during_a_restart_is_clean(make_engine, tiny_loaded, 
     assert waiting.result(10).reason == "cancelled"
     assert new._stopped.is_set() and new.model is None
     assert not [t for t in threading.enumerate() if t.name.startswith("lane-restart-")]
-    # The lane's thread parks just after its lane ends (it is renamed then):
-    # waited for on the condition the parking notifies.
+    # The lane's thread parks just after its lane ends: waited for on the
+    # condition the parking notifies (other tests' engines may hold lanes
+    # named "cpu" meanwhile: this lane's own thread is the one asked after).
     from engine.runtime import lanethreads
 
+    thread = new.lane_thread
+    assert thread is not None
     with lanethreads._parked_now:
         assert lanethreads._parked_now.wait_for(
-            lambda: not [t for t in threading.enumerate() if t.name == "lane-cpu"], 30)
+            lambda: any(thread in idle for idle in lanethreads._parked.values()), 30)
 
 
 def test_closing_before_the_restart_starts_leaves_its_lane_unstarted(make_engine, tiny_loaded,
