@@ -53,7 +53,7 @@ def _parse(data: bytes, chat: bool, defaults: dict, fetcher=None) -> Completion:
     (data: URLs); any other request is held to MAX_BODY_BYTES."""
     job = completion(parse_json(data, MAX_IMAGE_BODY_BYTES if chat else MAX_BODY_BYTES),
                      chat, defaults, fetcher)
-    check_images_carried(data, job.messages)
+    check_images_carried(data, job.messages, job.tools)
     return job
 
 

@@ -49,7 +49,7 @@ async def _messages(state: ServerState, request: Request) -> Response:
     body = await state.run_for(request, parse_json, data, MAX_IMAGE_BODY_BYTES)
     job = await state.run_for(request, parse, body, state.engine.generation_defaults.as_dict(),
                               state.config.image_urls)
-    check_images_carried(data, job.messages)
+    check_images_carried(data, job.messages, job.tools)
     slot, handle = await admit(state, request, job)
     reply = Reply(state, job, handle)
     if job.stream:

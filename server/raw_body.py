@@ -68,9 +68,17 @@ def check_size(data: bytes, limit: int) -> None:
         raise too_large(limit)
 
 
-def check_images_carried(data: bytes, messages) -> None:
-    """A body past MAX_BODY_BYTES must have carried images (parsed: `messages`)."""
-    if len(data) > MAX_BODY_BYTES and not any(m.get("images") for m in messages or ()):
+def check_images_carried(data: bytes, messages, tools=None) -> None:
+    """A body past MAX_BODY_BYTES must have carried images (parsed:
+    `messages`), and what it carries besides them (the messages' text and
+    calls, the tools offered) is still held to MAX_BODY_BYTES: a string under
+    an image-like key that was no image counts here, before any tokenizing."""
+    if len(data) <= MAX_BODY_BYTES:
+        return
+    if not any(m.get("images") for m in messages or ()):
+        raise too_large(MAX_IMAGE_BODY_BYTES)
+    plain = [{k: v for k, v in m.items() if k not in ("images", "parts")} for m in messages]
+    if len(json.dumps([plain, tools or []], ensure_ascii=False, default=str)) > MAX_BODY_BYTES:
         raise too_large(MAX_IMAGE_BODY_BYTES)
 
 

@@ -130,7 +130,7 @@ async def responses_route(state: ServerState, store: ResponseStore, request: Req
                                            state.engine.generation_defaults.as_dict(),
                                            lambda rid: store.history(owner, rid),
                                            state.config.image_urls)
-    check_images_carried(data, rj.new_messages)
+    check_images_carried(data, rj.new_messages, rj.job.tools)
     reply = Reply(state, rj, store, owner)
     try:
         slot, handle = await admit(state, request, rj.job)

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from server.errors import APIError
-from server.raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, MAX_NESTING, nesting,
-                             parse_json, read_body)
+from server.raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, MAX_NESTING,
+                             check_images_carried, nesting, parse_json, read_body)
 
 
 def _png_b64(size=(64, 64)) -> str:
@@ -149,3 +149,22 @@ def test_the_fast_nesting_scan_equals_the_byte_by_byte_one(value, wrap):
     data = b"[" * wrap + json.dumps(value).encode() + b"]" * wrap
     expected = _nesting_reference(data)
     assert nesting(data) == expected or (expected <= MAX_NESTING and nesting(data) == 0)
+
+
+def test_what_a_big_body_carries_besides_its_images_is_held_to_4_mib():
+    """A string under an image-like key that was no image (a tool input's
+    "data") passes the pre-parse scan; once parsed, the text and tools a
+    request carries beside its images are held to 4 MiB before tokenizing."""
+    data = b"x" * (8 << 20)  # the body's size: past 4 MiB
+    image = object()  # a read image (engine/images.ChatImage)
+    small = [{"role": "user", "content": "What is it?", "images": [image], "parts": []}]
+    check_images_carried(data, small, [{"type": "function"}])
+    with pytest.raises(APIError, match="only images' data"):
+        check_images_carried(data, [{"role": "user", "content": "hi"}])  # no image at all
+    hidden = small + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f",
+                                                     "arguments": {"data": "A" * (6 << 20)}}}]}]
+    with pytest.raises(APIError, match="only images' data"):
+        check_images_carried(data, hidden)
+    with pytest.raises(APIError, match="only images' data"):
+        check_images_carried(data, small, [{"description": "A" * (5 << 20)}])
