@@ -32,7 +32,11 @@ class Served:
         self.server = uvicorn.Server(uvicorn.Config(
             make_app(engine, ServerConfig(**{"model_id": "tiny", **config}),
                      access_log=self._log), host="127.0.0.1",
-            port=self.port, log_level="warning"))
+            port=self.port, log_level="warning",
+            # uvicorn closes a connection idle 5 s; a client (max_retries=0)
+            # that took longer to build its next request on a loaded machine
+            # then sent it on a closing socket: "Server disconnected".
+            timeout_keep_alive=120))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
                                        daemon=True)
         self.thread.start()
