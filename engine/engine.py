@@ -32,7 +32,7 @@ from .hub import EventHub, Observer
 from .handle import RequestHandle
 from .interface import Capabilities, Prepared
 from .lane_reports import describe_lanes, sample_lanes
-from .lane_restart import LaneRestarts
+from .runtime.lane_restart import LaneRestarts
 from .remotes import Remotes
 from .restore import Restorer, open_disk_tier
 from .models.tools import plan_tools, tool_format

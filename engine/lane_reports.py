@@ -68,7 +68,7 @@ def sample_lanes(lanes: dict[str, Lane], emit: Callable[[LaneSample], None],
             busy, out, t = (lane.stats.busy_s + running, lane.stats.output_tokens,
                             time.perf_counter())
             was, busy0, out0, t0 = last.get(name, (None, 0.0, 0, t))
-            if was is not lane:  # restarted (engine/lane_restart.py): its counts begin at 0
+            if was is not lane:  # restarted (engine/runtime/lane_restart.py): its counts begin at 0
                 busy0, out0 = 0.0, 0
             last[name] = (lane, busy, out, t)
             dt = max(t - t0, 1e-6)

@@ -163,7 +163,7 @@ class EngineErrorEvent(Event):
     message: str
     lane: str = ""  # the lane that failed, if one did
     time: float = field(default_factory=now)
-    restarting: bool = False  # that lane restarts (engine/lane_restart.py): it comes back
+    restarting: bool = False  # that lane restarts (engine/runtime/lane_restart.py): it comes back
 
 
 

@@ -1,7 +1,7 @@
 """Whether a lane that failed mid-step is restarted: plain data, no threads.
 
 A lane whose step raised (a device fault, a bug on a path no request owns)
-is restarted by the engine (engine/lane_restart.py) at most `limit` times
+is restarted by the engine (engine/runtime/lane_restart.py) at most `limit` times
 within `window_s` seconds; past that it stays off, and the reason says it
 failed repeatedly. Tested without a model (tests/test_lane_restart.py).
 """

@@ -68,7 +68,7 @@ def start(job: Job, device: str, nice: int, name: str, after: LaneThread | None 
           wait_s: float = 10.0) -> LaneThread:
     """Run `job(stream)` on a parked lane thread of this device and priority,
     or on a new one. `after`: a lane thread whose job is ending (a lane
-    restarting, engine/lane_restart.py): wait up to `wait_s` for it to park
+    restarting, engine/runtime/lane_restart.py): wait up to `wait_s` for it to park
     and run on it, so a restart adds no thread and no stream."""
     with _parked_now:
         idle = _parked.setdefault((device, nice), [])

@@ -10,7 +10,7 @@ calibration). It is installed at once, on the failing lane's thread and
 under the director's lock, so requests that had not started, and those
 submitted meanwhile, queue on it ("restarting", routed around while another
 lane serves); it starts, off that thread, once the old lane's thread has
-ended, on that same parked thread and stream (runtime/lanethreads.py), and
+ended, on that same parked thread and stream (lanethreads.py), and
 warms up again. A lane restarted `RESTARTS` times within `WINDOW_S` stays
 failed (core/restarts.py decides). A lane that failed at start-up, or was
 stopped by the watchdog (its thread may never return), is not restarted.
@@ -21,8 +21,8 @@ from __future__ import annotations
 import threading
 import time
 
-from .core.restarts import RestartBudget
-from .runtime.lane import Lane
+from ..core.restarts import RestartBudget
+from .lane import Lane
 
 STOP_WAIT_S = 60.0  # how long a restart waits for the old lane's thread to end
 
