@@ -150,7 +150,7 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
     from .gguf.tokenizer import build_tokenizer
 
     hf_tokenizer = build_tokenizer(contents.metadata)
-    stop_ids = _stop_ids(hf_tokenizer, contents.metadata)
+    stop_ids = _stop_ids(hf_tokenizer)
     tokenizer = TokenizerWrapper(hf_tokenizer, eos_token_ids=stop_ids)
     return LoadedModel(
         model=model,
@@ -163,11 +163,11 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
     )
 
 
-def _stop_ids(hf_tokenizer, metadata: dict) -> set[int]:
+def _stop_ids(hf_tokenizer) -> set[int]:
+    """The GGUF's EOS (as its metadata names it) and the usual end-of-turn tokens."""
     ids: set[int] = set()
-    eos = metadata.get("tokenizer.ggml.eos_token_id")
-    if eos is not None:
-        ids.add(int(eos.item() if isinstance(eos, mx.array) else eos))
+    if hf_tokenizer.eos_token_id is not None:
+        ids.add(hf_tokenizer.eos_token_id)
     vocab = hf_tokenizer.get_vocab()
     for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>"):
         if name in vocab:

@@ -23,6 +23,7 @@ import mlx.nn as nn
 
 from ...core.errors import EngineError
 from ..config_check import check_config, check_fits
+from .values import plain, plain_metadata
 
 GGUF_GROUP_SIZE = 32
 
@@ -81,6 +82,7 @@ def read_gguf(path: Path) -> GGUFContents:
     try:
         if all(info.type in MX_LOAD_TYPES for info in infos):
             weights, metadata = mx.load(str(path), return_metadata=True)
+            metadata = plain_metadata(metadata)  # its numbers are MLX arrays
         else:  # tensor by tensor: never a dense copy of the whole model
             from .tensors import read_tensors
 
@@ -97,9 +99,14 @@ def read_gguf(path: Path) -> GGUFContents:
 
 
 def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
-    value = metadata.get(key, default)
-    if isinstance(value, mx.array):
-        return value.item()
+    return plain(metadata.get(key, default))
+
+
+def _int(metadata: dict[str, Any], key: str, default: int) -> int:
+    value = _scalar(metadata, key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EngineError(f"GGUF metadata '{key}' is {value!r}, not a whole number.",
+                          "corrupt-model")
     return value
 
 
@@ -122,17 +129,17 @@ def model_config(metadata: dict[str, Any]) -> dict[str, Any]:
         # llama.cpp keeps these fixed for Gemma 3 rather than in the metadata:
         # every 6th layer global, local RoPE base 10k, and the query scale of
         # the head size (of hidden / heads for the 62-layer 27B).
-        config["sliding_window"] = int(_scalar(metadata, "gemma3.attention.sliding_window", 512))
-        config["sliding_window_pattern"] = int(
-            _scalar(metadata, "gemma3.attention.sliding_window_pattern", 6))
+        config["sliding_window"] = _int(metadata, "gemma3.attention.sliding_window", 512)
+        config["sliding_window_pattern"] = _int(
+            metadata, "gemma3.attention.sliding_window_pattern", 6)
         config["rope_local_base_freq"] = 10000.0
         config["query_pre_attn_scalar"] = (
             config["hidden_size"] // config["num_attention_heads"]
             if config["num_hidden_layers"] == 62 else config["head_dim"])
     if arch == "phi3":
-        config["original_max_position_embeddings"] = int(_scalar(
+        config["original_max_position_embeddings"] = _int(
             metadata, "phi3.rope.scaling.original_context_length",
-            config["max_position_embeddings"]))
+            config["max_position_embeddings"])
     return config
 
 
@@ -168,17 +175,18 @@ def _shape_config(metadata: dict[str, Any], arch: str) -> dict[str, Any]:
             "rope_theta": float(_scalar(metadata, f"{arch}.rope.freq_base", 10000.0)),
             "max_position_embeddings": int(_scalar(metadata, f"{arch}.context_length", 2048)),
         }
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        config["vocab_size"] = int(_scalar(metadata, f"{arch}.vocab_size",
+                                           len(tokens) if isinstance(tokens, list) else 0))
+        key_length = _scalar(metadata, f"{arch}.attention.key_length")
+        config["head_dim"] = (int(key_length) if key_length else
+                              hidden // n_heads if n_heads > 0 else None)
     except (TypeError, KeyError, ValueError, OverflowError) as e:
         raise EngineError(f"GGUF metadata is incomplete or not numbers: {e}.",
                           "corrupt-model") from e
-    tokens = metadata.get("tokenizer.ggml.tokens") or []
-    config["vocab_size"] = int(_scalar(metadata, f"{arch}.vocab_size", len(tokens)))
     # llama.cpp's converter permutes Q and K of llama models into the
     # interleaved RoPE layout; qwen2 is stored in the NeoX (split) layout.
     config["rope_traditional"] = arch == "llama"
-    key_length = _scalar(metadata, f"{arch}.attention.key_length")
-    config["head_dim"] = (int(key_length) if key_length else
-                          hidden // n_heads if n_heads > 0 else None)
     config["tie_word_embeddings"] = True  # the loader unties it when the file has an output
     return config
 

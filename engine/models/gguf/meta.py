@@ -6,10 +6,9 @@ so this walk reads the header and the key/values with `struct` from a mapped
 file: about 50 ms for the default model's vocabulary.
 
 Call it on a file `validate_gguf` has passed (the walk trusts the counts and
-lengths that check bounded). Values come back the way engine/models/gguf/convert.py and
-engine/models/gguf/tokenizer.py read them: strings as str, numbers as int, float or
-bool, arrays of strings as lists of str, arrays of numbers as numpy arrays
-(`.tolist()` works as on what `mx.load` returns).
+lengths that check bounded). Values come back as plain Python: strings as
+str, numbers as int, float or bool, arrays as lists (of str, int, float or
+bool), as engine/models/gguf/values.py makes what `mx.load` returns.
 """
 
 from __future__ import annotations
@@ -78,5 +77,5 @@ def _value(buf: mmap.mmap, off: int, vtype: int) -> tuple[Any, int]:
     if etype not in _SCALARS:
         raise ValueError(f"metadata array of unsupported type {etype}")
     dtype = np.dtype(_SCALARS[etype][1]).newbyteorder("<")
-    values = np.frombuffer(buf, dtype=dtype, count=count, offset=off).copy()
+    values = np.frombuffer(buf, dtype=dtype, count=count, offset=off).tolist()
     return values, off + count * dtype.itemsize

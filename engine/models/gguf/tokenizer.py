@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlx.core as mx
-
 from ...core.errors import EngineError
+from .values import plain_metadata
+from .vocab import read_vocab
 
 # The split patterns llama.cpp uses (llama-vocab.cpp), by `tokenizer.ggml.pre`.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -34,13 +34,6 @@ PRE_RULES = {
 }
 
 
-def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
-    value = metadata.get(key, default)
-    if isinstance(value, mx.array):
-        return value.item()
-    return value
-
-
 def pre_tokenizer(rule: str):
     """The `tokenizers` pre-tokenizer for a llama.cpp pre-split rule name."""
     from tokenizers import Regex, pre_tokenizers
@@ -57,7 +50,8 @@ def pre_tokenizer(rule: str):
     return pre_tokenizers.Sequence(steps)
 
 
-def sentencepiece_tokenizer(metadata: dict[str, Any], tokens: list[str], vocab: dict):
+def sentencepiece_tokenizer(tokens: list[str], vocab: dict[str, int], scores: list[float],
+                            unk: str | None, space_prefix: bool):
     """SentencePiece BPE as llama.cpp runs it: spaces become '▁' (with one in
     front unless `add_space_prefix` is false, as for gemma), the adjacent pair
     whose merged piece scores highest merges first, and characters outside the
@@ -65,68 +59,56 @@ def sentencepiece_tokenizer(metadata: dict[str, Any], tokens: list[str], vocab: 
     ranked by the merged piece's score."""
     from tokenizers import Tokenizer, decoders, models, normalizers
 
-    scores = list(metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens))
     merges = []
-    for merged in sorted(range(len(tokens)), key=lambda i: -float(scores[i])):
+    for merged in sorted(range(len(tokens)), key=lambda i: -scores[i]):
         piece = tokens[merged]
         for cut in range(1, len(piece)):
             left, right = piece[:cut], piece[cut:]
             if left in vocab and right in vocab:
-                merges.append((left, right, float(scores[merged]), vocab[left], vocab[right]))
+                merges.append((left, right, scores[merged], vocab[left], vocab[right]))
     # Ties: the higher score first, then as SentencePiece orders pieces.
     merges.sort(key=lambda m: (-m[2], m[3], m[4]))
-    unk = _scalar(metadata, "tokenizer.ggml.unknown_token_id")
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for a, b, *_ in merges],
-                               unk_token=tokens[int(unk)] if unk is not None else None,
-                               fuse_unk=True, byte_fallback=True))
-    prefix = bool(_scalar(metadata, "tokenizer.ggml.add_space_prefix", True))
-    steps = [normalizers.Prepend("▁")] if prefix else []
+                               unk_token=unk, fuse_unk=True, byte_fallback=True))
+    steps = [normalizers.Prepend("▁")] if space_prefix else []
     tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
-        + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+        + ([decoders.Strip(" ", 1, 0)] if space_prefix else []))
     return tok
 
 
 def build_tokenizer(metadata: dict[str, Any]):
-    """A transformers PreTrainedTokenizerFast from the GGUF vocabulary."""
+    """A transformers PreTrainedTokenizerFast from the GGUF vocabulary, adding
+    BOS/EOS to a text (`add_special_tokens=True`) as llama.cpp does
+    (engine/models/gguf/vocab.py); metadata from either GGUF reader."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    model_kind = _scalar(metadata, "tokenizer.ggml.model")
-    tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    if model_kind == "gpt2":  # byte-level BPE: llama 3, qwen, smollm, mistral (tekken)
-        merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+    metadata = plain_metadata(metadata)
+    vocab_info = read_vocab(metadata)
+    tokens, vocab = vocab_info.tokens, vocab_info.vocab
+    if vocab_info.model == "gpt2":  # byte-level BPE: llama 3, qwen, smollm, mistral (tekken)
+        merges = [tuple(m.split(" ", 1)) for m in vocab_info.merges]
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
                                    byte_fallback=False))
-        tok.pre_tokenizer = pre_tokenizer(str(_scalar(metadata, "tokenizer.ggml.pre", "default")))
+        tok.pre_tokenizer = pre_tokenizer(vocab_info.pre)
         tok.decoder = decoders.ByteLevel()
-    elif model_kind == "llama":  # SentencePiece BPE: gemma, llama 2, mistral v0.1-0.3
-        tok = sentencepiece_tokenizer(metadata, tokens, vocab)
-    else:
-        raise EngineError(
-            f"Unsupported GGUF tokenizer '{model_kind}' (Tandem reads byte-level BPE, 'gpt2', "
-            "and SentencePiece BPE, 'llama').", "unsupported-architecture")
-    token_types = metadata.get("tokenizer.ggml.token_type")
-    if token_types is not None:
-        special = [
-            AddedToken(tokens[i], special=True, normalized=False)
-            for i, kind in enumerate(getattr(token_types, "tolist", lambda: token_types)())
-            if kind in (3, 4)  # control, user-defined
-        ]
-        tok.add_special_tokens(special)
-
-    def token_at(key: str) -> str | None:
-        idx = _scalar(metadata, key)
-        return tokens[int(idx)] if idx is not None and 0 <= int(idx) < len(tokens) else None
-
+    else:  # "llama", SentencePiece BPE: gemma, llama 2, mistral v0.1-0.3
+        tok = sentencepiece_tokenizer(tokens, vocab, vocab_info.scores,
+                                      vocab_info.token("unk"), vocab_info.space_prefix)
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i, kind in enumerate(vocab_info.types)
+                            if kind in (3, 4)])  # control, user-defined
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=token_at("tokenizer.ggml.bos_token_id"),
-        eos_token=token_at("tokenizer.ggml.eos_token_id"),
-        unk_token=token_at("tokenizer.ggml.unknown_token_id"),
-        pad_token=token_at("tokenizer.ggml.padding_token_id"),
+        bos_token=vocab_info.token("bos"),
+        eos_token=vocab_info.token("eos"),
+        unk_token=vocab_info.token("unk"),
+        pad_token=vocab_info.token("pad"),
+        # transformers makes these a TemplateProcessing post-processor.
+        add_bos_token=vocab_info.add_bos,
+        add_eos_token=vocab_info.add_eos,
         chat_template=metadata.get("tokenizer.chat_template"),
         clean_up_tokenization_spaces=False,
     )
