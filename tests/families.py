@@ -129,14 +129,22 @@ def build_family(name: str, path: Path, seed: int = 0) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(path)
-    config = _config(name, len(tokenizer), tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                     tokenizer.pad_token_id)
+    write_weights(name, path, len(tokenizer), tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                  tokenizer.pad_token_id, seed)
+    return path
+
+
+def write_weights(name: str, path: Path, vocab_size: int, eos_id: int, pad_id: int = 0,
+                  seed: int = 0, overrides: dict | None = None) -> dict:
+    """config.json and random model.safetensors of a tiny `name` in `path` (its
+    tokenizer written apart); `overrides` replace config keys. Returns the config."""
+    config = _config(name, vocab_size, eos_id, pad_id) | (overrides or {})
     mx.random.seed(seed)
     model = _make_model(config)
     weights = _scaled_weights(model, name)
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
+    return config
 
 
 def cache_kinds(model) -> list[str]:

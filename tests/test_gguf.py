@@ -8,31 +8,9 @@ import mlx.core as mx
 import pytest
 
 from engine import EngineError, load_model
+from tests.gguf_files import gguf_tensors
 from tests.helpers import prompt_of, reference_greedy
 from tests.tiny_model import CHAT_TEMPLATE
-
-_NAMES = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm", "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-}
-
-
-# llama.cpp's names where an architecture differs (llama-arch.cpp).
-_ARCH_NAMES = {
-    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
-    "gemma3": {"post_attention_layernorm": "post_attention_norm",
-               "pre_feedforward_layernorm": "ffn_norm",
-               "post_feedforward_layernorm": "post_ffw_norm"},
-}
-
-
-def _permute(w: mx.array, n_head: int) -> mx.array:
-    """llama.cpp's convert_hf_to_gguf permutation of Q/K rows."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, w.shape[1]).swapaxes(1, 2).reshape(
-        w.shape)
 
 
 def write_gguf(folder, path, architecture="llama", overrides: dict | None = None):
@@ -40,26 +18,7 @@ def write_gguf(folder, path, architecture="llama", overrides: dict | None = None
     (keys without the architecture prefix, e.g. "block_count")."""
     config = json.loads((folder / "config.json").read_text())
     tok = json.loads((folder / "tokenizer.json").read_text())
-    weights = mx.load(str(folder / "model.safetensors"))
-    names = _NAMES | _ARCH_NAMES.get(architecture, {})
-    out = {}
-    for name, w in weights.items():
-        if architecture == "gemma3" and name.endswith("norm.weight"):
-            w = w + 1  # llama.cpp's Gemma converter stores 1 + w
-        if name == "model.embed_tokens.weight":
-            out["token_embd.weight"] = w
-        elif name == "model.norm.weight":
-            out["output_norm.weight"] = w
-        elif name == "lm_head.weight":
-            out["output.weight"] = w
-        else:
-            _, _, layer, *rest = name.split(".")
-            module = ".".join(rest[:-1])
-            if architecture == "llama" and module == "self_attn.q_proj":
-                w = _permute(w, config["num_attention_heads"])
-            elif architecture == "llama" and module == "self_attn.k_proj":
-                w = _permute(w, config["num_key_value_heads"])
-            out[f"blk.{layer}.{names[module]}.{rest[-1]}"] = w
+    out = gguf_tensors(folder, architecture)
     vocab = tok["model"]["vocab"]
     added = {t["content"]: t["id"] for t in tok["added_tokens"]}
     tokens = [None] * (max(list(vocab.values()) + list(added.values())) + 1)

@@ -6,6 +6,7 @@ import pytest
 
 from engine.core.errors import EngineError
 from engine.models.gguf.tokenizer import PRE_RULES, pre_tokenizer
+from tests.gguf_files import llama_cpp_spm
 
 TEXT = "HelloWorld it's 12345 tokens!\n\nok"
 
@@ -68,25 +69,8 @@ def _spm_metadata(prefix=True):
 
 
 def _llama_cpp_spm(meta, text: str) -> list[int]:
-    """llama.cpp's SentencePiece BPE (llm_tokenizer_spm), written out plainly."""
-    tokens, scores = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"]
-    ids = {t: i for i, t in enumerate(tokens)}
-    text = ("▁" if meta["tokenizer.ggml.add_space_prefix"] else "") + text.replace(" ", "▁")
-    symbols = list(text)
-    while True:
-        best = None
-        for i in range(len(symbols) - 1):
-            merged = symbols[i] + symbols[i + 1]
-            if merged in ids and (best is None or scores[ids[merged]] > best[0]):
-                best = (scores[ids[merged]], i)
-        if best is None:
-            break
-        i = best[1]
-        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
-    out = []
-    for s in symbols:
-        out += [ids[s]] if s in ids else [ids[f"<0x{b:02X}>"] for b in s.encode()]
-    return out
+    return llama_cpp_spm(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"],
+                         meta["tokenizer.ggml.add_space_prefix"], text)
 
 
 @pytest.mark.parametrize("prefix", [True, False])
