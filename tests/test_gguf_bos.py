@@ -114,8 +114,8 @@ def test_a_byte_level_gguf_completes_as_the_reference_does(files):
     ("token_type", ["control"] * 600, "'tokenizer.ggml.token_type' is a list of 600 values"),
     ("tokens", None, "'tokenizer.ggml.tokens' is missing"),
     ("tokens", ["a", "b", "a"], "holds the token 'a' twice"),
-    ("add_bos_token", 1, "'tokenizer.ggml.add_bos_token' is int 1, not a bool"),
-    ("bos_token_id", "1", "'tokenizer.ggml.bos_token_id' is str '1', not a int"),
+    ("add_bos_token", 1, "'tokenizer.ggml.add_bos_token' is int 1, not true or false"),
+    ("bos_token_id", "1", "'tokenizer.ggml.bos_token_id' is str '1', not a whole number"),
 ])
 def test_metadata_of_the_wrong_shape_is_a_clear_error(files, key, value, says):
     meta = read_metadata(files.spm_gguf)

@@ -4,7 +4,10 @@ Transformers' own GGUF reader needs torch, which Tandem does not ship, so the
 tokenizer is built here with the `tokenizers` library. The pre-tokenizer
 (how text is split before BPE) follows `tokenizer.ggml.pre`, as llama.cpp
 does; a rule Tandem does not know is an error, not a silent fallback to
-GPT-2's rule (which would give wrong tokens).
+GPT-2's rule (which would give wrong tokens). Encoding with special tokens
+adds the BOS / EOS the file asks for (engine/models/gguf/vocab.py: llama.cpp's
+rules); chat templates render with `add_special_tokens=False`, so a chat has
+only the BOS its template spells.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def build_tokenizer(metadata: dict[str, Any]):
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                             for i, kind in enumerate(vocab_info.types)
                             if kind in (3, 4)])  # control, user-defined
+    template = metadata.get("tokenizer.chat_template")
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=vocab_info.token("bos"),
@@ -109,6 +113,6 @@ def build_tokenizer(metadata: dict[str, Any]):
         # transformers makes these a TemplateProcessing post-processor.
         add_bos_token=vocab_info.add_bos,
         add_eos_token=vocab_info.add_eos,
-        chat_template=metadata.get("tokenizer.chat_template"),
+        chat_template=template if isinstance(template, str) else None,
         clean_up_tokenization_spaces=False,
     )

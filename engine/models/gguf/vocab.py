@@ -119,8 +119,11 @@ def _get(metadata: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     if value is None:
         return default
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise _damaged(key, f"a {kind.__name__}", value)
+        raise _damaged(key, _KIND_NAMES[kind], value)
     return value
+
+
+_KIND_NAMES = {bool: "true or false", int: "a whole number", str: "text", list: "a list"}
 
 
 def _damaged(key: str, expected: str, value: Any) -> EngineError:
