@@ -13,6 +13,7 @@ which stop sequence ended an answer, so that one reads end_turn)."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 
 from starlette.requests import Request
@@ -42,7 +43,21 @@ async def messages_route(state: ServerState, request: Request) -> Response:
     try:
         return await _messages(state, request)
     except APIError as exc:
-        return anthropic_error(exc)
+        return anthropic_error(too_long(exc))
+
+
+_TOO_LONG = re.compile(r"is (\d+) tokens long, more than the model's context of (\d+) tokens")
+
+
+def too_long(exc: APIError) -> APIError:
+    """A prompt past the context in Anthropic's words (400, "prompt is too
+    long: N tokens > M maximum", the error Claude Code knows); any other
+    error as it is."""
+    found = _TOO_LONG.search(exc.message) if exc.code == "context_length_exceeded" else None
+    if found is None:
+        return exc
+    return APIError(400, f"prompt is too long: {found[1]} tokens > {found[2]} maximum",
+                    code=exc.code)
 
 
 async def _messages(state: ServerState, request: Request) -> Response:

@@ -260,3 +260,16 @@ def test_serve_refuses_an_alias_it_cannot_honour(tiny_model_dir):
                               capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_prompt_past_the_context_is_too_long_in_anthropics_words(served, claude):
+    """Claude Code compacts on "prompt is too long: N tokens > M maximum"
+    (a 400); count_tokens still counts such a prompt."""
+    long = [{"role": "user", "content": "hello world " * 9000}]
+    counted = claude.messages.count_tokens(model="haiku", messages=long).input_tokens
+    assert counted > 16384
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="haiku", max_tokens=4, messages=long)
+    assert refused.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": f"prompt is too long: {counted} tokens > 16384 maximum"}
