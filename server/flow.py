@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -199,7 +200,8 @@ def check_model(state: ServerState, model: str | None) -> str:
         name = model if len(model) <= 100 else "NAME"
         raise APIError(404, f"The model '{model[:200]}' does not exist; this server serves "
                        f"{', '.join(repr(i) for i in state.ids)}. To answer to that name, "
-                       f"start it with --alias '{name}=default' (or a pattern, such as "
+                       f"start it with --alias {shlex.quote(name + '=default')} (or a "
+                       "pattern, such as "
                        "--alias 'claude-*=default').", param="model", code="model_not_found")
     return served
 

@@ -81,8 +81,8 @@ async def _messages(state: ServerState, request: Request) -> Response:
 async def count_tokens_route(state: ServerState, request: Request) -> Response:
     """POST /v1/messages/count_tokens: {"input_tokens": N}, N the tokens the
     same body sent to /v1/messages would put in the prompt (the same parse,
-    model check and prepare; max_tokens may be left out). No slot is taken:
-    nothing is generated."""
+    model check and prepare; max_tokens may be left out), under a slot while
+    it is prepared."""
     try:
         check_key(request, state)
         data = await read_body(request, MAX_IMAGE_BODY_BYTES)
@@ -92,7 +92,8 @@ async def count_tokens_route(state: ServerState, request: Request) -> Response:
                                   state.config.image_urls, True)
         check_images_carried(data, job.messages, job.tools)
         check_model(state, job.model)
-        prepared = await state.run_for(request, prepare_chat, state, job)
+        with state.slots.take():  # 429 when all are taken, as for an answer
+            prepared = await state.run_for(request, prepare_chat, state, job)
         if prepared.prompt_ids is None:  # a model whose own server renders the prompt
             raise APIError(400, f"{state.ids[0]}'s prompts are rendered by its own server: "
                                 "this server cannot count their tokens.")

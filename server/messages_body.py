@@ -206,9 +206,10 @@ def _messages(messages, loaded: set[str],
         role = m.get("role") if isinstance(m, dict) else None
         if role == "system":
             text = _system_message(field, m, later_user=i < last_user)
-            if text is not None:
-                (leading if not out else out).append(
-                    text if not out else {"role": "system", "content": text})
+            if text is not None and not out:  # before any turn: part of the system prompt
+                leading.append(text)
+            elif text is not None:
+                out.append({"role": "system", "content": text})
             continue
         if role not in ("user", "assistant"):
             raise APIError(400, f"{field}.role must be user, assistant or system.",
