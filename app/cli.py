@@ -105,6 +105,11 @@ def _serve_parser(sub) -> None:
                        help="fetch http(s) image URLs in requests (public addresses only, "
                             "no redirects, 20 MiB and 10 s an image, 30 s a request); "
                             "without it, images come as data: URLs or base64")
+    serve.add_argument("--alias", action="append", default=[], metavar="NAME=MODEL",
+                       help="also answer requests for model NAME with MODEL (a served model "
+                            "id, or 'default'), e.g. claude-opus-4-8=default for Claude "
+                            "Code's default model; NAME may be a pattern ('claude-*=default'); "
+                            "repeatable")
     _add_engine_options(serve)
 
 def _add_engine_options(command) -> None:
@@ -189,18 +194,29 @@ def serve(args) -> int:
         return 2
     import uvicorn
 
+    from server.aliases import parse_alias
     from server.api import ServerConfig, make_app
     from server.image_urls import ImageFetcher
 
+    try:
+        aliases = tuple(parse_alias(text) for text in args.alias)
+    except ValueError as e:
+        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
+        return 2
     engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
                           _kv_cache_dir(args), args.embedding_model)
     if engine is None:
         return 2
-    app = make_app(engine, ServerConfig(
-        api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
-        allow_origins=tuple(args.allow_origin),
-        image_urls=ImageFetcher() if args.allow_image_urls else None),
-        access_log=lambda line: print(terminal_text(line), flush=True))
+    try:
+        app = make_app(engine, ServerConfig(
+            api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
+            allow_origins=tuple(args.allow_origin), aliases=aliases,
+            image_urls=ImageFetcher() if args.allow_image_urls else None),
+            access_log=lambda line: print(terminal_text(line), flush=True))
+    except ValueError as e:  # an alias to a model this server does not serve
+        engine.close()
+        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
+        return 2
     host = f"[{args.host}]" if ":" in args.host else args.host
 
     class Server(uvicorn.Server):
@@ -211,7 +227,8 @@ def serve(args) -> int:
                 for server in getattr(self, "servers", []):  # --port 0: the one it got
                     for sock in server.sockets:
                         port = sock.getsockname()[1]
-                print(f"Tandem serves {', '.join(repr(i) for i in app.state.ids)} at "
+                also = "".join(f", {name!r} (an alias)" for name, _ in aliases)
+                print(f"Tandem serves {', '.join(repr(i) for i in app.state.ids)}{also} at "
                       f"http://{host}:{port}/v1 (Ctrl+C stops)", flush=True)
 
         async def shutdown(self, sockets=None):

@@ -40,7 +40,8 @@ from .errors import APIError, http_error, server_fault
 from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  # noqa: F401
                    collect, model_ids, read_body, sse)
 from .logprobs import chat_entries, completion_logprobs
-from .messages import messages_route
+from .messages import count_tokens_route, messages_route
+from .models_list import models_list
 from .raw_body import (MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, check_images_carried,
                        parse_json)
 from .responses import ResponseStore, responses_route
@@ -83,11 +84,7 @@ def make_app(engine, config: ServerConfig | None = None,
 
     async def models(request: Request) -> Response:
         check_key(request, state)
-        embedding = getattr(getattr(state.engine, "embedder", None), "model", None)
-        names = list(state.ids) + ([embedding.name] if embedding is not None else [])
-        return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
-            for name in names]})
+        return models_list(state, request)
 
     async def chat_route(request: Request) -> Response:
         return await _completions(state, request, chat=True)
@@ -103,6 +100,9 @@ def make_app(engine, config: ServerConfig | None = None,
     async def messages(request: Request) -> Response:
         return await messages_route(state, request)
 
+    async def count_tokens(request: Request) -> Response:
+        return await count_tokens_route(state, request)
+
     async def embeddings(request: Request) -> Response:
         return await embeddings_route(state, request)
 
@@ -117,6 +117,7 @@ def make_app(engine, config: ServerConfig | None = None,
         Route("/v1/completions", text_route, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
     ], exception_handlers={APIError: _api_error, ClientDisconnect: _client_gone,
                            HTTPException: http_error, Exception: server_fault})

@@ -34,6 +34,9 @@ class Completion:
     user: str | None
     tools: list | None = None  # OpenAI function tools (chat)
     tool_choice: object = None
+    # the messages again, for a template that refuses `messages` as they are
+    # (a system message inside the conversation folded into a user turn)
+    folded: list[dict] | None = None
 
 
 def completion(body: dict, chat: bool, defaults: dict | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -17,6 +18,7 @@ from starlette.responses import StreamingResponse
 
 from engine import EngineError, Finished, Token
 
+from .aliases import check_aliases, resolve
 from .bodies import Completion
 from .errors import APIError
 from .image_urls import ImageFetcher, ServerImages, cannot_read_images
@@ -44,6 +46,9 @@ class ServerConfig:
     # parsers a ServerImages around it
     image_urls: ImageFetcher | ServerImages | None = None
     stored_responses_bytes: int = 64 << 20  # what /v1/responses keeps for previous_response_id
+    # (NAME, MODEL) pairs: a model id a client asks for mapped to a served one
+    # (aliases.py; `tandem serve --alias claude-opus-4-8=default`)
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:
@@ -60,6 +65,7 @@ class ServerState:
 
     def __init__(self, engine, config: ServerConfig):
         self.engine, self.ids = engine, model_ids(engine, config)
+        check_aliases(config.aliases, self.ids)  # ValueError: one maps to no served model
         # The routes give the body parsers config.image_urls: as ServerImages
         # a text model's request is refused at its first image, none decoded.
         self.config = replace(config, image_urls=ServerImages(
@@ -106,6 +112,42 @@ def check_key(request: Request, state: ServerState) -> None:
                        code="invalid_api_key")
 
 
+def prepare_chat(state: ServerState, job: Completion):
+    """On a worker thread: a chat's `prepare` (the template, the tokenizer, a
+    grammar's build). A template that refuses `job.messages` (a system message
+    inside the conversation, say) is given `job.folded` instead, when the
+    body has a fold (messages_body.py); its own refusal is the one reported."""
+    engine = state.engine
+    if any(m.get("images") for m in job.messages) and not engine.capabilities.images:
+        raise APIError(400, cannot_read_images(state.ids[0]), param="messages")
+    try:
+        try:
+            return engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
+                                  grammar=job.params.grammar)
+        except EngineError as e:
+            if job.folded is None or not str(e).startswith(TEMPLATE_REFUSED):
+                raise
+            try:
+                return engine.prepare(job.folded, tools=job.tools,
+                                      tool_choice=job.tool_choice, grammar=job.params.grammar)
+            except EngineError:
+                raise e from None
+    except EngineError as e:
+        raise engine_refusal(e) from None
+
+
+TEMPLATE_REFUSED = "Cannot apply the chat template"  # engine/prompt.py's words
+
+
+def engine_refusal(e: EngineError) -> APIError:
+    """An engine's refusal to prepare or submit, as the API's error."""
+    if e.kind == "prompt-too-long":
+        return APIError(413, str(e), code="context_length_exceeded")
+    if e.kind in ("closed", "lane-failed"):
+        return APIError(503, str(e), kind="server_error", headers={"Retry-After": "5"})
+    return APIError(400, str(e))
+
+
 def _submit(state: ServerState, request: Request, job: Completion):
     """On a worker thread: `prepare` (the template, the tokenizer, a grammar's
     build), then `submit`."""
@@ -118,18 +160,10 @@ def _submit(state: ServerState, request: Request, job: Completion):
             prepared = engine.prepare_prompt(job.prompt, grammar=job.params.grammar)
             return engine.submit(prepared, job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
-        if any(m.get("images") for m in job.messages) and not engine.capabilities.images:
-            raise APIError(400, cannot_read_images(state.ids[0]), param="messages")
-        prepared = engine.prepare(job.messages, tools=job.tools, tool_choice=job.tool_choice,
-                                  grammar=job.params.grammar)
+        prepared = prepare_chat(state, job)
         return engine.submit(prepared, job.params, tab_id=f"api:{who}")
     except EngineError as e:
-        if e.kind == "prompt-too-long":
-            raise APIError(413, str(e), code="context_length_exceeded") from None
-        if e.kind in ("closed", "lane-failed"):
-            raise APIError(503, str(e), kind="server_error",
-                           headers={"Retry-After": "5"}) from None
-        raise APIError(400, str(e)) from None
+        raise engine_refusal(e) from None
 
 
 class GuardedStream(StreamingResponse):
@@ -157,13 +191,25 @@ class GuardedStream(StreamingResponse):
             self.slot.release()
 
 
+def check_model(state: ServerState, model: str | None) -> str:
+    """The served id a request's `model` names (itself, or through an alias);
+    404 saying how to map an unknown name."""
+    served = state.ids[0] if model is None else resolve(model, state.config.aliases,
+                                                          state.ids)
+    if served is None:
+        name = model if len(model) <= 100 else "NAME"
+        raise APIError(404, f"The model '{model[:200]}' does not exist; this server serves "
+                       f"{', '.join(repr(i) for i in state.ids)}. To answer to that name, "
+                       f"start it with --alias {shlex.quote(name + '=default')} (or a "
+                       "pattern, such as "
+                       "--alias 'claude-*=default').", param="model", code="model_not_found")
+    return served
+
+
 async def admit(state: ServerState, request: Request, job: Completion):
     """The model checked, a slot taken, the request prepared and submitted:
     (slot, handle). The slot is given back if submitting fails."""
-    if job.model is not None and job.model not in state.ids:
-        raise APIError(404, f"The model '{job.model}' does not exist; this server serves "
-                       f"{', '.join(repr(i) for i in state.ids)}.", param="model",
-                       code="model_not_found")
+    check_model(state, job.model)
     slot = state.slots.take()
     try:
         return slot, await state.run_for(request, _submit, state, request, job)

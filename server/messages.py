@@ -3,8 +3,9 @@ slots as the OpenAI endpoints (messages_body.py turns the body into a chat
 request). The key may come as `x-api-key` or a bearer token. The answer is a
 `message` whose content holds thinking, text and tool_use blocks; streamed,
 Anthropic's events in order (message_start, content_block_start / _delta /
-_stop, message_delta, message_stop). Every error is in Anthropic's shape:
-{"type": "error", "error": {"type", "message"}}.
+_stop, message_delta, message_stop). POST /v1/messages/count_tokens counts
+what the same body would put in the prompt. Every error is in Anthropic's
+shape: {"type": "error", "error": {"type", "message"}}.
 
 `stop_reason` is tool_use, max_tokens or end_turn (the engine does not say
 which stop sequence ended an answer, so that one reads end_turn)."""
@@ -12,6 +13,7 @@ which stop sequence ended an answer, so that one reads end_turn)."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 
 from starlette.requests import Request
@@ -19,7 +21,8 @@ from starlette.responses import JSONResponse, Response
 
 from engine import Finished, Token
 
-from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
+from .flow import (GuardedStream, ServerState, admit, check_key, check_model, collect,
+                   prepare_chat, read_body, sse)
 from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
 from .errors import APIError
 from .messages_body import parse, tool_input
@@ -40,7 +43,21 @@ async def messages_route(state: ServerState, request: Request) -> Response:
     try:
         return await _messages(state, request)
     except APIError as exc:
-        return anthropic_error(exc)
+        return anthropic_error(too_long(exc))
+
+
+_TOO_LONG = re.compile(r"is (\d+) tokens long, more than the model's context of (\d+) tokens")
+
+
+def too_long(exc: APIError) -> APIError:
+    """A prompt past the context in Anthropic's words (400, "prompt is too
+    long: N tokens > M maximum", the error Claude Code knows); any other
+    error as it is."""
+    found = _TOO_LONG.search(exc.message) if exc.code == "context_length_exceeded" else None
+    if found is None:
+        return exc
+    return APIError(400, f"prompt is too long: {found[1]} tokens > {found[2]} maximum",
+                    code=exc.code)
 
 
 async def _messages(state: ServerState, request: Request) -> Response:
@@ -59,6 +76,30 @@ async def _messages(state: ServerState, request: Request) -> Response:
     if done.reason == "error":
         raise APIError(500, done.error or "generation failed")
     return JSONResponse(reply.whole(done))
+
+
+async def count_tokens_route(state: ServerState, request: Request) -> Response:
+    """POST /v1/messages/count_tokens: {"input_tokens": N}, N the tokens the
+    same body sent to /v1/messages would put in the prompt (the same parse,
+    model check and prepare; max_tokens may be left out), under a slot while
+    it is prepared."""
+    try:
+        check_key(request, state)
+        data = await read_body(request, MAX_IMAGE_BODY_BYTES)
+        body = await state.run_for(request, parse_json, data, MAX_IMAGE_BODY_BYTES)
+        job = await state.run_for(request, parse, body,
+                                  state.engine.generation_defaults.as_dict(),
+                                  state.config.image_urls, True)
+        check_images_carried(data, job.messages, job.tools)
+        check_model(state, job.model)
+        with state.slots.take():  # 429 when all are taken, as for an answer
+            prepared = await state.run_for(request, prepare_chat, state, job)
+        if prepared.prompt_ids is None:  # a model whose own server renders the prompt
+            raise APIError(400, f"{state.ids[0]}'s prompts are rendered by its own server: "
+                                "this server cannot count their tokens.")
+        return JSONResponse({"input_tokens": len(prepared.prompt_ids)})
+    except APIError as exc:
+        return anthropic_error(exc)
 
 
 class Reply:
@@ -93,8 +134,9 @@ class Reply:
     def whole(self, done: Finished) -> dict:
         uses, unread = self.calls(done.tool_calls)
         content = []
-        if done.reasoning:
-            content.append({"type": "thinking", "thinking": done.reasoning, "signature": ""})
+        if done.reasoning:  # thinking.display "omitted": the block, without its text
+            content.append({"type": "thinking", "signature": "",
+                            "thinking": done.reasoning if self.job.show_thinking else ""})
         if done.text + unread or not uses:
             content.append({"type": "text", "text": done.text + unread})
         return self.message(content + uses, self.stop_reason(done, bool(uses)),
@@ -165,6 +207,8 @@ class Blocks:
             block = ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
                      else {"type": "text", "text": ""})
             yield reply.event("content_block_start", index=self.index, content_block=block)
+        if kind == "thinking" and not reply.job.show_thinking:
+            return
         delta = ({"type": "thinking_delta", "thinking": text} if kind == "thinking"
                  else {"type": "text_delta", "text": text})
         yield reply.event("content_block_delta", index=self.index, delta=delta)

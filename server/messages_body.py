@@ -1,88 +1,218 @@
 """A /v1/messages body (Anthropic's Messages API), validated whole and turned
-into the chat request the engine runs: `system` (text or text blocks), user
-and assistant turns of text, `tool_use` (an assistant's calls) and
-`tool_result` blocks (each must answer a tool_use made before it),
-`thinking` blocks of earlier turns (left out of the prompt, as chat
-templates drop earlier thinking), `tools` with `input_schema`,
-`tool_choice` (auto, any, tool, none), `max_tokens` (required),
-`stop_sequences`, temperature / top_p / top_k. Accepted and ignored:
-metadata, service_tier, `thinking` (a model thinks or not by its template:
-its thinking comes back as thinking blocks). Image blocks: base64, and url
-sources under --allow-image-urls (image_urls.py). Documents and server tools
-are refused by name."""
+into the chat request the engine runs. What each field does here is the
+README's table (Anthropic compatibility), kept equal to FIELDS by a test: a
+field a new client sends is added on purpose. Unknown fields, at the top and
+inside the objects read here (metadata, thinking, output_config,
+context_management), are named all at once in one 400.
+
+`system` (text or text blocks) and `system` messages inside `messages`
+(kept at their place; one a template refuses there is folded into a user
+turn: messages_blocks.folded); user and assistant turns (messages_blocks.py);
+`tools` with `input_schema` (`defer_loading` ones offered once a
+tool_reference loads them), `tool_choice`, `max_tokens` (required, but not
+to count tokens), `stop_sequences`, temperature / top_p / top_k;
+`output_config.format` (or `output_format`) as a grammar; `thinking.display`
+"omitted" leaves thinking text out of the answer. Accepted and ignored:
+bookkeeping, `effort`, `context_management`'s clear edits (see the table)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 
-from engine import EngineError
+from engine import EngineError, Grammar
 
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
 from .image_urls import ImageFetcher, RequestImages
+from .messages_blocks import assistant_turn, folded, text_blocks, user_turn
 
 FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "stream",
           "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking",
-          "service_tier"}
+          "service_tier", "context_management", "output_config", "output_format",
+          "cache_control", "speed", "inference_geo", "diagnostics", "user_profile_id",
+          "workspace_id"}
+INNER_FIELDS = {  # the objects read here, and the keys each may hold
+    "metadata": {"user_id"}, "thinking": {"type", "budget_tokens", "display"},
+    "output_config": {"effort", "format", "task_budget"}, "context_management": {"edits"}}
+SYSTEM_MESSAGE_FIELDS = {"role", "content", "clear_at", "output_config"}
+EDITS = {"clear_thinking_20251015", "clear_tool_uses_20250919"}  # accepted, ignored
+EFFORTS = (None, "low", "medium", "high", "xhigh", "max")
 MAX_MESSAGES = 4096
 
 
-def parse(body: dict, defaults: dict, fetcher: ImageFetcher | None = None) -> Completion:
-    for name in body:
-        if name not in FIELDS:
-            raise APIError(400, f"{name}: Extra inputs are not permitted", param=name)
-    max_tokens = body.get("max_tokens")
+@dataclass(frozen=True, slots=True)
+class MessagesJob(Completion):
+    """A Completion and what only the Messages dialect asks of the answer."""
+
+    show_thinking: bool = True  # thinking.display "omitted": thinking blocks come empty
+
+
+def parse(body: dict, defaults: dict, fetcher: ImageFetcher | None = None,
+          counting: bool = False) -> MessagesJob:
+    """The request's parts, validated; `counting`: for count_tokens, where
+    max_tokens may be left out."""
+    _known_fields(body)
+    max_tokens = body.get("max_tokens", 1 if counting else None)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise APIError(400, "max_tokens: Field required (an integer >= 1).", param="max_tokens")
-    thinking = _optional(body, "thinking", dict, {})
-    if thinking.get("type") not in (None, "enabled", "disabled", "adaptive"):
-        raise APIError(400, "thinking.type must be enabled or disabled.", param="thinking")
-    messages = _system(body.get("system")) + _messages(body.get("messages"), fetcher)
-    chat = {"max_tokens": max_tokens, "stop": body.get("stop_sequences") or None}
+    _optional(body, "metadata", dict, {})
+    _optional(body.get("metadata") or {}, "user_id", str, None, "metadata")
+    show_thinking = _thinking(body.get("thinking"))
+    _context_management(body.get("context_management"))
+    grammar = _output_format(body)
+    loaded: set[str] = set()  # deferred tools a tool_reference has loaded
+    chat, leading = _messages(body.get("messages"), loaded, fetcher)
+    messages = _system(body.get("system"), leading) + chat
+    params = {"max_tokens": max_tokens, "stop": body.get("stop_sequences") or None}
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
-            chat[name] = body[name]
-    params = _params({k: v for k, v in chat.items() if v is not None}, defaults)
-    tools, tool_choice = _tools({"tools": _function_tools(body.get("tools")),
+            params[name] = body[name]
+    sampling = _params({k: v for k, v in params.items() if v is not None}, defaults)
+    if grammar is not None:
+        sampling = replace(sampling, grammar=grammar)
+    tools, tool_choice = _tools({"tools": _function_tools(body.get("tools"), loaded),
                                  "tool_choice": _tool_choice(body.get("tool_choice"))})
-    return Completion(True, messages, None, params, _optional(body, "model", str, None),
-                      _optional(body, "stream", bool, False), False, None, tools, tool_choice)
+    mid_system = any(m["role"] == "system" for m in messages[1:])
+    return MessagesJob(True, messages, None, sampling, _optional(body, "model", str, None),
+                       _optional(body, "stream", bool, False), False, None, tools,
+                       tool_choice, folded(messages) if mid_system else None, show_thinking)
 
 
-def _system(system) -> list[dict]:
-    if system is None or system == "":
-        return []
-    text = system if isinstance(system, str) else _text_blocks("system", system)
-    if not isinstance(text, str) or not _is_text(text):
+def _known_fields(body: dict) -> None:
+    """Every field the body and its objects hold is one this server knows;
+    else one 400 naming each that is not."""
+    unknown = [name for name in body if name not in FIELDS]
+    for name, allowed in INNER_FIELDS.items():
+        if isinstance(body.get(name), dict):
+            unknown += [f"{name}.{key}" for key in body[name] if key not in allowed]
+    if unknown:
+        shown = ", ".join(str(name)[:100] for name in unknown[:20])
+        more = f" (and {len(unknown) - 20} more)" if len(unknown) > 20 else ""
+        raise APIError(400, f"{shown}{more}: Extra inputs are not permitted.",
+                       param=str(unknown[0])[:100])
+
+
+def _thinking(thinking) -> bool:
+    """`thinking` checked; False where its display is "omitted". A model
+    thinks or not by its template: the type and budget change nothing."""
+    if thinking is None:
+        return True
+    if not isinstance(thinking, dict) or thinking.get("type") not in (
+            "enabled", "disabled", "adaptive", "between_tools"):
+        raise APIError(400, "thinking.type must be enabled, disabled, adaptive or "
+                            "between_tools.", param="thinking.type")
+    _optional(thinking, "budget_tokens", int, None, "thinking")
+    if thinking.get("display") not in (None, "summarized", "omitted"):
+        raise APIError(400, "thinking.display must be summarized or omitted.",
+                       param="thinking.display")
+    return thinking.get("display") != "omitted"
+
+
+def _context_management(value) -> None:
+    """Its edits checked: the clear edits are accepted and change nothing
+    here (README: Anthropic compatibility); compaction is refused by name."""
+    if value is None:
+        return
+    edits = value.get("edits", []) if isinstance(value, dict) else None
+    if not isinstance(edits, list):
+        raise APIError(400, "context_management must be {'edits': [...]}.",
+                       param="context_management")
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if kind not in EDITS:
+            raise APIError(400, f"context_management.edits[{i}]: {str(kind)[:60]!r} is not "
+                                f"supported (this server accepts {', '.join(sorted(EDITS))}).",
+                           param=f"context_management.edits[{i}]")
+
+
+def _output_format(body: dict) -> Grammar | None:
+    """output_config (effort checked and ignored; format honoured) and the
+    older top-level output_format: a json_schema format as a grammar."""
+    config = _optional(body, "output_config", dict, {})
+    if config.get("effort") not in EFFORTS:
+        raise APIError(400, "output_config.effort must be low, medium, high, xhigh or max.",
+                       param="output_config.effort")
+    _optional(config, "task_budget", dict, None, "output_config")
+    formats = [(name, value) for name, value in (("output_config.format", config.get("format")),
+                                                  ("output_format", body.get("output_format")))
+               if value is not None]
+    if len(formats) > 1 and formats[0][1] != formats[1][1]:
+        raise APIError(400, "output_config.format and output_format differ; send one.",
+                       param="output_format")
+    if not formats:
+        return None
+    name, value = formats[0]
+    schema = value.get("schema") if isinstance(value, dict) else None
+    if not (isinstance(value, dict) and value.get("type") == "json_schema"
+            and isinstance(schema, dict)):
+        raise APIError(400, f"{name} must be {{'type': 'json_schema', 'schema': {{...}}}}.",
+                       param=name)
+    try:
+        return Grammar("json_schema", json.dumps(schema))
+    except EngineError as e:
+        raise APIError(400, f"{name}: {e}", param=name) from None
+
+
+def _system(system, leading: list[str]) -> list[dict]:
+    """The system prompt: `system`, then any system messages `messages`
+    began with (Anthropic wants those at the top; here they join it)."""
+    texts = [] if system is None or system == "" else [
+        system if isinstance(system, str) else text_blocks("system", system)]
+    if texts and (not isinstance(texts[0], str) or not _is_text(texts[0])):
         raise APIError(400, "system must be text or a list of text blocks.", param="system")
-    return [{"role": "system", "content": text}]
+    texts += leading
+    return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
 
 
-def _text_blocks(field: str, blocks) -> str:
-    if not isinstance(blocks, list):
-        raise APIError(400, f"{field} must be text or a list of text blocks.", param=field)
-    out = []
-    for j, block in enumerate(blocks):
-        if not (isinstance(block, dict) and block.get("type") == "text"
-                and isinstance(block.get("text"), str)):
-            raise APIError(400, f"{field}[{j}] must be a text block.", param=f"{field}[{j}]")
-        out.append(block["text"])
-    return "".join(out)
+def _system_message(field: str, m: dict, later_user: bool) -> str | None:
+    """A system message inside `messages` (the mid-conversation-system beta):
+    its text, or None where `clear_at` has it no longer shown."""
+    extra = [key for key in m if key not in SYSTEM_MESSAGE_FIELDS]
+    if extra:
+        raise APIError(400, f"{', '.join(f'{field}.{k}'[:100] for k in extra)}: Extra inputs "
+                            "are not permitted.", param=f"{field}.{extra[0]}"[:100])
+    if m.get("clear_at") not in (None, "never", "next_user_message"):
+        raise APIError(400, f"{field}.clear_at must be next_user_message or never.",
+                       param=f"{field}.clear_at")
+    config = _optional(m, "output_config", dict, {}, field)
+    if config.get("effort") not in EFFORTS or set(config) - {"effort"}:
+        raise APIError(400, f"{field}.output_config holds only an effort (low, medium, high, "
+                            "xhigh or max).", param=f"{field}.output_config")
+    content = m.get("content", "")
+    text = content if isinstance(content, str) else text_blocks(f"{field}.content", content)
+    if not _is_text(text):
+        raise APIError(400, f"{field}.content must be text.", param=f"{field}.content")
+    if m.get("clear_at") == "next_user_message" and later_user:
+        return None
+    return text
 
 
-def _messages(messages, fetcher: ImageFetcher | None = None) -> list[dict]:
+def _messages(messages, loaded: set[str],
+              fetcher: ImageFetcher | None = None) -> tuple[list[dict], list[str]]:
+    """The chat messages, and the texts of system messages it began with."""
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "messages: a non-empty list is required.", param="messages")
     if len(messages) > MAX_MESSAGES:
         raise APIError(400, f"messages: more than {MAX_MESSAGES}.", param="messages")
     out: list[dict] = []
+    leading: list[str] = []
     called: set[str] = set()
     images = RequestImages(fetcher)  # the request's images together
+    last_user = max((i for i, m in enumerate(messages)
+                     if isinstance(m, dict) and m.get("role") == "user"), default=-1)
     for i, m in enumerate(messages):
         field = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
+        if role == "system":
+            text = _system_message(field, m, later_user=i < last_user)
+            if text is not None and not out:  # before any turn: part of the system prompt
+                leading.append(text)
+            elif text is not None:
+                out.append({"role": "system", "content": text})
+            continue
         if role not in ("user", "assistant"):
-            raise APIError(400, f"{field}.role must be user or assistant.",
+            raise APIError(400, f"{field}.role must be user, assistant or system.",
                            param=f"{field}.role")
         content = m.get("content")
         if isinstance(content, str):
@@ -90,101 +220,18 @@ def _messages(messages, fetcher: ImageFetcher | None = None) -> list[dict]:
         if not isinstance(content, list):
             raise APIError(400, f"{field}.content must be text or a list of blocks.",
                            param=f"{field}.content")
-        out += (_assistant(field, content, called) if role == "assistant"
-                else _user(field, content, called, images))
-    return out
+        out += (assistant_turn(field, content, called) if role == "assistant"
+                else user_turn(field, content, called, loaded, images))
+    if not out:
+        raise APIError(400, "messages: a user turn is required besides system messages.",
+                       param="messages")
+    return out, leading
 
 
-def _assistant(field: str, blocks: list, called: set[str]) -> list[dict]:
-    text, calls = [], []
-    for j, block in enumerate(blocks):
-        kind = block.get("type") if isinstance(block, dict) else None
-        where = f"{field}.content[{j}]"
-        if kind == "text" and isinstance(block.get("text"), str) and _is_text(block["text"]):
-            text.append(block["text"])
-        elif kind == "tool_use":
-            call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
-            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name
-                    and isinstance(args, dict)):
-                raise APIError(400, f"{where}: a tool_use block needs an id, a name and an "
-                                    "input object.", param=where)
-            called.add(call_id)
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": name, "arguments": args}})
-        elif kind in ("thinking", "redacted_thinking"):
-            continue
-        else:
-            raise APIError(400, f"{where}: an assistant turn holds text, tool_use and thinking "
-                                f"blocks, not {kind!r}.", param=where)
-    turn = {"role": "assistant", "content": "".join(text)}
-    if calls:
-        turn["tool_calls"] = calls
-    return [turn]
-
-
-def _image(where: str, block: dict, request_images: RequestImages):
-    """An image block ({"source": {"type": "base64", "media_type", "data"}}),
-    decoded and checked (engine/images.py); a URL source ({"type": "url",
-    "url": ...}) is fetched only under --allow-image-urls (image_urls.py)."""
-    source = block.get("source")
-    kind = source.get("type") if isinstance(source, dict) else None
-    try:
-        if kind == "url":
-            url = source.get("url")
-            if not isinstance(url, str) or not url[:8].lower().startswith(("http://",
-                                                                            "https://")):
-                raise EngineError("A url image source needs an http(s) url.", "bad-argument")
-            return request_images.url(url, f"The image in {where}")
-        media, data = (source.get("media_type"), source.get("data")) if kind == "base64" \
-            else (None, None)
-        if not (isinstance(media, str) and isinstance(data, str)):
-            raise EngineError("An image block needs a source {'type': 'base64', "
-                              "'media_type': 'image/png', 'data': ...}.", "bad-argument")
-        if not media.lower().startswith("image/"):
-            raise EngineError(f"An image block's media_type is {media[:40]!r}, not an image.",
-                              "bad-argument")
-        return request_images.base64(data, f"The image in {where}")
-    except EngineError as e:
-        raise APIError(400, f"{where}: {e}", param=where) from None
-
-
-def _user(field: str, blocks: list, called: set[str],
-          request_images: RequestImages | None = None) -> list[dict]:
-    results, text, images, order = [], [], [], []
-    for j, block in enumerate(blocks):
-        kind = block.get("type") if isinstance(block, dict) else None
-        where = f"{field}.content[{j}]"
-        if kind == "text" and isinstance(block.get("text"), str) and _is_text(block["text"]):
-            text.append(block["text"])
-            order.append({"type": "text", "text": block["text"]})
-        elif kind == "image":
-            images.append(_image(where, block, request_images or RequestImages()))
-            order.append({"type": "image", "index": len(images) - 1})
-        elif kind == "tool_result":
-            call_id, content = block.get("tool_use_id"), block.get("content", "")
-            if not isinstance(call_id, str) or call_id not in called:
-                raise APIError(400, f"{where}: unexpected tool_use_id found in tool_result "
-                                    f"blocks: {call_id}. Each tool_result block must have a "
-                                    "corresponding tool_use block before it.", param=where)
-            if isinstance(content, list):
-                content = _text_blocks(f"{where}.content", content)
-            if not isinstance(content, str) or not _is_text(content):
-                raise APIError(400, f"{where}.content must be text.", param=where)
-            if block.get("is_error"):
-                content = f"Error: {content}"
-            results.append({"role": "tool", "tool_call_id": call_id, "content": content})
-        elif kind in ("document", "search_result"):
-            raise APIError(400, f"{where}: {kind} blocks are not supported.", param=where)
-        else:
-            raise APIError(400, f"{where}: a user turn holds text and tool_result blocks, not "
-                                f"{kind!r}.", param=where)
-    turn = {"role": "user", "content": "".join(text)}
-    if images:  # read by a vision model only (the engine's capabilities.images)
-        turn["images"], turn["parts"] = images, order
-    return results + ([turn] if text or images or not results else [])
-
-
-def _function_tools(tools):
+def _function_tools(tools, loaded: set[str]):
+    """Client tools as OpenAI function tools; a `defer_loading` one only once
+    a tool_reference has loaded it. cache_control, strict,
+    eager_input_streaming, input_examples and allowed_callers change nothing."""
     if tools in (None, []):
         return None
     if not isinstance(tools, list):
@@ -193,15 +240,18 @@ def _function_tools(tools):
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            raise APIError(400, f"tools[{i}]: server tools ({kind!r}) are not supported; "
-                                "this server runs client tools (name, input_schema) only.",
-                           param=f"tools[{i}]")
+            raise APIError(400, f"tools[{i}]: server tools ({str(kind)[:60]!r}) are not "
+                                "supported; this server runs client tools (name, "
+                                "input_schema) only.", param=f"tools[{i}]")
+        defer = _optional(tool, "defer_loading", bool, False, f"tools[{i}]")
+        if defer and tool.get("name") not in loaded:
+            continue
         function = {"name": tool.get("name"),
                     "parameters": tool.get("input_schema") or {"type": "object"}}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
-    return out
+    return out or None
 
 
 def _tool_choice(choice):

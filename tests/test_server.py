@@ -273,18 +273,25 @@ def test_tandem_serve_from_the_command_line(tiny_model_dir):
                              capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 2 and "--api-key" in refused.stderr
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model",
-                             str(tiny_model_dir), "--port", "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(tiny_model_dir), "--port", "0", "--alias", "claude-*=default"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # It says where it listens once it listens (--port 0: the port it got).
         first = proc.stdout.readline()
         assert "at http://127.0.0.1:" in first, first + proc.stderr.read()
+        assert "'claude-*' (an alias)" in first
         port = int(first.split("at http://127.0.0.1:")[1].split("/")[0])
         with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
                            max_retries=0) as client:
             model = client.models.list().data[0].id
             done = client.chat.completions.create(model=model, messages=HELLO, max_tokens=4)
         assert done.usage.completion_tokens >= 1
+        import anthropic  # Claude Code's default model id, through the alias
+
+        with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="x",
+                                 max_retries=0) as claude:
+            assert claude.messages.create(model="claude-opus-4-8", max_tokens=4,
+                                          messages=HELLO).usage.output_tokens >= 1
     finally:
         proc.terminate()
         stdout, stderr = proc.communicate(timeout=30)

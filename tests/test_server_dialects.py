@@ -195,6 +195,25 @@ def test_a_tool_use_round_trip(served, claude):
     _slots_free(served)
 
 
+def test_output_config_format_is_honoured_through_the_grammar(served, claude):
+    """output_config.format (and the older top-level output_format, the
+    structured-outputs beta) as the same grammar as response_format."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    ask = [{"role": "user", "content": "Answer in JSON."}]
+    done = claude.messages.create(model="tiny", max_tokens=64, messages=ask, output_config={
+        "effort": "low", "format": {"type": "json_schema", "schema": schema}})
+    assert done.stop_reason == "end_turn"
+    assert json.loads(done.content[0].text) in ({"ok": True}, {"ok": False})
+    older = claude.messages.create(model="tiny", max_tokens=64, messages=ask, extra_body={
+        "output_format": {"type": "json_schema", "schema": schema}})
+    assert older.content[0].text == done.content[0].text  # greedy: the same
+    with pytest.raises(anthropic.BadRequestError, match="output_config.format"):
+        claude.messages.create(model="tiny", max_tokens=4, messages=ask,
+                               output_config={"format": {"type": "json_object"}})
+    _slots_free(served)
+
+
 def test_messages_errors_are_in_anthropics_shape(served, claude):
     with pytest.raises(anthropic.BadRequestError, match="corresponding tool_use"):
         claude.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": [

@@ -113,6 +113,9 @@ MESSAGES = {
                                                                    "none"])}) | JSON,
     "stop_sequences": st.lists(TEXT, max_size=2) | JSON, "thinking": JSON,
     "context_management": JSON, "x": JSON,
+    "output_config": st.fixed_dictionaries({"effort": TEXT, "format": st.fixed_dictionaries(
+        {"type": st.sampled_from(["json_schema", "x"]), "schema": SCHEMA})}) | JSON,
+    "output_format": JSON,
 }
 EMBEDDINGS = {
     "input": (TEXT | st.lists(TEXT, max_size=5)
