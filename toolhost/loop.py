@@ -17,6 +17,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
+from engine import strict_loads
+
 from .host import Tool, ToolHost, ToolResult
 from .offer import functions_of, offered
 
@@ -132,9 +134,9 @@ def _calls(engine, raw: str, functions) -> list[Call]:
         if not isinstance(one, dict) or not isinstance(one.get("name"), str):
             return unread
         args = one.get("arguments", {})
-        if isinstance(args, str):
+        if isinstance(args, str):  # JSON text (a number out of range: kept as text)
             try:
-                args = json.loads(args)
+                args = strict_loads(args)
             except ValueError:
                 args = {"_raw": args}
         out.append(Call("call_" + secrets.token_hex(8), one["name"],
@@ -144,9 +146,10 @@ def _calls(engine, raw: str, functions) -> list[Call]:
 
 def _plain(value) -> dict:
     """Arguments as JSON values only: a parser that reads Python literals
-    (sets, bytes, complex numbers) gives what JSON cannot carry; shown as text."""
+    (sets, bytes, complex numbers, infinities) gives what JSON cannot carry;
+    shown as text."""
     try:
-        return json.loads(json.dumps(value, default=str))
+        return json.loads(json.dumps(value, default=str, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
         return {"_raw": str(value)[:4000]}
 
