@@ -234,3 +234,17 @@ def test_messages_give_a_cut_call_as_a_tool_use_and_max_tokens(inf_served):
     auto = claude.messages.create(model="tiny", max_tokens=2, tools=[tool], messages=ASK)
     assert auto.stop_reason == "max_tokens" and auto.content[-1].type == "tool_use"
     assert auto.content[-1].input == {}  # cut before its arguments began
+
+
+# ---- what a client sends ----------------------------------------------------------------
+@pytest.mark.parametrize("number", ["1e999", "NaN", "-Infinity"])
+def test_a_body_holding_a_number_json_cannot_write_is_a_400(inf_served, number):
+    """Nothing a client sends can reach an answer as inf: a Responses body's
+    metadata is echoed back (it was a 500), a past call's arguments are
+    rendered into the prompt."""
+    body = ('{"model": "tiny", "input": "hi", "max_output_tokens": 1, '
+            f'"metadata": {{"x": {number}}}}}')
+    response = httpx.post(f"{inf_served.url}/v1/responses", content=body, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert number in response.json()["error"]["message"]
