@@ -116,3 +116,24 @@ def test_an_open_ended_answer_ends_where_its_lane_has_no_room(long_model):
         assert done.text == "".join(WORDS[:done.output_tokens])
     finally:
         engine.close()
+
+
+def test_a_remote_is_sent_no_max_tokens_where_the_client_set_none():
+    """A remote server (vLLM, llama.cpp, another Tandem) then runs to its own
+    context's end; a limit given is passed on."""
+    from engine.core.remote import RemoteSpec
+    from engine.remote_model import RemoteModelEngine
+    from tests.hostile_server import DONE, HostileServer, event
+
+    server = HostileServer().start()
+    engine = RemoteModelEngine.load(RemoteSpec(f"{server.url}/v1", stall_s=2.0))
+    try:
+        bodies = []
+        server.answer = lambda body, auth: (bodies.append(body)
+                                            or (200, [event(body, "Hi", "stop"), DONE]))
+        assert engine.submit(ASK, SamplingParams(max_tokens=None)).result(30).reason == "stop"
+        assert engine.submit(ASK, SamplingParams(max_tokens=9)).result(30).reason == "stop"
+        assert "max_tokens" not in bodies[-2] and bodies[-1]["max_tokens"] == 9
+    finally:
+        engine.close()
+        server.close()
