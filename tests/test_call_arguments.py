@@ -248,3 +248,30 @@ def test_a_body_holding_a_number_json_cannot_write_is_a_400(inf_served, number):
                           headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert number in response.json()["error"]["message"]
+
+
+# ---- the reading itself -----------------------------------------------------------------
+def test_reading_finds_the_arguments_as_written_and_reads_a_cut_call():
+    from engine.models.call_json import checked_call, cut_call, member_text, partial_input
+
+    tricky = '{"s":"} \\" ,{","x":1e999}'  # braces and quotes inside a string
+    raw = f'\n{{"name": "f", "arguments": {tricky}}}\n'
+    assert checked_call(json.loads(raw), raw) == {"name": "f", "arguments": tricky}
+    # A repeated key: the last one, the one json.loads keeps.
+    twice = '{"name":"f","arguments":{"x":1},"arguments":{"x":1e999}}'
+    assert checked_call(json.loads(twice), twice)["arguments"] == '{"x":1e999}'
+    with pytest.raises(ValueError):
+        checked_call(json.loads('{"name":"f","arguments":{"x":-Infinity}}'),
+                     '{"name":"f","arguments":{"x":-Infinity}}')
+    finite = json.loads('{"name":"f","arguments":{"x":1.5}}')
+    assert checked_call(finite, "") == finite
+    assert member_text('{"arguments": {"x": 1}} trailing', "arguments") == '{"x": 1}'
+    assert member_text('not an object', "arguments") is None
+    # Cut: inside a value, after one, inside the next key, inside the name.
+    assert cut_call('{"name":"f","arguments":{"x":"ab') == {"name": "f",
+                                                            "arguments": '{"x":"ab'}
+    assert cut_call('{"name":"f","arguments":{"x":1},"ar')["arguments"] == '{"x":1}'
+    assert cut_call('{"name":"f","argu') == {"name": "f", "arguments": ""}
+    assert cut_call('{"name":"fu') is None and cut_call("<function=f>") is None
+    assert partial_input('{"city":"Paris","days":3,"x":"ab') == {"city": "Paris", "days": 3}
+    assert partial_input('{"x":1e999,"y":') == {} and partial_input("") == {}

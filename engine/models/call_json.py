@@ -63,12 +63,13 @@ def finite(value) -> bool:
 
 def member_text(text: str, name: str, partial: bool = False) -> str | None:
     """The text of member `name` of the JSON object `text`, as written (None
-    when `text` is no such object). `partial`: the object may be cut, and a
-    cut value is what is left of the text."""
+    when `text` is no such object; the last one where the name repeats, the
+    one `json.loads` keeps). `partial`: the object may be cut, and a cut
+    value is what is left of the text."""
     s = text.strip()
     if not s.startswith("{"):
         return None
-    decoder = json.JSONDecoder()
+    decoder, found = json.JSONDecoder(), None
     i = _SPACE.match(s, 1).end()
     try:
         while s.startswith('"', i):
@@ -82,14 +83,16 @@ def member_text(text: str, name: str, partial: bool = False) -> str | None:
             except ValueError:
                 return s[i:] if partial and key == name and i < len(s) else None
             if key == name:
-                return s[i:end]
+                found = s[i:end]
             i = _SPACE.match(s, end).end()
+            if s.startswith("}", i):
+                return found
             if not s.startswith(",", i):
-                return None
+                break
             i = _SPACE.match(s, i + 1).end()
-    except ValueError:  # a key cut or malformed
-        return None
-    return None
+    except ValueError:  # a key cut (or malformed)
+        return found if partial else None
+    return found if partial and i >= len(s) else None
 
 
 def checked_call(parsed, raw: str):
