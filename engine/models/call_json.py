@@ -80,8 +80,10 @@ def member_text(text: str, name: str, partial: bool = False) -> str | None:
             i = _SPACE.match(s, i + 1).end()
             try:
                 _, end = decoder.raw_decode(s, i)
-            except ValueError:
-                return s[i:] if partial and key == name and i < len(s) else None
+            except (ValueError, RecursionError):  # cut (or malformed, or nested too deep)
+                if partial and key == name and i < len(s):
+                    return s[i:]
+                return found if partial else None
             if key == name:
                 found = s[i:end]
             i = _SPACE.match(s, end).end()
@@ -90,7 +92,7 @@ def member_text(text: str, name: str, partial: bool = False) -> str | None:
             if not s.startswith(",", i):
                 break
             i = _SPACE.match(s, i + 1).end()
-    except ValueError:  # a key cut (or malformed)
+    except (ValueError, RecursionError):  # a key cut (or malformed)
         return found if partial else None
     return found if partial and i >= len(s) else None
 
