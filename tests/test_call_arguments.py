@@ -271,6 +271,8 @@ def test_reading_finds_the_arguments_as_written_and_reads_a_cut_call():
     assert cut_call('{"name":"f","arguments":{"x":"ab') == {"name": "f",
                                                             "arguments": '{"x":"ab'}
     assert cut_call('{"name":"f","arguments":{"x":1},"ar')["arguments"] == '{"x":1}'
+    assert cut_call('{"name":"f","arguments":{"x":1},"y":"a')["arguments"] == '{"x":1}'
+    assert cut_call('{"name":"f","arguments":' + "[" * 100_000) is None  # never a crash
     assert cut_call('{"name":"f","argu') == {"name": "f", "arguments": ""}
     assert cut_call('{"name":"fu') is None and cut_call("<function=f>") is None
     assert partial_input('{"city":"Paris","days":3,"x":"ab') == {"city": "Paris", "days": 3}
