@@ -82,11 +82,11 @@ class Reply:
                 "cache_read_input_tokens": done.cached_tokens,
                 "cache_creation_input_tokens": 0, "output_tokens": done.output_tokens}
 
-    def calls(self, raw, cut: bool = False) -> tuple[list[dict], str, bool]:
+    def calls(self, raw, ended_in_call: bool = False) -> tuple[list[dict], str, bool]:
         """tool_use blocks, the text of calls not read, whether the last was
         cut short (as Anthropic's API: a tool_use block holding the input
         written whole, and stop_reason max_tokens)."""
-        calls, unread, cut = read_calls(self.state.engine, raw, self.job.tools, cut)
+        calls, unread, cut = read_calls(self.state.engine, raw, self.job.tools, ended_in_call)
         uses = [{"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
                  "name": call["function"]["name"],
                  "input": (partial_input if cut and i == len(calls) - 1 else tool_input)(
