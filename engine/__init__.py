@@ -38,6 +38,8 @@ _PUBLIC = {
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
     "release_saved_kv": "runtime.kv_owners",
     "load_embedding_model": "models.embedding",
+    "strict_loads": "models.call_json", "cut_call": "models.call_json",
+    "partial_input": "models.call_json",
     "ChatImage": "images", "ImageBudget": "images", "decode_image": "images",
     "decode_data_url": "images", "decode_base64": "images",
 }

@@ -35,6 +35,7 @@ from .lane_reports import describe_lanes, sample_lanes
 from .runtime.lane_restart import LaneRestarts
 from .remotes import Remotes
 from .restore import Restorer, open_disk_tier
+from .models.call_json import checked_call
 from .models.tools import plan_tools, tool_format
 from .prompt import check_ids, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
@@ -349,10 +350,12 @@ class Engine:
     def parse_tool_call(self, text: str, tools: list[dict] | None = None):
         """One raw tool call (`Finished.tool_calls`) read by the model's parser
         (mlx-lm's): {"name", "arguments"} or a list of them; ValueError (or
-        the parser's own error) when it cannot be read."""
+        the parser's own error) when it cannot be read. Arguments holding a
+        number JSON cannot carry are the model's text, or unread
+        (models/call_json.py)."""
         if self.tool_format is None:
             raise ValueError("this model has no tool-call format")
-        return self.tool_format.parse(text, tools)
+        return checked_call(self.tool_format.parse(text, tools), text)
 
     def default_params(self, **overrides) -> SamplingParams:
         """The model's own sampling defaults (generation_config.json or GGUF

@@ -1,6 +1,6 @@
 """One line per request for `tandem serve`'s console: method, path, status,
-output tokens (for completions) and time. Plain ASGI; the route puts the
-tokens in the request's state."""
+output tokens (for completions) or tokens embedded (for embeddings) and
+time. Plain ASGI; the route puts the tokens in the request's state."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ class AccessLog:
         try:
             await self.app(scope, receive, watch)
         finally:
-            tokens = scope.get("state", {}).get("output_tokens")
-            spent = f" · {tokens} tokens" if tokens is not None else ""
+            state = scope.get("state", {})
+            tokens, embedded = state.get("output_tokens"), state.get("embedded_tokens")
+            spent = (f" · {tokens} tokens" if tokens is not None
+                     else f" · {embedded} tokens embedded" if embedded is not None else "")
             self.write(f"{scope['method']} {scope['path']} {status[0] or '-'}{spent} · "
                        f"{time.perf_counter() - started:.2f} s")

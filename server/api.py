@@ -190,10 +190,11 @@ def _answer(state: ServerState, job: Completion, reply: _Reply, done: Finished,
         message["reasoning_content"] = done.reasoning
     finish = _finish_reason(done)
     if chat and done.tool_calls:
-        calls, unread = read_calls(state.engine, done.tool_calls, job.tools)
+        calls, unread, _ = read_calls(state.engine, done.tool_calls, job.tools, done.cut_call)
         message["content"] = (done.text + unread) or None
-        if calls:
-            message["tool_calls"], finish = calls, "tool_calls"
+        if calls:  # max_tokens cut the last: its arguments so far, finish_reason "length"
+            message["tool_calls"] = calls
+            finish = "length" if done.cut_call else "tool_calls"
     logprobs = None
     if job.params.logprobs is not None:
         logprobs = ({"content": chat_entries(scored, state.pieces)} if chat
@@ -228,7 +229,8 @@ class _Chunks:
         if event.logprob is not None:
             self.scored.append(event)
         if self.chat and event.tool_calls:
-            calls, unread = read_calls(self.state.engine, event.tool_calls, self.job.tools)
+            calls, unread, _ = read_calls(self.state.engine, event.tool_calls,
+                                          self.job.tools, event.cut_call)
             if unread:
                 yield self.chunk(unread)
             for call in calls:
@@ -247,7 +249,7 @@ class _Chunks:
             yield f"data: {json.dumps(error)}\n\n"
             yield "data: [DONE]\n\n"
             return
-        yield self.chunk(None, finish="tool_calls" if self.calls_sent
+        yield self.chunk(None, finish="tool_calls" if self.calls_sent and not event.cut_call
                          else _finish_reason(event))
         if self.include_usage:
             yield self.chunk(None, usage=_usage(event))

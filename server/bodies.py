@@ -211,7 +211,9 @@ def _params(body: dict, defaults: dict) -> SamplingParams:
         else "max_tokens"
     try:
         return SamplingParams(
-            max_tokens=_integer(body, name, 512),
+            # Left out: no limit short of the context (OpenAI's chat default;
+            # the engine reserves KV for such an answer as it grows).
+            max_tokens=_integer(body, name, None),
             temperature=_number(body, "temperature", defaults.get("temperature", 1.0)),
             top_p=_number(body, "top_p", defaults.get("top_p", 1.0)),
             top_k=_integer(body, "top_k", defaults.get("top_k", 0)),

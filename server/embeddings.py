@@ -100,8 +100,8 @@ async def embeddings_route(state: ServerState, request: Request) -> Response:
              "embedding": (base64.b64encode(v.astype("<f4").tobytes()).decode()
                            if fmt == "base64" else v.tolist())}
             for i, v in enumerate(vectors)]
-    tokens = handle.job.tokens
-    request.state.output_tokens = 0  # for the access log
+    tokens = handle.job.tokens  # those embedded: an input is cut to the model's max_tokens
+    request.state.embedded_tokens = tokens  # for the access log
     return JSONResponse({"object": "list", "data": data, "model": model.name,
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 

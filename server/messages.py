@@ -8,7 +8,9 @@ what the same body would put in the prompt. Every error is in Anthropic's
 shape: {"type": "error", "error": {"type", "message"}}.
 
 `stop_reason` is tool_use, max_tokens or end_turn (the engine does not say
-which stop sequence ended an answer, so that one reads end_turn)."""
+which stop sequence ended an answer, so that one reads end_turn); a call
+max_tokens cut is a tool_use block with the input written whole, and
+max_tokens."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import secrets
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from engine import Finished, Token
+from engine import Finished, Token, partial_input
 
 from .flow import (GuardedStream, ServerState, admit, check_key, check_model, collect,
                    prepare_chat, read_body, sse)
@@ -121,18 +123,25 @@ class Reply:
                 "cache_read_input_tokens": done.cached_tokens,
                 "cache_creation_input_tokens": 0, "output_tokens": done.output_tokens}
 
-    def calls(self, raw) -> tuple[list[dict], str]:
-        calls, unread = read_calls(self.state.engine, raw, self.job.tools)
-        return [{"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
+    def calls(self, raw, ended_in_call: bool = False) -> tuple[list[dict], str, bool]:
+        """tool_use blocks, the text of calls not read, whether the last was
+        cut short (as Anthropic's API: a tool_use block holding the input
+        written whole, and stop_reason max_tokens)."""
+        calls, unread, cut = read_calls(self.state.engine, raw, self.job.tools, ended_in_call)
+        uses = [{"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
                  "name": call["function"]["name"],
-                 "input": tool_input(call["function"]["arguments"])} for call in calls], unread
+                 "input": (partial_input if cut and i == len(calls) - 1 else tool_input)(
+                     call["function"]["arguments"])} for i, call in enumerate(calls)]
+        return uses, unread, cut
 
     @staticmethod
     def stop_reason(done: Finished, called: bool) -> str:
+        if done.cut_call:  # the answer ended inside a call
+            return "max_tokens"
         return "tool_use" if called else "max_tokens" if done.reason == "length" else "end_turn"
 
     def whole(self, done: Finished) -> dict:
-        uses, unread = self.calls(done.tool_calls)
+        uses, unread, _ = self.calls(done.tool_calls, done.cut_call)
         content = []
         if done.reasoning:  # thinking.display "omitted": the block, without its text
             content.append({"type": "thinking", "signature": "",
@@ -184,7 +193,7 @@ class Blocks:
         if event.text:
             yield from self._grow("text", event.text)
         if event.tool_calls:
-            uses, unread = reply.calls(event.tool_calls)
+            uses, unread, _ = reply.calls(event.tool_calls, event.cut_call)
             if unread:
                 yield from self._grow("text", unread)
             for use in uses:

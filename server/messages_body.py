@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from engine import EngineError, Grammar
+from engine import EngineError, Grammar, strict_loads
 
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
@@ -268,9 +268,10 @@ def _tool_choice(choice):
 
 
 def tool_input(arguments: str) -> dict:
-    """A call's arguments (a JSON string) as a tool_use block's input object."""
+    """A call's arguments (a JSON string) as a tool_use block's input object
+    (`_raw`: arguments that are not JSON, or hold a number out of range)."""
     try:
-        value = json.loads(arguments) if arguments else {}
+        value = strict_loads(arguments) if arguments else {}
     except ValueError:
         return {"_raw": arguments}
     return value if isinstance(value, dict) else {"value": value}

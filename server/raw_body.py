@@ -13,6 +13,8 @@ import re
 import numpy as np
 from starlette.requests import Request
 
+from engine import strict_loads
+
 from .errors import APIError
 
 MAX_BODY_BYTES = 4 << 20
@@ -125,9 +127,12 @@ def parse_json(data: bytes, limit: int = MAX_BODY_BYTES) -> dict:
     if nesting(data) > MAX_NESTING:
         raise APIError(400, f"The body is nested more than {MAX_NESTING} levels deep.")
     try:
-        body = json.loads(data or b"{}")
-    except (ValueError, RecursionError):
-        raise APIError(400, "The body is not valid JSON.") from None
+        body = strict_loads(data or b"{}")
+    except (ValueError, RecursionError) as e:
+        # NaN, Infinity and numbers out of range are refused too: nothing
+        # answered or echoed later can hold one (JSON cannot write it).
+        why = f" ({e})" if "number" in str(e) else ""
+        raise APIError(400, f"The body is not valid JSON{why}.") from None
     if not isinstance(body, dict):
         raise APIError(400, "The body must be a JSON object.")
     if _SURROGATE.search(data):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from engine import Finished, Token
+from engine import Finished, Token, strict_loads
 
 from .flow import GuardedStream, ServerState, admit, check_key, collect, read_body, sse
 from .raw_body import MAX_IMAGE_BODY_BYTES, check_images_carried, parse_json
@@ -180,7 +180,8 @@ class Reply:
     # ---- the answer whole ---------------------------------------------------------
     def finish(self, done: Finished) -> dict:
         """The output items from the finished answer, the response kept, its object."""
-        calls, unread = read_calls(self.state.engine, done.tool_calls, self.rj.job.tools)
+        calls, unread, cut = read_calls(self.state.engine, done.tool_calls,
+                                        self.rj.job.tools, done.cut_call)
         if done.reasoning and not any(i["type"] == "reasoning" for i in self.output):
             self.output.insert(0, reasoning_item(done.reasoning))
         text = done.text + unread
@@ -188,12 +189,15 @@ class Reply:
             self.output.append(message_item(text))
         if not any(i["type"] == "function_call" for i in self.output):
             self.output += [call_item(c, self.rj.namespaces) for c in calls]
+            if cut:  # the answer ended inside it: its arguments are a beginning
+                self.output[-1]["status"] = "incomplete"
         if not self.output:
             self.output.append(message_item(""))
         self._keep()
         called = any(i["type"] == "function_call" for i in self.output)
-        incomplete = ({"reason": "max_output_tokens"} if done.reason == "length" and not called
-                      else None)  # a turn that ends in calls is complete
+        # A turn that ends in whole calls is complete; one cut inside a call is not.
+        incomplete = ({"reason": "max_output_tokens"}
+                      if done.reason == "length" and (done.cut_call or not called) else None)
         return self.obj("incomplete" if incomplete else "completed",
                         usage=self.usage(done), incomplete=incomplete)
 
@@ -268,12 +272,15 @@ class StreamedItems:
             yield from self._grow("message", event.text)
         if event.tool_calls:
             reply = self.reply
-            calls, unread = read_calls(reply.state.engine, event.tool_calls, reply.rj.job.tools)
+            calls, unread, cut = read_calls(reply.state.engine, event.tool_calls,
+                                            reply.rj.job.tools, event.cut_call)
             if unread:
                 yield from self._grow("message", unread)
-            for call in calls:
+            for n, call in enumerate(calls):
                 yield from self.close()
                 item = call_item(call, reply.rj.namespaces)
+                if cut and n == len(calls) - 1:
+                    item["status"] = "incomplete"
                 index = len(reply.output)
                 reply.output.append(item)
                 yield reply.event("response.output_item.added", output_index=index,
@@ -350,6 +357,6 @@ def call_item(call: dict, namespaces: dict) -> dict:
 
 def _args(item: dict):
     try:
-        return json.loads(item["arguments"])
-    except ValueError:
+        return strict_loads(item["arguments"])
+    except ValueError:  # cut short, or a number out of range: kept as the model wrote it
         return item["arguments"]

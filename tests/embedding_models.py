@@ -20,16 +20,28 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 def build_bert(path: Path, layers: int = 2, hidden: int = 64, heads: int = 4,
                pooling: str = "mean", normalize: bool = True, seed: int = 0,
-               model_type: str = "bert", positions: int = 130) -> Path:
+               model_type: str = "bert", positions: int = 130,
+               max_seq_length: int | None = None, model_max_length: int | None = None,
+               cased: bool = False, do_lower_case: bool = False) -> Path:
+    """`max_seq_length`: written to sentence_bert_config.json (with
+    `do_lower_case`), as sentence-transformers' own folders have it
+    (all-MiniLM-L6-v2: 256, its encoder's positions and tokenizer 512)."""
     from tokenizers import BertWordPieceTokenizer
     from transformers import PreTrainedTokenizerFast
 
     path.mkdir(parents=True, exist_ok=True)
-    wordpiece = BertWordPieceTokenizer(lowercase=True)
+    from tokenizers import processors
+
+    wordpiece = BertWordPieceTokenizer(lowercase=not cased)
     wordpiece.train_from_iterator(CORPUS, vocab_size=300, special_tokens=SPECIAL)
+    # [CLS] ... [SEP] around each input, as a published BERT tokenizer.json has it.
+    inner = wordpiece._tokenizer
+    inner.post_processor = processors.BertProcessing(
+        ("[SEP]", inner.token_to_id("[SEP]")), ("[CLS]", inner.token_to_id("[CLS]")))
     fast = PreTrainedTokenizerFast(tokenizer_object=wordpiece._tokenizer, unk_token="[UNK]",
                                    sep_token="[SEP]", cls_token="[CLS]", pad_token="[PAD]",
-                                   mask_token="[MASK]", model_max_length=positions - 2)
+                                   mask_token="[MASK]",
+                                   model_max_length=model_max_length or positions - 2)
     fast.save_pretrained(path)
     vocab = len(fast)
     config = {"model_type": model_type, "architectures": ["BertModel"], "vocab_size": vocab,
@@ -70,6 +82,9 @@ def build_bert(path: Path, layers: int = 2, hidden: int = 64, heads: int = 4,
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
                         "type": "sentence_transformers.models.Normalize"})
     (path / "modules.json").write_text(json.dumps(modules))
+    if max_seq_length is not None:
+        (path / "sentence_bert_config.json").write_text(json.dumps(
+            {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case}))
     (path / "1_Pooling").mkdir(exist_ok=True)
     (path / "1_Pooling" / "config.json").write_text(json.dumps({
         "word_embedding_dimension": hidden, "pooling_mode_cls_token": pooling == "cls",

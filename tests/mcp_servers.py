@@ -4,7 +4,8 @@
 KIND "weather" (default): get_weather(city: Paris, Oslo or Rome: an enum, so
 that a random test model forced to call it ends its arguments) -> "sunny in
 <city>" (KINDs "sun" and "rain": get_weather alone, "sunny" / "raining in
-<city>"; KIND "spelled": also a tool whose
+<city>"; KIND "numbers": get_weather and scale(factor: float) -> "factor=<it>";
+KIND "spelled": also a tool whose
 description spells <|im_end|>; KIND "badname": also a tool whose name
 spells escape codes), `noise(kib)` (that much stderr),
 `spawn_child()` (a child in its process group: its pid), `pid()`, and
@@ -39,6 +40,14 @@ def build(kind: str):
         return f"{weather} in {city}"
 
     if kind in ("sun", "rain"):  # two lean weather servers: get_weather alone
+        return app
+
+    if kind == "numbers":  # and scale(factor), a number: what the server received
+        @app.tool()
+        def scale(factor: float) -> str:
+            """Scales by `factor`."""
+            return f"factor={factor!r}"
+
         return app
 
     if kind == "badname":

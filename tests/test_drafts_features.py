@@ -88,9 +88,12 @@ def test_tool_calls_come_apart_with_drafts_on(tmp_path):
                 model="tiny", messages=[{"role": "user", "content": "weather in Paris?"}],
                 tools=WEATHER, tool_choice="required", max_tokens=120, temperature=0.7, seed=1)
             choice = done.choices[0]
-            assert choice.finish_reason == "tool_calls"
-            calls[drafts] = [(c.function.name, json.loads(c.function.arguments))
+            # "required" lets the model go on calling: cut inside a next call,
+            # that one comes incomplete, with finish_reason "length".
+            assert choice.finish_reason in ("tool_calls", "length")
+            calls[drafts] = [(c.function.name, c.function.arguments)
                              for c in choice.message.tool_calls]
+            json.loads(calls[drafts][0][1])  # the first is whole
         finally:
             served.stop()
             engine.close()

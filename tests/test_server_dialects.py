@@ -92,7 +92,9 @@ def test_a_function_tool_round_trip_and_a_warm_follow_up(served, oai):
                                  tools=[FUNCTION], tool_choice="required",
                                  max_output_tokens=64)
     calls = [o for o in first.output if o.type == "function_call"]
-    assert first.status == "completed" and calls and calls[0].name == "get_weather"
+    assert calls and calls[0].name == "get_weather" and calls[0].status == "completed"
+    # "required" lets the model go on calling: cut inside a next call, it is incomplete.
+    assert first.status == "completed" or first.incomplete_details.reason == "max_output_tokens"
     assert json.loads(calls[0].arguments)["city"] in ("Paris", "Oslo")
     follow = oai.responses.create(model="tiny", previous_response_id=first.id,
                                   tools=[FUNCTION], max_output_tokens=4,
@@ -101,8 +103,8 @@ def test_a_function_tool_round_trip_and_a_warm_follow_up(served, oai):
     # The conversation was kept: the follow-up's prompt starts with the first one's.
     assert follow.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
     with oai.responses.stream(model="tiny", input="What is the weather in Oslo?",
-                              tools=[FUNCTION], tool_choice="required",
-                              max_output_tokens=64) as stream:
+                              tools=[FUNCTION], max_output_tokens=64,
+                              tool_choice={"type": "function", "name": "get_weather"}) as stream:
         kinds = [e.type for e in stream]
         final = stream.get_final_response()
     assert "response.function_call_arguments.delta" in kinds
@@ -178,8 +180,9 @@ def test_a_tool_use_round_trip(served, claude):
     first = claude.messages.create(model="tiny", max_tokens=64, tools=[TOOL],
                                    tool_choice={"type": "any"}, messages=ask)
     uses = [b for b in first.content if b.type == "tool_use"]
-    assert first.stop_reason == "tool_use" and uses and uses[0].input["city"] in ("Paris",
-                                                                                  "Oslo")
+    # "any" lets the model go on calling: cut inside a next call, it is max_tokens.
+    assert first.stop_reason in ("tool_use", "max_tokens") and uses
+    assert uses[0].input["city"] in ("Paris", "Oslo")
     second = claude.messages.create(
         model="tiny", max_tokens=4, tools=[TOOL],
         messages=ask + [{"role": "assistant", "content": first.content},

@@ -100,11 +100,18 @@ def test_auto_reads_calls_from_what_the_model_writes(served_tools):
     assert shown == "Let me look." and len(stream.tool_calls) == 1
     parsed = engine.parse_tool_call(stream.tool_calls[0], WEATHER)
     assert parsed == {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}
-    # Cut mid-call by max_tokens: the text is kept, never a broken call.
+    # A call that cannot be read is kept as text, never a broken call; one
+    # max_tokens cut (`cut`) is a call marked incomplete once its name is whole.
     from server.tool_calls import read_calls
 
-    calls, unread = read_calls(engine, ['\n{"name": "get_weather", "argum'], WEATHER)
-    assert calls == [] and unread.startswith('\n{"name"')
+    calls, unread, cut = read_calls(engine, ['\n{"name": "get_weather", "argum'], WEATHER)
+    assert calls == [] and unread.startswith('\n{"name"') and not cut
+    calls, unread, cut = read_calls(engine, ['\n{"name": "get_weather", "argum'], WEATHER,
+                                    cut=True)
+    assert cut and unread == "" and calls[0]["function"] == {"name": "get_weather",
+                                                             "arguments": ""}
+    calls, unread, cut = read_calls(engine, ['\n{"name": "get_wea'], WEATHER, cut=True)
+    assert calls == [] and unread == '\n{"name": "get_wea' and not cut
 
 
 def test_models_without_a_tool_format_are_refused(tmp_path, tiny_model_dir):

@@ -17,6 +17,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
+from engine import strict_loads
+
 from .host import Tool, ToolHost, ToolResult
 from .offer import functions_of, offered
 
@@ -32,6 +34,7 @@ class Call:
     name: str = ""  # set by `check`: the tool's own name on its server
     result: ToolResult | None = None
     approved: bool = False
+    unreadable: bool = False  # its arguments are not JSON a tool can take (`_raw` holds them)
 
 
 @dataclass
@@ -100,6 +103,9 @@ def check(call: Call, by_name: dict[str, Tool]) -> ToolResult | None:
     if call.tool == "?":
         return ToolResult("The call could not be read (cut short, or not the tool-call "
                           "format): nothing ran.", True)
+    if call.unreadable:
+        return ToolResult("The call's arguments are not JSON a tool can take (not JSON, or "
+                          "a number out of range such as 1e999): nothing ran.", True)
     if tool is None:
         return ToolResult(f"There is no tool named {call.tool!r}; the tools are: "
                           f"{', '.join(sorted(by_name)) or 'none'}.", True)
@@ -131,22 +137,24 @@ def _calls(engine, raw: str, functions) -> list[Call]:
     for one in parsed if isinstance(parsed, list) else [parsed]:
         if not isinstance(one, dict) or not isinstance(one.get("name"), str):
             return unread
-        args = one.get("arguments", {})
-        if isinstance(args, str):
+        args, unreadable = one.get("arguments", {}), False
+        if isinstance(args, str):  # JSON text (a number out of range stays text)
             try:
-                args = json.loads(args)
+                args = strict_loads(args)
             except ValueError:
-                args = {"_raw": args}
+                args, unreadable = {"_raw": args}, True
         out.append(Call("call_" + secrets.token_hex(8), one["name"],
-                        _plain(args if isinstance(args, dict) else {"value": args})))
+                        _plain(args if isinstance(args, dict) else {"value": args}),
+                        unreadable=unreadable))
     return out or unread
 
 
 def _plain(value) -> dict:
     """Arguments as JSON values only: a parser that reads Python literals
-    (sets, bytes, complex numbers) gives what JSON cannot carry; shown as text."""
+    (sets, bytes, complex numbers, infinities) gives what JSON cannot carry;
+    shown as text."""
     try:
-        return json.loads(json.dumps(value, default=str))
+        return json.loads(json.dumps(value, default=str, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
         return {"_raw": str(value)[:4000]}
 

@@ -17,6 +17,7 @@ from .errors import EngineError
 from .events import Finished, Migrated, Routed, Token, now
 from .memory import format_bytes
 from .request import Request, RequestStatus
+from .reservation import OPEN_STEP, first_reservation, settle_limit
 from .router import MODES, LaneView, Placement, Policy, RequestView, eligible_lanes
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ class Director:
         it) goes to a local lane; `why` then leads the decision's reason.
 
         Raises EngineError when no open lane could ever hold its KV."""
-        request.kv_tokens = min(request.num_prompt + request.params.max_tokens,
-                                self.context_length)
+        settle_limit(request, self.context_length)
+        request.kv_tokens = first_reservation(request, self.context_length)
         # Logprobs and grammars come from a local lane's forward pass; a
         # remote lane does not do them (yet), so such a request stays here.
         local_only = local_only or (request.params.needs_local_lane
@@ -171,11 +172,14 @@ class Director:
             return EngineError(f"No lane can run requests ({why}).", "lane-failed")
         lane = max(open_lanes, key=lambda lane: lane.kv_budget_bytes or 0)
         need = lane.kv_bytes_for([request])
+        what, fix = ((f"prompt + the first {OPEN_STEP} of its answer", "Shorten")
+                     if request.open_ended else ("prompt + max_tokens",
+                                                 "Lower max_tokens or shorten"))
         return EngineError(
             f"This request needs up to {format_bytes(need)} of KV cache "
-            f"({request.kv_tokens} tokens: prompt + max_tokens), more than any lane can hold "
-            f"(at most {format_bytes(lane.kv_budget_bytes or 0)}). Lower max_tokens or "
-            f"shorten the conversation.", "too-large-for-memory")
+            f"({request.kv_tokens} tokens: {what}), more than any lane can hold "
+            f"(at most {format_bytes(lane.kv_budget_bytes or 0)}). {fix} "
+            f"the conversation.", "too-large-for-memory")
 
     def place_decode(self, request: Request, current: str) -> tuple[str, object]:
         """Where a request whose prefill ended on `current` decodes (under the lock)."""
@@ -224,9 +228,12 @@ class Director:
         tail, thought = (stream.finish() if stream is not None
                          and reason not in ("cancelled", "error") else ("", ""))
         calls = stream.take_calls() if stream is not None else ()
+        # max_tokens (or the context) ended the answer inside a call: it is cut.
+        cut = reason == "length" and stream is not None and stream.ended_in_call
         if tail or thought or calls:
             self.emit(Token(request.request_id, request.tab_id, -1, tail, lane or "",
-                            self.clock(), reasoning=thought, tool_calls=calls))
+                            self.clock(), reasoning=thought, tool_calls=calls,
+                            cut_call=cut and bool(calls)))
         end = self.clock()
         first = request.first_token_at
         tpot = ((end - first) / (request.num_output - 1)
@@ -245,6 +252,7 @@ class Director:
             restored_tokens=request.restored_tokens, restore_s=request.restore_s,
             reasoning=stream.reasoning if stream is not None else "",
             tool_calls=tuple(stream.tool_calls) if stream is not None else (),
+            cut_call=cut,
             drafted=drafts.policy.drafted if drafts is not None else 0,
             accepted_drafts=drafts.policy.accepted if drafts is not None else 0,
             draft_note=drafts.reason if drafts is not None else None))

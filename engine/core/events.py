@@ -75,6 +75,7 @@ class Token(Event):
     # the request offered tools: Engine.submit(tools=...)).
     tool_calls: tuple[str, ...] = ()
     drafted: bool = False  # an accepted draft: proposed, then verified (issue 32)
+    cut_call: bool = False  # the last of tool_calls is cut: max_tokens ended the answer in it
 
 
 @dataclass(slots=True, frozen=True)
@@ -108,6 +109,7 @@ class Finished(Event):
     restore_s: float | None = None
     reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
     tool_calls: tuple[str, ...] = ()  # raw text of each tool call, in order; not in `text`
+    cut_call: bool = False  # the last of tool_calls is cut: the answer ('length') ended in it
     # Drafts (LaneConfig(drafts=...)): tokens proposed and accepted; why it
     # drafted nothing when it could not (its caches cannot rewind).
     drafted: int = 0

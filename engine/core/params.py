@@ -68,7 +68,10 @@ class SamplingParams:
     one the lane can use (a bad value is the caller's EngineError here, never
     a lane failure later)."""
 
-    max_tokens: int = 512
+    # None: no limit short of the context (what is left of it after the
+    # prompt; the engine reserves KV for such an answer as it grows,
+    # engine/core/reservation.py).
+    max_tokens: int | None = 512
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -95,7 +98,8 @@ class SamplingParams:
     drafter: str | None = None
 
     def __post_init__(self):
-        _integer("max_tokens", self.max_tokens, 1)
+        if self.max_tokens is not None:
+            _integer("max_tokens", self.max_tokens, 1)
         _real("temperature", self.temperature, 0.0)
         _real("top_p", self.top_p, 0.0, 1.0, low_open=True)
         _integer("top_k", self.top_k, 0)

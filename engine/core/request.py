@@ -51,7 +51,10 @@ class Request:
     text: Any = None  # the TextStream (engine/runtime/textstream.py); None in the simulator
     output_at_last_move: int = 0
     lane: str | None = None  # the lane holding it now
-    kv_tokens: int = 0  # KV positions reserved for it: prompt + max_tokens, capped at the context
+    kv_tokens: int = 0  # KV positions reserved for it (engine/core/reservation.py)
+    # Its client set no max_tokens: the limit is what the context leaves, and
+    # its reservation grows with it (reservation.py).
+    open_ended: bool = False
     waiting_for: str | None = None  # why it waits although a batch slot is free (KV room)
     # Output tokens a remote lane streamed before it failed: the request goes
     # on locally with them appended to `prompt_ids` (they still count as output).

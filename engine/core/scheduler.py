@@ -10,7 +10,9 @@ Admission is by KV bytes as well as batch slots: mlx-lm's batch cache pads
 every row to the longest, so a lane whose active requests reserve at most T
 positions each (prompt + max_tokens, capped at the context) holds at most
 `n * T * kv_bytes_per_token` bytes of KV; a request is admitted only while
-that stays within the lane's KV budget (engine/core/memory.py plans it).
+that stays within the lane's KV budget (engine/core/memory.py plans it). A
+request without max_tokens reserves as it grows (engine/core/reservation.py):
+when the lane has no room for its next share it ends, `length`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .laneconfig import MIN_PREFILL_CHUNK, LaneConfig, LaneStats
 from .memory import format_bytes
 from .prefix_trie import PrefixIndex
 from .request import Request, RequestStatus
+from .reservation import grown, needs_more
 from .router import LaneView
 from .step import Admission, PrefillChunk, StepOutcome, StepPlan, StepResult
 
@@ -341,7 +344,22 @@ class LaneScheduler:
             return "length"
         if request.num_prompt + request.num_output >= self.director.context_length:
             return "length"
+        if not self._reserve_ahead(request):
+            return "length"  # no limit was set, but the lane's KV is full
         return None
+
+    def _reserve_ahead(self, request: Request) -> bool:
+        """An open-ended request's reservation grows before its next step
+        could pass it; False when the lane has no room for that."""
+        context = self.director.context_length
+        if not needs_more(request, context):
+            return True
+        before, request.kv_tokens = request.kv_tokens, grown(request, context)
+        if self.kv_budget_bytes is None or \
+                self.kv_bytes_for(self.active()) <= self.kv_budget_bytes:
+            return True
+        request.kv_tokens = before
+        return False
 
     def _observe(self, plan: StepPlan, seconds: float) -> None:
         """Refine the cost model with the step just run (without one: the

@@ -7,7 +7,11 @@ suite checks these vectors against (tests/test_embeddings.py).
 A folder (or a Hugging Face repo id, from the local cache or downloaded):
 config.json, *.safetensors, the tokenizer, and sentence-transformers'
 pooling (1_Pooling/config.json: CLS or mean; modules.json: normalized or
-not; default: mean, normalized). The config is checked before anything is
+not; default: mean, normalized). An input is cut to the model's
+`max_seq_length` tokens, [CLS] and [SEP] included, as sentence-transformers
+cuts it (sentence_bert_config.json; else the smaller of the tokenizer's
+model_max_length and the encoder's positions): all-MiniLM-L6-v2 reads 256
+tokens of an input, though its encoder has 512 positions. The config is checked before anything is
 built (config_check.py). `embed` runs a padded batch through the encoder in
 the caller's stream (a lane thread's: engine/runtime/embed.py), attention
 fused (`mx.fast.scaled_dot_product_attention`)."""
@@ -86,12 +90,16 @@ class EmbeddingModel:
     name: str
     source: str
     dims: int
-    max_tokens: int  # longer inputs are cut to this (the encoder's positions)
+    max_tokens: int  # longer inputs are cut to this (max_seq_length: _max_tokens)
     pooling: str  # "mean" or "cls"
     normalize: bool
     weight_bytes: int
+    lowercase: bool = False  # sentence_bert_config.json's do_lower_case
 
     def encode(self, text: str) -> list[int]:
+        """Its token ids, cut to max_tokens with [CLS] and [SEP] kept (as
+        sentence-transformers tokenizes)."""
+        text = text.lower() if self.lowercase else text
         ids = self.tokenizer(text, truncation=True, max_length=self.max_tokens)["input_ids"]
         return list(ids)
 
@@ -145,11 +153,42 @@ def load_embedding_model(source: str) -> EmbeddingModel:
         raise EngineError(f"{path.name}: its tokenizer cannot be loaded ({e}).",
                           "corrupt-model") from None
     pooling, normalize = _pooling(path)
-    offset = 2 if config["model_type"] != "bert" else 0  # RoBERTa's positions start late
     return EmbeddingModel(encoder, tokenizer, path.name if Path(source).is_dir() else source,
-                          source, config["hidden_size"],
-                          int(config["max_position_embeddings"]) - offset, pooling, normalize,
-                          sum(v.nbytes for v in weights.values()))
+                          source, config["hidden_size"], _max_tokens(path, config, tokenizer),
+                          pooling, normalize, sum(v.nbytes for v in weights.values()),
+                          _module_setting(path, "do_lower_case") is True)
+
+
+def _max_tokens(path: Path, config: dict, tokenizer) -> int:
+    """How many tokens of an input are read, as sentence-transformers reads
+    them: the Transformer module's sentence_bert_config.json max_seq_length,
+    else the tokenizer's model_max_length; never more than the encoder's
+    positions (RoBERTa's start 2 late)."""
+    offset = 2 if config["model_type"] != "bert" else 0
+    limit = int(config["max_position_embeddings"]) - offset
+    wanted = _module_setting(path, "max_seq_length")
+    if not (isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 1):
+        wanted = getattr(tokenizer, "model_max_length", None)
+    if isinstance(wanted, int) and 1 <= wanted:  # (model_max_length may be ~1e30: "none")
+        limit = min(limit, wanted)
+    return limit
+
+
+def _module_setting(path: Path, name: str):
+    """A setting of sentence-transformers' Transformer module (its folder's
+    sentence_bert_config.json; modules.json says which folder), or None."""
+    folder = ""
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        folder = next((str(m.get("path") or "") for m in modules
+                       if "Transformer" in str(m.get("type"))), "")
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    try:
+        settings = json.loads((path / folder / "sentence_bert_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return settings.get(name) if isinstance(settings, dict) else None
 
 
 def _resolve(source: str) -> Path:

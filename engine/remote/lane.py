@@ -46,6 +46,7 @@ class PlainText:
 
     stopped = False
     tool_calls: tuple = ()  # a remote model's calls are not read apart (yet)
+    ended_in_call = False
 
     def __init__(self):
         self.text = ""
@@ -270,8 +271,9 @@ class RemoteLane(SchedulerState):
 
     def _body(self, request: Request) -> dict:
         p = request.params
-        body = {"model": self.model, "max_tokens": p.max_tokens, "temperature": p.temperature,
-                "top_p": p.top_p}
+        body = {"model": self.model, "temperature": p.temperature, "top_p": p.top_p}
+        if not request.open_ended:  # else the server's own: to the end of its context
+            body["max_tokens"] = p.max_tokens
         if request.messages is not None:  # a remote model: its own template
             body["messages"] = request.messages
             if request.messages and request.messages[-1].get("role") == "assistant":

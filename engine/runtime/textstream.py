@@ -89,6 +89,7 @@ class TextStream:
         self.tool_calls: list[str] = []
         self._tool_text = ""
         self._new_calls: list[str] = []
+        self.ended_in_call = False  # the answer ended inside its last call (no end marker)
         self._machine = None
         transitions: dict = {}
         if thinking is not None:
@@ -146,6 +147,7 @@ class TextStream:
                 self._state, rest, state = TextStateMachine.flush(self._state)
                 reasoning += self._take(state, rest)
         if self._tool_text.strip():  # a call the answer ended inside: read as it is
+            self.ended_in_call = True
             self._end_call()
         return self._release(final=True), reasoning
 
