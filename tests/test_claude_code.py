@@ -1,5 +1,6 @@
 """Current Claude Code against a real server (issue 48): the request 2.1.x
-sends (tests/data/claude_code_request.json: a system prompt in cached text
+sends (tests/data/claude_code_request.json, and the real 2.1.197 recording
+beside it, texts cut short: a system prompt in cached text
 blocks, tools with input_schema, one deferred, a system message inside
 `messages`, adaptive thinking with display "omitted", context_management,
 output_config.effort, metadata.user_id, its beta headers, its default
@@ -24,17 +25,21 @@ from tests.scripted_model import build_scripted_model
 from tests.test_server import Served
 from tests.tool_models import QWEN3_TOOLS, TOOL_TOKENS
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "claude_code_request.json").read_text())
+DATA = Path(__file__).parent / "data"
+RECORDED = json.loads((DATA / "claude_code_request.json").read_text())
 HEADERS, BODY = RECORDED["headers"], RECORDED["body"]
+# Recorded from the real client (its texts cut short): its 25 tools' schemas as sent.
+REAL = json.loads((DATA / "claude_code_2.1.197_request.json").read_text())
 KEY = "test-key"
 SCRIPT = "<think>the quick brown</think>hello world"
+CONTEXT = 32768  # the real recording is 25,420 tokens in the scripted model's small vocabulary
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     path = build_scripted_model(tmp_path_factory.mktemp("claude") / "thinker", SCRIPT,
                                 template=QWEN3_TOOLS, extra_tokens=tuple(TOOL_TOKENS),
-                                max_positions=16384)
+                                max_positions=CONTEXT)
     engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
     assert engine.wait_ready(120)
     s = Served(engine, api_key=KEY, aliases=(("claude-*", "default"), ("haiku", "tiny")))
@@ -59,12 +64,14 @@ def _post(served, path: str, body: dict) -> httpx.Response:
                       headers={**HEADERS, "x-api-key": KEY})
 
 
-def test_the_recorded_claude_code_request_is_answered(served):
+@pytest.mark.parametrize("recorded", [RECORDED, REAL], ids=["shape", "claude-2.1.197"])
+def test_the_recorded_claude_code_request_is_answered(served, recorded):
     """As Claude Code sends it: streamed, its headers, ?beta=true, its model
     id (mapped by the 'claude-*' alias). The thinking block comes without its
-    text (display "omitted"), then the answer, then end_turn."""
-    with httpx.stream("POST", f"{served.url}/v1/messages?beta=true", json=BODY, timeout=120,
-                      headers={**HEADERS, "x-api-key": KEY}) as r:
+    text (display "omitted", in the shape's request), then the answer, then end_turn."""
+    body, headers = recorded["body"], recorded["headers"]
+    with httpx.stream("POST", f"{served.url}/v1/messages?beta=true", json=body, timeout=120,
+                      headers={**headers, "x-api-key": KEY}) as r:
         assert r.status_code == 200, r.read()
         events = _sse(r)
     kinds = [e["type"] for e in events]
@@ -72,7 +79,9 @@ def test_the_recorded_claude_code_request_is_answered(served):
     starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
     assert [b["type"] for b in starts] == ["thinking", "text"]
     deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
-    assert not [d for d in deltas if d["type"] == "thinking_delta"]  # omitted
+    thought = "".join(d.get("thinking", "") for d in deltas if d["type"] == "thinking_delta")
+    omitted = body["thinking"].get("display") == "omitted"
+    assert thought == ("" if omitted else "the quick brown")
     assert "".join(d.get("text", "") for d in deltas) == "hello world"
     assert events[-2]["delta"]["stop_reason"] == "end_turn"
     assert events[-2]["usage"]["output_tokens"] > 0
@@ -265,11 +274,11 @@ def test_serve_refuses_an_alias_it_cannot_honour(tiny_model_dir):
 def test_a_prompt_past_the_context_is_too_long_in_anthropics_words(served, claude):
     """Claude Code compacts on "prompt is too long: N tokens > M maximum"
     (a 400); count_tokens still counts such a prompt."""
-    long = [{"role": "user", "content": "hello world " * 9000}]
+    long = [{"role": "user", "content": "hello world " * 18000}]
     counted = claude.messages.count_tokens(model="haiku", messages=long).input_tokens
-    assert counted > 16384
+    assert counted > CONTEXT
     with pytest.raises(anthropic.BadRequestError) as refused:
         claude.messages.create(model="haiku", max_tokens=4, messages=long)
     assert refused.value.body["error"] == {
         "type": "invalid_request_error",
-        "message": f"prompt is too long: {counted} tokens > 16384 maximum"}
+        "message": f"prompt is too long: {counted} tokens > {CONTEXT} maximum"}
