@@ -7,10 +7,9 @@ _stop, message_delta, message_stop). POST /v1/messages/count_tokens counts
 what the same body would put in the prompt. Every error is in Anthropic's
 shape: {"type": "error", "error": {"type", "message"}}.
 
-`stop_reason` is tool_use, max_tokens or end_turn (the engine does not say
-which stop sequence ended an answer, so that one reads end_turn); a call
-max_tokens cut is a tool_use block with the input written whole, and
-max_tokens."""
+`stop_reason` is tool_use, max_tokens, stop_sequence (with `stop_sequence`
+the one that ended the answer) or end_turn; a call max_tokens cut is a
+tool_use block with the input written whole, and max_tokens."""
 
 from __future__ import annotations
 
@@ -110,10 +109,11 @@ class Reply:
         self.id = "msg_" + secrets.token_hex(12)
         self.prompt_tokens = getattr(getattr(handle, "request", None), "num_prompt", 0)
 
-    def message(self, content: list, stop_reason, usage: dict) -> dict:
+    def message(self, content: list, stop_reason, usage: dict,
+                stop_sequence: str | None = None) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant",
                 "model": self.state.ids[0], "content": content, "stop_reason": stop_reason,
-                "stop_sequence": None, "usage": usage}
+                "stop_sequence": stop_sequence, "usage": usage}
 
     def usage(self, done: Finished | None) -> dict:
         if done is None:
@@ -138,7 +138,15 @@ class Reply:
     def stop_reason(done: Finished, called: bool) -> str:
         if done.cut_call:  # the answer ended inside a call
             return "max_tokens"
-        return "tool_use" if called else "max_tokens" if done.reason == "length" else "end_turn"
+        if called:
+            return "tool_use"
+        if done.reason == "length":
+            return "max_tokens"
+        return "stop_sequence" if done.stop_sequence is not None else "end_turn"
+
+    @classmethod
+    def stop_sequence(cls, done: Finished, called: bool) -> str | None:
+        return done.stop_sequence if cls.stop_reason(done, called) == "stop_sequence" else None
 
     def whole(self, done: Finished) -> dict:
         uses, unread, _ = self.calls(done.tool_calls, done.cut_call)
@@ -149,7 +157,7 @@ class Reply:
         if done.text + unread or not uses:
             content.append({"type": "text", "text": done.text + unread})
         return self.message(content + uses, self.stop_reason(done, bool(uses)),
-                            self.usage(done))
+                            self.usage(done), self.stop_sequence(done, bool(uses)))
 
     # ---- streamed -------------------------------------------------------------------
     @staticmethod
@@ -182,7 +190,8 @@ class Blocks:
                                               "message": event.error or "failed"})
             return
         yield reply.event("message_delta", delta={
-            "stop_reason": reply.stop_reason(event, self.called), "stop_sequence": None},
+            "stop_reason": reply.stop_reason(event, self.called),
+            "stop_sequence": reply.stop_sequence(event, self.called)},
             usage=reply.usage(event))
         yield reply.event("message_stop")
 

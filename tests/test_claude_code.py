@@ -282,3 +282,18 @@ def test_a_prompt_past_the_context_is_too_long_in_anthropics_words(served, claud
     assert refused.value.body["error"] == {
         "type": "invalid_request_error",
         "message": f"prompt is too long: {counted} tokens > {CONTEXT} maximum"}
+
+
+def test_a_stop_sequence_is_named_as_anthropic_names_it(claude):
+    """stop_reason "stop_sequence" and the sequence that ended the answer,
+    whole and streamed; the text stops before it."""
+    ask = {"model": "haiku", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}],
+           "stop_sequences": ["nothing here", " world"]}
+    message = claude.messages.create(**ask)
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == " world"
+    assert message.content[-1].text == "hello"
+    with claude.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", " world")
+    plain = claude.messages.create(**{**ask, "stop_sequences": ["nothing here"]})
+    assert plain.stop_reason == "end_turn" and plain.stop_sequence is None

@@ -253,6 +253,7 @@ class Director:
             reasoning=stream.reasoning if stream is not None else "",
             tool_calls=tuple(stream.tool_calls) if stream is not None else (),
             cut_call=cut,
+            stop_sequence=stream.stop_hit if stream is not None else None,
             drafted=drafts.policy.drafted if drafts is not None else 0,
             accepted_drafts=drafts.policy.accepted if drafts is not None else 0,
             draft_note=drafts.reason if drafts is not None else None))

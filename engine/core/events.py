@@ -110,6 +110,7 @@ class Finished(Event):
     reasoning: str = ""  # a reasoning model's thinking (its markers stripped); not in `text`
     tool_calls: tuple[str, ...] = ()  # raw text of each tool call, in order; not in `text`
     cut_call: bool = False  # the last of tool_calls is cut: the answer ('length') ended in it
+    stop_sequence: str | None = None  # the stop string that ended it ('stop'), if one did
     # Drafts (LaneConfig(drafts=...)): tokens proposed and accepted; why it
     # drafted nothing when it could not (its caches cannot rewind).
     drafted: int = 0

@@ -83,6 +83,7 @@ class TextStream:
         self._emitted = 0  # characters of _text already given out
         self.reasoning = ""  # the thinking so far (markers stripped)
         self.stopped = False
+        self.stop_hit: str | None = None  # the stop string that ended the answer
         # Tool calls (`tools`: the model's ToolFormat, engine/models/tools.py,
         # for a request that offered tools): the text between its markers,
         # one raw call each, apart from the answer.
@@ -187,9 +188,10 @@ class TextStream:
     def _release(self, final: bool) -> str:
         if self._stop:
             start = max(0, self._emitted - self._hold)
-            hits = [i for s in self._stop if (i := self._text.find(s, start)) >= 0]
-            if hits:
-                self._text = self._text[: min(hits)]
+            hits = [(i, -len(s), s) for s in self._stop if (i := self._text.find(s, start)) >= 0]
+            if hits:  # the earliest; of those starting there, the longest
+                at, _, self.stop_hit = min(hits)
+                self._text = self._text[:at]
                 self.stopped = True
                 final = True
         end = len(self._text) if final else max(self._emitted, len(self._text) - self._held_tail())
