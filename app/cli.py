@@ -1,7 +1,8 @@
 """Command line: `tandem` starts the GUI; `tandem generate "prompt"` streams an
 answer to the terminal and prints its stats (`-` or `--file PATH` read the
-prompt from stdin or a file); `tandem --self-test [--gui]` checks that this
-copy works (see app/selftest.py)."""
+prompt from stdin or a file; `--raw` sends it as text to continue, for a base
+model); `tandem --self-test [--gui]` checks that this copy works (see
+app/selftest.py)."""
 
 from __future__ import annotations
 
