@@ -54,6 +54,27 @@ def test_the_engine_says_it_cannot_chat_and_the_files_say_so_too(base_engine, ba
     assert tokenizer_only.declares_chat_template(str(base_dir / "missing")) is None
 
 
+def test_a_gguf_without_a_chat_template_is_told_by_its_metadata(tiny_model_dir, tmp_path,
+                                                               capsys):
+    """As llama.cpp's converter writes a base model: no tokenizer.chat_template."""
+    import mlx.core as mx
+
+    from engine.prompt import PromptOnly
+    from tests.test_gguf import write_gguf
+
+    path = write_gguf(tiny_model_dir, tmp_path / "chat.gguf")
+    assert tokenizer_only.declares_chat_template(str(path)) is True
+    weights, metadata = mx.load(str(path), return_metadata=True)
+    del metadata["tokenizer.chat_template"]
+    base = tmp_path / "base.gguf"
+    mx.save_gguf(str(base), weights, metadata)
+    assert tokenizer_only.declares_chat_template(str(base)) is False
+    prompt_side = PromptOnly.load(str(base))  # the tokenizer, no weights
+    assert prompt_side.capabilities.chat is False and prompt_side.context_length == 512
+    assert cli.main(["generate", "--model", str(base), PROMPT]) == 2
+    assert f"tandem: {base} has no chat template" in capsys.readouterr().err
+
+
 def test_generate_refuses_a_chat_before_the_weights_load(base_dir, tmp_path):
     broken = _broken_copy(base_dir, tmp_path / "broken-base")
     rc, out, err = _run(["-m", "app", "generate", "--model", str(broken), PROMPT])
