@@ -364,13 +364,15 @@ class Engine:
     def capabilities(self) -> Capabilities:
         """What this engine can do now (engine/interface.py): the modes its
         lanes allow, remote lanes, logprobs, grammars, tools if the model's
-        template has a tool-call format, and chats if it has a template."""
+        template has a tool-call format, and chats if it has a template (a
+        vision model's may be its processor's)."""
         return Capabilities(modes=self._modes(), remote_lanes=True, renders_locally=True,
                             logprobs=True, grammars=True, tools=self.tool_format is not None,
                             images=getattr(self.model_info.model, "reads_images", False),
                             drafts=any(lane.runner.batch.drafts is not None
                                        for lane in self.lanes.values()),
-                            chat=has_chat_template(self.tokenizer))
+                            chat=has_chat_template(self.tokenizer) or has_chat_template(
+                                getattr(self.model_info.model, "processor", None)))
 
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` adds to a message: the model's tokenizer,
