@@ -223,5 +223,3 @@ def _tool_lines(tools: list, measured: dict, kept: set, allowed: set) -> list[st
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[3]]).rstrip()
             for row in rows]
-
-
