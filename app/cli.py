@@ -1,7 +1,8 @@
 """Command line: `tandem` starts the GUI; `tandem generate "prompt"` streams an
 answer to the terminal and prints its stats (`-` or `--file PATH` read the
-prompt from stdin or a file); `tandem --self-test [--gui]` checks that this
-copy works (see app/selftest.py)."""
+prompt from stdin or a file; `--raw` sends it as text to continue, for a base
+model); `tandem --self-test [--gui]` checks that this copy works (see
+app/selftest.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import os
 import sys
 
 from app import tool_cli
+from app.ui.answer_stats import stats_line
+from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
 # error, a client's request path) goes through it: no escape code reaches the terminal.
 from app.ui.terminal import terminal_text
@@ -26,10 +29,6 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         if default is None or default is False or default == [] or default == argparse.SUPPRESS:
             return action.help
         return super()._get_help_string(action)
-
-
-class PromptError(Exception):
-    """A prompt that cannot be read or is not text: printed as is, rc 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--remote", action="append", default=[], metavar="URL[#MODEL[=LOCAL]]",
                      help=REMOTE_HELP)
     gen.add_argument("--system", default=None, help="system prompt (none: the model's own)")
+    gen.add_argument("--raw", action="store_true",
+                     help="send the prompt as plain text for the model to continue, not as a "
+                          "chat message (a base model, which has no chat template; BOS added "
+                          "where its tokenizer adds one), as the API's /v1/completions does")
     gen.add_argument("--max-tokens", type=int, default=256,
                      help="the answer's length limit, in tokens")
     # Sampling: the model's own defaults (as the app and the API use them),
@@ -245,41 +248,6 @@ def serve(args) -> int:
     return 0
 
 
-def _decode(data: bytes, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PromptError(f"{what} is not valid UTF-8 text "
-                          f"(byte 0x{data[e.start]:02x} at position {e.start})") from None
-
-
-def _argument_text(text: str, what: str) -> str:
-    """`text` from argv: Python turns undecodable bytes into lone surrogates,
-    which the tokenizer rejects with an obscure message; report the byte."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _decode(os.fsencode(text), what)
-    return text
-
-
-def read_prompt(args) -> str:
-    """The prompt from the argument, stdin (`-`) or --file."""
-    if (args.prompt is None) == (args.file is None):
-        raise PromptError("give the prompt as an argument, '-' to read stdin, or --file PATH "
-                          "(exactly one of them)")
-    if args.file is not None:
-        try:
-            with open(args.file, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise PromptError(f"cannot read {args.file}: {e.strerror or e}") from None
-        return _decode(data, "the prompt")
-    if args.prompt == "-":
-        return _decode(sys.stdin.buffer.read(), "the prompt")
-    return _argument_text(args.prompt, "the prompt")
-
-
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
@@ -292,18 +260,51 @@ def sampling_params(engine, args):
     return engine.default_params(max_tokens=args.max_tokens, seed=args.seed, **given)
 
 
+NO_TEMPLATE = ("{model} has no chat template: it is a base model, which continues text rather "
+               "than answering chat messages. Give --raw to send the prompt as text for it "
+               "to continue.")
+
+
+def _option_problem(args) -> str | None:
+    """Options that cannot go together, said before anything loads."""
+    if args.list_tools and not args.mcp:
+        return "--list-tools lists the tools of the servers in --mcp CONFIG: give --mcp"
+    if args.raw and args.mcp:
+        return ("--raw sends the prompt as plain text, and tools need a chat: leave out "
+                "--mcp or --raw")
+    if args.raw and args.system:
+        return "--raw sends the prompt as plain text, with no system prompt: leave out --system"
+    return None
+
+
 def generate(args) -> int:
+    problem = _option_problem(args)
+    if problem:
+        print(f"tandem: {problem}", file=sys.stderr)
+        return 2
+    if args.list_tools:  # the tokenizer only, not the model (app/tool_cli.py)
+        return tool_cli.list_tools(args)
     try:  # before the engine's imports (~1 s): a bad prompt fails at once
         prompt = read_prompt(args)
-        system = _argument_text(args.system, "the system prompt") if args.system else None
+        system = argument_text(args.system, "the system prompt") if args.system else None
     except PromptError as e:
         print(terminal_text(f"tandem: {e}"), file=sys.stderr)
+        return 2
+    from engine.models.tokenizer_only import declares_chat_template
+
+    no_template = terminal_text(f"tandem: {NO_TEMPLATE.format(model=args.model)}")
+    if not args.raw and declares_chat_template(args.model) is False:  # before the weights
+        print(no_template, file=sys.stderr)
         return 2
     from engine import EngineError, Finished, Token
 
     engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
                           _kv_cache_dir(args))
     if engine is None:
+        return 2
+    if not args.raw and not engine.capabilities.chat:  # what the files did not tell
+        engine.close()
+        print(no_template, file=sys.stderr)
         return 2
     messages = []
     if system:
@@ -320,7 +321,11 @@ def generate(args) -> int:
             engine.close()
     handle = None
     try:
-        handle = engine.submit(messages, sampling_params(engine, args))
+        if args.raw:  # the text as it is, tokenized as /v1/completions does
+            handle = engine.submit(engine.prepare_prompt(prompt), sampling_params(engine, args),
+                                   thinking=False)
+        else:
+            handle = engine.submit(messages, sampling_params(engine, args))
         done = None
         for event in handle:
             if isinstance(event, Token):
@@ -339,18 +344,7 @@ def generate(args) -> int:
     finally:
         engine.close()
     print(flush=True)
-    tps = f"{done.tokens_per_s:.1f}" if done.tokens_per_s else "-"
-    ttft = f"{done.ttft_s * 1000:.0f} ms" if done.ttft_s is not None else "-"
-    lanes = " -> ".join(f"{phase} {lane}" for phase, lane in done.lanes)
-    ended = {"stop": "finished", "length": "stopped: length", "cancelled": "stopped",
-             "error": "failed"}.get(done.reason, done.reason)
-    print(f"{ended}; prompt {done.prompt_tokens} tokens ({done.cached_tokens} cached), "
-          f"output {done.output_tokens} tokens, TTFT {ttft}, {tps} tokens/s, "
-          f"total {done.e2e_s:.2f} s; {lanes}"
-          + (f"; restored {done.restored_tokens} tokens from disk in {done.restore_s:.2f} s"
-             if done.restored_tokens else "")
-          + (f"; drafts {done.accepted_drafts}/{done.drafted} accepted" if done.drafted else "")
-          + (f"; no drafts: {done.draft_note}" if done.draft_note else ""), file=sys.stderr)
+    print(terminal_text(stats_line(done)), file=sys.stderr)
     return 1 if done.reason == "error" else 0
 
 

@@ -29,6 +29,10 @@ def add_arguments(gen) -> None:
                           "offered: SERVER_TOOL where two servers list TOOL)")
     gen.add_argument("--tool-rounds", type=int, default=8, metavar="N",
                      help="at most this many rounds of tool calls")
+    gen.add_argument("--list-tools", action="store_true",
+                     help="with --mcp: list each tool the servers offer (allowed or asks, fits "
+                          "the model's context or left out, its description's first line), "
+                          "then exit; reads the model's tokenizer, not its weights")
 
 
 def _say(text: str) -> None:
@@ -85,19 +89,38 @@ def _shown(call) -> None:
     _say(f"← {arrow}: {call.result.text}")
 
 
-def generate_with_tools(args, engine, messages: list[dict], params) -> int:
-    from toolhost import loop, offer
+def _specs(args):
+    """The servers of --mcp CONFIG, or None after saying why."""
     from toolhost.config import ConfigError, parse
-    from toolhost.host import ToolHost
 
     try:
-        specs = parse(Path(args.mcp).read_text(encoding="utf-8"))
+        return parse(Path(args.mcp).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ConfigError) as e:
         _say(f"tandem: --mcp {args.mcp}: {e}")
+        return None
+
+
+def _cannot_call(model) -> str | None:
+    """Why `model` (an engine, or its prompt side) cannot call tools."""
+    if not model.capabilities.chat:
+        return "this model has no chat template (a base model); it cannot call tools"
+    if not model.capabilities.tools:
+        return "this model has no tool-call format; it cannot call tools"
+    return None
+
+
+def generate_with_tools(args, engine, messages: list[dict], params) -> int:
+    from toolhost import loop, offer
+    from toolhost.host import ToolHost
+
+    from app.ui.answer_stats import stats_line, summed
+
+    specs = _specs(args)
+    if specs is None:
         return 2
-    if not engine.capabilities.tools:
-        print("tandem: this model has no tool-call format; it cannot call tools",
-              file=sys.stderr)
+    problem = _cannot_call(engine)
+    if problem:
+        _say(f"tandem: {problem}")
         return 2
     host = ToolHost(specs)
     try:
@@ -128,4 +151,75 @@ def generate_with_tools(args, engine, messages: list[dict], params) -> int:
         host.close()
     print(terminal_text(outcome.messages[-1]["content"]), flush=True)
     done = outcome.finished
+    rounds, calls = len(outcome.answers), len(outcome.calls)
+    _say(stats_line(summed(outcome.answers), f"{rounds} round{'s' if rounds != 1 else ''}, "
+                                             f"{calls} tool call{'s' if calls != 1 else ''}"))
     return 1 if done is None or done.reason == "error" else 0
+
+
+def list_tools(args) -> int:
+    """`--list-tools`: each tool the servers list, as the model would be
+    offered it (toolhost/offer.py), on stdout; exit 0 (2: none, or the model
+    cannot call tools). The fit needs the tokenizer and template only."""
+    from engine import EngineError
+    from engine.prompt import PromptOnly
+    from toolhost import offer
+    from toolhost.host import ToolHost
+
+    specs = _specs(args)
+    if specs is None:
+        return 2
+    try:
+        model = PromptOnly.load(args.model)
+    except EngineError as e:
+        _say(f"tandem: {e}")
+        return 2
+    problem = _cannot_call(model)
+    if problem:
+        _say(f"tandem: {problem}")
+        return 2
+    host = ToolHost(specs)
+    try:
+        tools = host.tools()
+        for server, note in host.notes.items():
+            _say(f"tandem: MCP server {server}: {note}")
+    finally:
+        host.close()
+    if not tools:
+        _say("tandem: no tools to offer")
+        return 2
+    try:
+        allowed = _allowed(args.allow_tools, tools)
+    except ValueError as e:
+        _say(f"tandem: {e}")
+        return 2
+    measured = offer.measure(model, tools)
+    kept, _ = offer.choose(tools, measured, model.context_length)  # (its notes: the table)
+    for line in _tool_lines(tools, measured, {(t.server, t.name) for t in kept}, allowed):
+        print(terminal_text(line))
+    used = sum(measured[(t.server, t.name)] for t in kept)
+    _say(f"tandem: {len(kept)} of {len(tools)} tools fit: {used:,} tokens of the "
+         f"{int(model.context_length * offer.SHARE):,} the tools may take ({offer.SHARE:.0%} "
+         f"of the model's {model.context_length:,}-token context)")
+    return 0
+
+
+def _tool_lines(tools: list, measured: dict, kept: set, allowed: set) -> list[str]:
+    """A line a tool, in columns: SERVER/TOOL (and the name offered where
+    another server lists the same), allowed or asks, fits or left out, and
+    its description's first line."""
+    from toolhost.offer import offered
+
+    rows = [("TOOL", "RUNS", "FITS", "DESCRIPTION")]
+    for name, tool in offered(tools).items():
+        key = (tool.server, tool.name)
+        cost = measured.get(key, 0)
+        fits = (f"yes, {cost:,} tokens" if key in kept else
+                f"no: {cost}" if isinstance(cost, str) else f"no, {cost:,} tokens: over the budget")
+        shown = f"{tool.server}/{tool.name}" + (f" (as {name})" if name != tool.name else "")
+        about = (tool.description or "").strip().splitlines()
+        rows.append((shown, "allowed" if key in allowed else "asks", fits,
+                     about[0].strip() if about else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[3]]).rstrip()
+            for row in rows]

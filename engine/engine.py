@@ -36,6 +36,7 @@ from .runtime.lane_restart import LaneRestarts
 from .remotes import Remotes
 from .restore import Restorer, open_disk_tier
 from .models.call_json import checked_call
+from .models.chat_template import has_chat_template
 from .models.tools import plan_tools, tool_format
 from .prompt import check_ids, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
@@ -365,13 +366,16 @@ class Engine:
     @property
     def capabilities(self) -> Capabilities:
         """What this engine can do now (engine/interface.py): the modes its
-        lanes allow, remote lanes, logprobs, grammars, and tools if the
-        model's template has a tool-call format."""
+        lanes allow, remote lanes, logprobs, grammars, tools if the model's
+        template has a tool-call format, and chats if it has a template (a
+        vision model's may be its processor's)."""
         return Capabilities(modes=self._modes(), remote_lanes=True, renders_locally=True,
                             logprobs=True, grammars=True, tools=self.tool_format is not None,
                             images=getattr(self.model_info.model, "reads_images", False),
                             drafts=any(lane.runner.batch.drafts is not None
-                                       for lane in self.lanes.values()))
+                                       for lane in self.lanes.values()),
+                            chat=has_chat_template(self.tokenizer) or has_chat_template(
+                                getattr(self.model_info.model, "processor", None)))
 
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` adds to a message: the model's tokenizer,

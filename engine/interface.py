@@ -43,6 +43,7 @@ class Capabilities:
     images: bool = False  # image parts in messages
     embeddings: bool = False  # an embeddings endpoint
     saved_kv: bool = False  # KV kept on disk between runs
+    chat: bool = True  # prepare() takes chat messages (False: a base model, raw prompts only)
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 
 from .core.errors import EngineError
-from .models.chat_template import render_chat, special_strings
+from .models.chat_template import (NO_CHAT_TEMPLATE, has_chat_template, render_chat,
+                                   special_strings)
 from .models.tools import template_messages
 
 
 def render_messages(tokenizer, messages: list[dict], tools: list[dict] | None = None
                     ) -> list[int]:
     """Token ids of `messages` (OpenAI-style, with `tools` offered) in the
-    model's chat template, ready to answer; EngineError says what is wrong."""
+    model's chat template, ready to answer; EngineError says what is wrong
+    (kind "no-chat-template": a base model, which takes raw text only)."""
+    if not has_chat_template(tokenizer):
+        raise EngineError(NO_CHAT_TEMPLATE, "no-chat-template")
     messages = template_messages(messages)
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
@@ -70,3 +74,44 @@ def with_grammar(params, grammar):
     raise EngineError("The sampling parameters ask for another grammar than the one the "
                       "request was prepared with (a forced tool call and a response "
                       "format cannot both hold).", "bad-argument")
+
+
+class PromptOnly:
+    """A model's prompt side without its weights: its tokenizer, chat
+    template, tool-call format and context, as `Engine` has them; for what
+    needs no forward pass (which tools would fit: toolhost/offer.py's `fit`
+    takes it as it takes an engine). `load(source)`: EngineError if the
+    tokenizer cannot be had."""
+
+    def __init__(self, loaded):
+        from .core.params import SamplingParams
+        from .interface import Capabilities
+        from .models.tools import tool_format
+
+        self.tokenizer, self.context_length = loaded.tokenizer, loaded.context_length
+        self.label = loaded.label
+        self.tool_format = tool_format(self.tokenizer)
+        self._params = SamplingParams()
+        self.capabilities = Capabilities(
+            modes=(), remote_lanes=False, renders_locally=True, logprobs=False,
+            grammars=False, tools=self.tool_format is not None,
+            chat=has_chat_template(self.tokenizer))
+
+    @classmethod
+    def load(cls, source: str) -> "PromptOnly":
+        from .models.tokenizer_only import load_tokenizer
+
+        return cls(load_tokenizer(source))
+
+    def prepare(self, messages: list[dict], *, tools: list[dict] | None = None,
+                tool_choice=None) -> list[int]:
+        """The prompt's token ids, as `Engine.prepare` renders them."""
+        from .models.tools import plan_tools
+
+        offered, _, _ = plan_tools(self.tool_format, tools, tool_choice, self._params,
+                                   self.tokenizer._tokenizer)
+        return render_messages(self.tokenizer, messages, offered)
+
+    def count_tokens(self, text: str) -> int:
+        """As `Engine.count_tokens`: no special tokens added."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))

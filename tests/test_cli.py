@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app import cli
-from engine import SamplingParams
+from engine import Capabilities, SamplingParams
 from engine.models.gendefaults import GenerationDefaults
 from engine.runtime import blas
 
@@ -37,6 +37,8 @@ class _CapturingEngine:
 
     generation_defaults = GenerationDefaults(temperature=0.6, top_p=0.9, top_k=20, min_p=0.02,
                                              repetition_penalty=1.05, source="the test's")
+    capabilities = Capabilities(modes=("cpu-only",), remote_lanes=True, renders_locally=True,
+                                logprobs=True, grammars=True, tools=False)
 
     def __init__(self):
         self.messages = None

@@ -88,7 +88,7 @@ def test_capabilities_are_frozen_data_with_exactly_these_fields():
         ("renders_locally", "bool", missing), ("logprobs", "bool", missing),
         ("grammars", "bool", missing), ("tools", "bool", missing),
         ("drafts", "bool", False), ("images", "bool", False), ("embeddings", "bool", False),
-        ("saved_kv", "bool", False)]
+        ("saved_kv", "bool", False), ("chat", "bool", True)]
     caps = Capabilities(("cpu-only",), True, True, True, True, False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         caps.tools = True

@@ -10,6 +10,8 @@ generate --mcp` printing the call and its result."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -171,6 +173,8 @@ def test_the_loop_calls_an_approved_tool_and_goes_on_warm(tool_engine, tmp_path)
         assert outcome.messages[2]["content"] == outcome.calls[0].result.text
         # The round after the result starts with the previous prompt: warm.
         assert outcome.finished.cached_tokens > 16
+        # Each round's answer is kept (the CLI's stats line adds them up).
+        assert len(outcome.answers) == 2 and outcome.answers[-1] is outcome.finished
         denied = loop.run(engine, [{"role": "user", "content": "Weather in Oslo?"}], host,
                           tools, lambda call: False,
                           SamplingParams(max_tokens=48, temperature=0.0),
@@ -192,6 +196,11 @@ def test_tandem_generate_mcp_prints_the_call_and_its_result(tool_engine, tmp_pat
                      "--tool-rounds", "1", "--max-tokens", "80", "Weather in Paris?"]) == 0
     err = capsys.readouterr().err
     assert "→ weather/get_weather(" in err and "← result: sunny in " in err
+    # The stats line, as without --mcp: its two rounds added up.
+    stats = err.strip().splitlines()[-1]
+    assert re.fullmatch(r"(finished|stopped: length); 2 rounds, 1 tool call; prompt \d+ tokens "
+                        r"\(\d+ cached\), output \d+ tokens, TTFT \d+ ms, .* tokens/s, total "
+                        r"[\d.]+ s; prefill cpu -> decode cpu.*", stats), stats
     # Not allowed, and no terminal to ask: refused, and the model is told.
     assert cli.main(["generate", "--model", str(path), "--no-kv-cache", "--mcp", str(config),
                      "--force-tool", "get_weather", "--tool-rounds", "1", "--max-tokens", "80",
@@ -250,3 +259,59 @@ def test_odd_arguments_and_broken_schemas_never_break_the_loop():
     broken = {"get": Tool("s", "get", "", {"type": "object",
                                            "properties": {"x": {"$ref": "#/nowhere"}}})}
     assert loop.check(loop.Call("c", "get", {"x": 1}), broken) is None
+
+
+def test_the_stats_of_a_tool_loop_add_its_rounds_up():
+    from app.ui.answer_stats import stats_line, summed
+    from engine import Finished
+
+    first = Finished("r1", None, "stop", "", prompt_tokens=100, cached_tokens=0,
+                     output_tokens=11, ttft_s=0.5, time_per_output_token_s=0.01, e2e_s=0.6,
+                     lanes=(("prefill", "cpu"), ("decode", "cpu")), drafted=4,
+                     accepted_drafts=2)
+    second = Finished("r2", None, "length", "", prompt_tokens=150, cached_tokens=100,
+                      output_tokens=21, ttft_s=0.1, time_per_output_token_s=0.02, e2e_s=0.5,
+                      lanes=(("prefill", "cpu"), ("decode", "gpu")))
+    both = summed([first, second])
+    assert (both.prompt_tokens, both.cached_tokens, both.output_tokens) == (250, 100, 32)
+    assert both.ttft_s == 0.5 and both.reason == "length" and both.e2e_s == pytest.approx(1.1)
+    # tokens/s over every round's decoding: 30 steps in 0.1 + 0.4 s
+    assert both.tokens_per_s == pytest.approx(60.0)
+    assert stats_line(both, "2 rounds, 1 tool call") == (
+        "stopped: length; 2 rounds, 1 tool call; prompt 250 tokens (100 cached), output 32 "
+        "tokens, TTFT 500 ms, 60.0 tokens/s, total 1.10 s; prefill cpu -> decode cpu -> "
+        "decode gpu; drafts 2/4 accepted")
+
+
+def test_list_tools_says_what_would_be_offered_without_loading_the_weights(tool_engine,
+                                                                           tmp_path, capsys):
+    """Each tool: its server, the name offered, allowed or asks, whether it
+    fits (the template's refusal said), its description's first line; the
+    model's weights never read (here they could not be)."""
+    from app import cli
+
+    _, path = tool_engine
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "sun": {"command": sys.executable, "args": [SERVERS, "stdio", "sun"]},
+        "rain": {"command": sys.executable, "args": [SERVERS, "stdio", "rain"]},
+        "weather": {"command": sys.executable, "args": [SERVERS, "stdio", "spelled"]}}}))
+    assert cli.main(["generate", "--model", str(broken), "--mcp", str(config), "--list-tools",
+                     "--allow-tools", "sun/get_weather,pid"]) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[0]: line for line in captured.out.splitlines()}
+    assert rows["TOOL"].split() == ["TOOL", "RUNS", "FITS", "DESCRIPTION"]
+    sun = rows["sun/get_weather"]
+    assert re.search(r"\(as sun_get_weather\) +allowed +yes, \d+ tokens +The weather in a "
+                     r"city\.$", sun), sun
+    assert re.search(r"\(as rain_get_weather\) +asks +yes, ", rows["rain/get_weather"])
+    assert re.search(r" allowed +(yes|no), ", rows["weather/pid"])
+    assert "no: A tool definition or call contains '<|im_start|>'" in rows["weather/spelled"]
+    over = [line for line in rows.values() if "over the budget" in line]
+    assert over and all(" no, " in line for line in over)  # 4,096 tokens: not all fit
+    assert re.search(r"tandem: \d+ of \d+ tools fit: [\d,]+ tokens of the 2,048 the tools "
+                     r"may take \(50% of the model's 4,096-token context\)", captured.err)
+    assert "Traceback" not in captured.err and "corrupt" not in captured.err

@@ -42,6 +42,7 @@ class LoopOutcome:
     messages: list[dict]  # the conversation with every turn this loop added
     calls: list[Call] = field(default_factory=list)
     finished: object = None  # the last answer's engine Finished
+    answers: list = field(default_factory=list)  # every round's Finished, in order
 
 
 def run(engine, messages: list[dict], host: ToolHost, tools: list[Tool],
@@ -56,6 +57,7 @@ def run(engine, messages: list[dict], host: ToolHost, tools: list[Tool],
         prepared = engine.prepare(out.messages, tools=functions, tool_choice=tool_choice)
         done = engine.submit(prepared, params).result(timeout)
         out.finished = done
+        out.answers.append(done)
         calls = read_calls(engine, done, functions)
         if done.reason not in ("stop", "length") or not calls or round_no == rounds:
             # The tools stay in the prompt (its prefix warm); past the limit

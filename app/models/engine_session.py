@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from engine import EngineAPI
 
 LAST_MODEL_KEY, MODE_KEY = "model.last", "engine.mode"  # remembered across restarts
+NO_CHAT = ("{source} has no chat template: it is a base model, which continues text rather "
+           "than answering chat messages, so it cannot chat here. Use it to continue text "
+           "with `tandem generate --raw` or the API's /v1/completions (`tandem serve`).")
 
 
 class EngineSession(QObject):
@@ -83,15 +86,26 @@ class EngineSession(QObject):
         forget_chat_kv(self.engine, chat_id)
 
     def _make(self, source: str):
-        """On the loader thread: the engine for `source`."""
+        """On the loader thread: the engine for `source`; a base model (no
+        chat template) is refused, before its weights load where its files
+        tell (engine/models/tokenizer_only.py)."""
         if source in self._remote_models:
             from engine import RemoteModelEngine
 
             spec, key = self._remote_models[source]
             return RemoteModelEngine.load(spec, key)
+        from engine.models.tokenizer_only import declares_chat_template
+
+        if declares_chat_template(source) is False:
+            raise EngineError(NO_CHAT.format(source=source), "no-chat-template")
         if self._factory is load_engine:  # the app's own: with the Settings' saved-KV choice
-            return load_engine(source, self._kv)
-        return self._factory(source)
+            engine = load_engine(source, self._kv)
+        else:
+            engine = self._factory(source)
+        if not engine.capabilities.chat:  # what its files did not tell
+            engine.close()
+            raise EngineError(NO_CHAT.format(source=source), "no-chat-template")
+        return engine
 
     def library(self, parent, **kwargs):
         """The model library (app/models/model_library.py): loading a model

@@ -22,6 +22,20 @@ import secrets
 from ..core.errors import EngineError
 
 
+NO_CHAT_TEMPLATE = ("This model has no chat template: it is a base model, which continues text "
+                    "rather than answering chat messages. Send it the text to continue "
+                    "instead: the API's /v1/completions, or `tandem generate --raw`.")
+
+
+def has_chat_template(tokenizer) -> bool:
+    """Whether `tokenizer` renders chats: its own template, or one mlx-lm
+    supplies (its wrapper's `has_chat_template`)."""
+    known = getattr(tokenizer, "has_chat_template", None)
+    if isinstance(known, bool):
+        return known
+    return getattr(tokenizer, "chat_template", None) is not None
+
+
 def special_strings(tokenizer) -> list[str]:
     """The text of every special (control) token, longest first."""
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
