@@ -38,7 +38,7 @@ from .restore import Restorer, open_disk_tier
 from .models.call_json import checked_call
 from .models.chat_template import has_chat_template
 from .models.tools import plan_tools, tool_format
-from .prompt import check_ids, render_messages, with_grammar
+from .prompt import check_ids, encode_raw, render_messages, with_grammar
 from .models.loader import LoadedModel, load_model
 from .runtime import blas, wired
 from .runtime.allocator import return_freed_memory
@@ -428,8 +428,7 @@ class Engine:
         """A raw completion prompt made ready for `submit`: text tokenized as
         the model's tokenizer does by default, or token ids, each checked
         against the vocabulary; `grammar` built."""
-        ids = (list(self.tokenizer.encode(prompt)) if isinstance(prompt, str)
-               else list(prompt))
+        ids = encode_raw(self.tokenizer, prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise EngineError("The prompt is empty.", "bad-argument")
         check_ids(ids, self.vocab_size)

@@ -51,6 +51,20 @@ def render_messages(tokenizer, messages: list[dict], tools: list[dict] | None = 
         raise EngineError(f"Cannot apply the chat template: {e}", "bad-argument") from e
 
 
+def encode_raw(tokenizer, text: str) -> list[int]:
+    """A raw prompt's ids as the model's tokenizer makes them (its BOS where
+    it adds one); a prompt that spells the BOS itself ("<s>[INST] ..." pasted
+    from a model card) keeps one, not two: llama.cpp warns of the doubled BOS,
+    which degrades the answer."""
+    ids = list(tokenizer.encode(text))
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and ids[:2] == [bos, bos]:
+        written = tokenizer.encode(text, add_special_tokens=False)
+        if written[:1] == [bos]:  # the text's own BOS: the added one goes
+            ids = ids[1:]
+    return ids
+
+
 def check_ids(ids: list[int], vocab: int) -> None:
     """Raw token ids (an API's prompt) are each a token of this model: an id
     past the embedding would read outside it."""

@@ -95,6 +95,8 @@ def test_completes_as_the_reference_does(files, family):
             assert expected[0] == bos and expected[1:] == f.sp.encode(text)
             prepared = engine.prepare_prompt(text)
             assert prepared.prompt_ids == expected
+            # The BOS spelled in the text too: still one (engine.prompt.encode_raw).
+            assert engine.prepare_prompt(f.sp.id_to_piece(bos) + text).prompt_ids == expected
             handle = engine.submit(prepared, SamplingParams(max_tokens=12))
             handle.result(60)
             assert handle.request.output_ids == reference_greedy(reference, expected, 12), text
@@ -121,3 +123,19 @@ def test_the_folder_of_the_same_model_is_unchanged(files):
     chat = list(loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                      add_generation_prompt=True))
     assert chat.count(f.sp.bos_id()) == 1 and chat[0] == f.sp.bos_id()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_prompt_that_spells_its_bos_keeps_one(files, family):
+    """"<s>[INST] ..." pasted as a raw prompt: the tokenizer adds a BOS and
+    the text spells one; the prompt keeps one (llama.cpp warns of two)."""
+    from engine.prompt import encode_raw
+
+    f = files[family]
+    tokenizer = build_tokenizer(read_metadata(f.gguf))
+    bos = f.sp.bos_id()
+    text = "The capital of France is"
+    spelled = f.sp.id_to_piece(bos) + text
+    assert tokenizer.encode(spelled)[:2] == [bos, bos]  # what the tokenizer alone gives
+    assert encode_raw(tokenizer, spelled) == encode_raw(tokenizer, text) == [bos] + f.sp.encode(text)
+    assert encode_raw(tokenizer, "hello " + f.sp.id_to_piece(bos)).count(bos) == 2  # mid-text: kept
