@@ -201,6 +201,21 @@ def test_a_prepared_grammar_holds_the_answer(make_engine):
         engine.submit(Prepared(None, [0, 10**9]))
 
 
+def test_a_bug_while_finishing_still_ends_the_request(make_engine, monkeypatch):
+    """Reading the answer's text at its end raises (a stream missing a field
+    the director reads: how a remote model's requests once hung): the request
+    still ends, with one Finished saying so, and the engine goes on."""
+    from engine.runtime.textstream import TextStream
+
+    engine = make_engine()
+    with monkeypatch.context() as patch:
+        patch.setattr(TextStream, "finish", lambda self: 1 / 0)
+        done = engine.submit(engine.prepare(HI), SamplingParams(max_tokens=4)).result(60)
+    assert done.reason == "error" and "ZeroDivisionError" in done.error
+    assert engine.submit(engine.prepare(HI), SamplingParams(max_tokens=4)).result(60).reason in (
+        "stop", "length")
+
+
 def test_a_remote_model_answers_what_its_prepare_made(remote_server):  # noqa: F811
     """A real server (`tandem serve` of a scripted model) renders the chat."""
     engine = RemoteModelEngine.load(RemoteSpec(f"{remote_server}/v1"))

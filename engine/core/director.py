@@ -9,6 +9,7 @@ never in the middle of running a step.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -19,6 +20,8 @@ from .memory import format_bytes
 from .request import Request, RequestStatus
 from .reservation import OPEN_STEP, first_reservation, settle_limit
 from .router import MODES, LaneView, Placement, Policy, RequestView, eligible_lanes
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .scheduler import LaneScheduler
@@ -224,6 +227,20 @@ class Director:
             output = request.num_output + request.carried
             if reason in ("stop", "length") and output:
                 self.expected_output += 0.2 * (output - self.expected_output)
+        try:
+            self._announce_end(request, reason, lane, error)
+        except Exception as exc:  # a bug reading its text: still exactly one Finished
+            logger.exception("Finishing request %s failed", request.request_id)
+            self.emit(Finished(
+                request.request_id, request.tab_id, reason="error", text="",
+                prompt_tokens=request.num_prompt, cached_tokens=0,
+                output_tokens=request.num_output, ttft_s=None, time_per_output_token_s=None,
+                e2e_s=self.clock() - request.submitted_at, lanes=tuple(request.lane_history),
+                error=f"Internal error while finishing the answer: {exc!r}"))
+
+    def _announce_end(self, request: Request, reason: str, lane: str | None,
+                      error: str | None) -> None:
+        """The request's last Token (the text held back) and its Finished."""
         stream, request.text = request.text, None
         tail, thought = (stream.finish() if stream is not None
                          and reason not in ("cancelled", "error") else ("", ""))
