@@ -247,7 +247,7 @@ def _nan_keys(layers):
 
 
 def _other_shape(layers):
-    from tests.test_disk_tier import _other_shape
+    from tests.test_disk_tier_files import _other_shape
 
     return _other_shape(layers)
 
@@ -259,7 +259,7 @@ def test_files_that_are_not_this_models_kv_are_never_used(tiny_model_dir, tmp_pa
     not this model's KV (1 KV head of 8 for 2 of 16; one layer for two;
     NaN): a restart answers exactly as before from a cold prefill, removes
     the files with a note, and its lane serves on."""
-    from tests.test_disk_tier import rewrite
+    from tests.test_disk_tier_files import rewrite
 
     folder = tmp_path / "kv"
     follow, warm = _first_process(tiny_model_dir, folder)
@@ -361,7 +361,7 @@ def test_fifos_in_the_kv_folder_never_block_the_engine(tiny_model_dir, tmp_path)
     listened; planted later, every request hung)."""
     import os
 
-    from tests.test_disk_tier import _in_time
+    from tests.test_disk_tier_files import _in_time
 
     folder = tmp_path / "kv"
     follow, warm = _first_process(tiny_model_dir, folder)

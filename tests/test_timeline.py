@@ -4,7 +4,8 @@ axis with zoom, pan and follow-now, hover and click on a request."""
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from app.scheduler.timeline import Timeline, TimelinePanel, TimelineView, tick_step
+from app.scheduler.timeline import Timeline
+from app.scheduler.timeline_view import TimelinePanel, TimelineView, tick_step
 
 
 class Clock:

@@ -134,8 +134,8 @@ def test_a_long_answer_re_renders_only_its_last_paragraph(qtbot, monkeypatch):
     import app.chat.transcript as transcript
 
     rendered = []
-    real = transcript._fragment
-    monkeypatch.setattr(transcript, "_fragment", lambda md: rendered.append(md) or real(md))
+    real = transcript.fragment
+    monkeypatch.setattr(transcript, "fragment", lambda md: rendered.append(md) or real(md))
     tab = _tab(qtbot, [{"role": "user", "content": "write a lot"}])
     tab.show()
     tab.conversation.answer = Answer()

@@ -2,10 +2,10 @@
 
 Built for long chats and hostile text:
 - Each message is rendered on its own (a Markdown fragment inserted into the
-  document), so an unclosed code fence or a stray rule in one message cannot
-  reshape the others, and a finished message is rendered once. While an answer
-  streams, only that answer is re-rendered on each flush: the cost follows the
-  answer, not the chat.
+  document: app/chat/markdown_fragment.py), so an unclosed code fence or a
+  stray rule in one message cannot reshape the others, and a finished
+  message is rendered once. While an answer streams, only that answer is
+  re-rendered on each flush: the cost follows the answer, not the chat.
 - A long chat opens with its newest messages only; older ones are inserted
   above them in slices that each take a few milliseconds, so opening a
   100,000-message chat never freezes the window (app/chat/transcript_slices.py).
@@ -21,12 +21,11 @@ Built for long chats and hostile text:
 
 from __future__ import annotations
 
-import json
 import secrets
 
 from PySide6.QtCore import Signal, QUrl
 from PySide6.QtGui import (QFont, QImage, QTextBlockFormat, QTextCharFormat, QTextCursor,
-                           QTextDocument, QTextDocumentFragment, QTextFormat, QTextImageFormat)
+                           QTextDocument, QTextFormat, QTextImageFormat)
 from PySide6.QtWidgets import QTextBrowser
 
 from app.chat import draft_tint, tool_blocks
@@ -35,85 +34,16 @@ from app.conversation.attach_files import describe_record, split_message
 from app.conversation.chat_images import describe as describe_image, records_of
 from app.ui.highlight import CodeHighlighter
 from app.ui.theme import is_dark
+from app.chat.markdown_fragment import (InertDocument, fragment, json_block,
+                                        paragraph_break, paragraph_format)
 from app.chat.transcript_slices import Slices, Starts
 
-MARKDOWN = QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
 # A message longer than this shows its start only (a 1 MB paste would take
 # seconds to lay out); the whole text is kept, sent and copyable.
 SHOWN_CHARS = 50_000
 ACTION_SCHEME = "tandem"
 SAFE_SCHEMES = ("http", "https")
 THUMB_SHOWN = 160  # a thumbnail's longest side in the transcript, in pixels
-
-
-class _InertDocument(QTextDocument):
-    """A document that loads nothing an image or a link points at."""
-
-    def loadResource(self, kind, name):  # noqa: N802 (Qt naming)
-        return None
-
-
-def _fragment(markdown: str) -> QTextDocumentFragment:
-    document = _InertDocument()
-    document.setMarkdown(markdown, MARKDOWN)
-    _replace_images(document)
-    return QTextDocumentFragment(document)
-
-
-def _json_block(text: str) -> str:
-    """A JSON answer, formatted, in a code block (as written when it does not
-    parse: cut by max_tokens, say)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    pretty = json.dumps(value, indent=2, ensure_ascii=False)
-    fence = "~~~~" if "```" in pretty else "```"
-    return f"{fence}json\n{pretty}\n{fence}"
-
-
-def _paragraph() -> QTextBlockFormat:
-    """A block spaced like a Markdown paragraph (the fragment's first block
-    takes the format of the block it is inserted into)."""
-    fmt = QTextBlockFormat()
-    fmt.setTopMargin(6)
-    fmt.setBottomMargin(6)
-    return fmt
-
-
-def _paragraph_break(text: str, start: int) -> int:
-    """The end of the last blank line after `start` that is outside a code
-    fence (start itself when there is none); `start` is outside any fence."""
-    best, inside, fence, position = start, False, "", start
-    lines = text[start:].split("\n")
-    for number, line in enumerate(lines[:-1]):  # the last line may be half written
-        position += len(line) + 1
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")) and (not inside or stripped.startswith(fence)):
-            inside, fence = not inside, stripped[:3]
-        elif not stripped and not inside and number > 0:
-            best = position
-    return best
-
-
-def _replace_images(document: QTextDocument) -> None:
-    """Show each image as its address in text: Qt's image handler would read a
-    local file itself, whatever loadResource says."""
-    images, block = [], document.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.charFormat().isImageFormat():
-                images.append((fragment.position(), fragment.length(),
-                               fragment.charFormat().toImageFormat().name()))
-            it += 1
-        block = block.next()
-    cursor = QTextCursor(document)
-    for position, length, name in reversed(images):
-        cursor.setPosition(position)
-        cursor.setPosition(position + length, QTextCursor.KeepAnchor)
-        cursor.insertText(f"[image: {name}]", QTextCharFormat())
 
 
 class Transcript(Slices, QTextBrowser):
@@ -131,7 +61,7 @@ class Transcript(Slices, QTextBrowser):
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         self._key = secrets.token_hex(16)
-        self.setDocument(_InertDocument(self))
+        self.setDocument(InertDocument(self))
         self.document().setDocumentMargin(10)
         # A read-only view never undoes; the undo stack would keep every
         # insertion of a long chat for nothing.
@@ -172,7 +102,7 @@ class Transcript(Slices, QTextBrowser):
     def _scratch() -> QTextDocument:
         """A document without a layout for a slice to be rendered into (text
         inserted there costs no layout until the slice joins the view)."""
-        return _InertDocument()
+        return InertDocument()
 
     def add_message(self, index: int, message: dict, footer: str | None,
                     actions: list[tuple[str, str]] | None = None,
@@ -225,7 +155,7 @@ class Transcript(Slices, QTextBrowser):
         actions = list(actions) if actions is not None else (
             [("edit", "Edit")] if user else [("regen", "Regenerate")])
         if not user and message.get("format") == "json":
-            content = _json_block(content)
+            content = json_block(content)
         if len(content) > SHOWN_CHARS:
             hidden = len(content) - SHOWN_CHARS
             content = (f"{content[:SHOWN_CHARS]}\n\n*… {hidden:,} more characters are not "
@@ -238,11 +168,11 @@ class Transcript(Slices, QTextBrowser):
         reasoning = "" if user else message.get("reasoning") or ""
         if reasoning:  # a reasoning model's thoughts: one line that opens them
             self._render_thoughts(cursor, index, message, reasoning, bool(content))
-            cursor.insertFragment(_fragment(body if content else
-                                            "*(no answer: it stopped while thinking)*"))
+            cursor.insertFragment(fragment(body if content else
+                                           "*(no answer: it stopped while thinking)*"))
         else:
-            cursor.insertFragment(_fragment(f"**{'You' if user else 'Assistant'}**\n\n"
-                                            + (body if content or not files else "")))
+            cursor.insertFragment(fragment(f"**{'You' if user else 'Assistant'}**\n\n"
+                                           + (body if content or not files else "")))
         self._tint(cursor.document(), start, cursor.position(), message.get("drafted"))
         for f in files:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
@@ -304,7 +234,7 @@ class Transcript(Slices, QTextBrowser):
         """'▸ Thought for 3 s' (a link that opens them), and when open the
         thoughts themselves: plain text, indented and muted."""
         opened = bool(message.get("thinking_open"))
-        cursor.insertFragment(_fragment("**Assistant**"))
+        cursor.insertFragment(fragment("**Assistant**"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         self._link(cursor, "think", index, ("▾ " if opened else "▸ ")
                    + thinking.title(message.get("thinking_s"), answered))
@@ -350,23 +280,23 @@ class Transcript(Slices, QTextBrowser):
         if self._stream_start is None:
             self._stream_start = cursor.position()
             self._separate(cursor)
-            cursor.insertFragment(_fragment("**Assistant**"))
+            cursor.insertFragment(fragment("**Assistant**"))
             self._stable = 0  # text[:_stable] is rendered for good
             self._tail_start = cursor.position()
         else:
             cursor.setPosition(self._tail_start)
             cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
             cursor.removeSelectedText()
-        split = _paragraph_break(text, self._stable)
+        split = paragraph_break(text, self._stable)
         if split > self._stable:
-            cursor.insertBlock(_paragraph(), QTextCharFormat())
-            cursor.insertFragment(_fragment(text[self._stable:split]))
+            cursor.insertBlock(paragraph_format(), QTextCharFormat())
+            cursor.insertFragment(fragment(text[self._stable:split]))
             self._stable = split
             self._tail_start = cursor.position()
         tail = text[self._stable:] if text else "…"
         if tail.strip():
-            cursor.insertBlock(_paragraph(), QTextCharFormat())
-            cursor.insertFragment(_fragment(tail))
+            cursor.insertBlock(paragraph_format(), QTextCharFormat())
+            cursor.insertFragment(fragment(tail))
         self._tint(self.document(), self._stream_start, cursor.position(), drafted)
         if at_bottom:
             bar.setValue(bar.maximum())

@@ -16,7 +16,8 @@ from engine import format_bytes
 from app.scheduler.hybrid_ledger import HybridLedger
 from app.scheduler.lane_plots import LaneCard, LanePlots, SystemPlots
 from app.ui.plain_text import plain, tip
-from app.scheduler.timeline import Timeline, TimelinePanel, TimelineView
+from app.scheduler.timeline import Timeline
+from app.scheduler.timeline_view import TimelinePanel, TimelineView
 
 LOG_ROWS = 500
 MODE_BUTTON_CSS = (  # palette() is read when applied: applied again when the theme changes

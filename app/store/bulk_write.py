@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .branch import branch_and_versions
-from .chats import Message, _message
+from .records import Message, message_of
 from .images import INSERT as INSERT_IMAGE, image_row
 from .writer import MOVED, describe, file_identity
 
@@ -127,6 +127,6 @@ def read_branch(path: Path, identity: Identity,
         db.row_factory = sqlite3.Row
         rows, versions = branch_and_versions(
             lambda sql, args=(): db.execute(sql, args).fetchall(), chat_id)
-        return [_message(r) for r in rows], versions
+        return [message_of(r) for r in rows], versions
     finally:
         db.close()

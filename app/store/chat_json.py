@@ -3,42 +3,42 @@
 Qt-free. Export writes the whole tree (`format: tandem-chat`, `version: 1`).
 Import reads that, or a plain OpenAI-style `{"messages": [{"role",
 "content"}, ...]}` / a bare list of such messages (one branch; content
-parts' text joined, a user message's data: URL images kept), checks every
-field before anything is written, and makes a new chat: a file is data, its
-ids are renumbered, nothing in it can touch another chat.
+parts' text joined, a user message's data: URL images kept: openai_chat.py),
+checks every field before anything is written (chat_file_checks.py), and
+makes a new chat: a file is data, its ids are renumbered, nothing in it can
+touch another chat.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import sys
 from typing import Any
 
 from app.conversation.attach_files import file_record
-from app.conversation.chat_images import image_record, read_image_bytes, records_of
+from app.conversation.chat_images import image_record, records_of
+
+from .chat_file_checks import (MAX_CALLS, MAX_FILE_IMAGES, ImportError_, fail, is_int,
+                               read_base64, tool_call)
+from .openai_chat import openai_parts, openai_tool
+
+__all__ = ["PARAMS", "ROLES", "ImportError_", "check_size", "export_chat", "import_chat",
+           "parse_chat", "write_chat"]
 
 FORMAT, VERSION = "tandem-chat", 1
 # A chat file larger than this is refused before it is read: a chat with a
 # few phone photos (base64 in the file) passes.
 MAX_BYTES = 256 << 20
-MAX_FILE_IMAGES = 1000
 MAX_MESSAGES = 100_000
 ROLES = ("user", "assistant", "system", "tool")
 STATUSES = ("result", "error", "denied", "stopped", "refused")  # a tool turn's outcome
-MAX_CALLS = 64  # an answer's tool calls kept from a file
-MAX_TOOL_JSON = 1 << 20  # a call's arguments, as JSON
 # A chat's sampling settings: type, least, most. The settings row's spin boxes
 # (app/chat/chat_settings.py) have these ranges, and an imported chat is held to
 # them: a spin box cannot show 1e308 or NaN.
 PARAMS = {"temperature": (float, 0.0, 2.0), "top_p": (float, 0.05, 1.0), "top_k": (int, 0, 1000),
           "min_p": (float, 0.0, 1.0), "repetition_penalty": (float, 1.0, 2.0),
           "max_tokens": (int, 1, 32768)}
-
-
-class ImportError_(ValueError):
-    """A file that is not a chat Tandem can import; the message says why."""
 
 
 def export_chat(store, chat_id: int) -> str:
@@ -65,15 +65,11 @@ def export_chat(store, chat_id: int) -> str:
     }, ensure_ascii=False, indent=1)
 
 
-def _fail(why: str):
-    raise ImportError_(why)
-
-
 def check_size(size: int) -> None:
     """Refuse a chat file too large to read (before it is read)."""
     if size > MAX_BYTES:
-        _fail(f"The file is {size / 2**20:.0f} MiB; a chat file is at most "
-              f"{MAX_BYTES >> 20} MiB.")
+        fail(f"The file is {size / 2**20:.0f} MiB; a chat file is at most "
+             f"{MAX_BYTES >> 20} MiB.")
 
 
 def parse_chat(data: bytes) -> dict[str, Any]:
@@ -88,14 +84,14 @@ def parse_chat(data: bytes) -> dict[str, Any]:
     lost: list[str] = []  # a plain list's images that could not be read
     for i, m in enumerate(doc["messages"], start=1):
         if not tree and isinstance(m, dict) and isinstance(m.get("content"), list):
-            m = _openai_parts(m, i, images, lost)
+            m = openai_parts(m, i, images, lost)
         messages.append(_message(m, i, tree, seen, names, images))
         seen.add(messages[-1]["id"])
     if lost:
         notes.append(f"{len(lost)} of the file's images could not be read and were left out "
                      f"({'; '.join(lost[:3])}{'; ...' if len(lost) > 3 else ''}).")
     if not messages:
-        _fail("The file has no messages.")
+        fail("The file has no messages.")
     title = doc.get("title")
     system = doc.get("system_prompt", "")
     leaf = doc.get("leaf")
@@ -103,7 +99,7 @@ def parse_chat(data: bytes) -> dict[str, Any]:
             "Imported chat",
             "system_prompt": system if isinstance(system, str) else "",
             "params": _params(doc.get("params")),
-            "leaf": leaf if _is_int(leaf) and leaf in seen else messages[-1]["id"],
+            "leaf": leaf if is_int(leaf) and leaf in seen else messages[-1]["id"],
             "messages": messages, "notes": notes,
             "images": list({image.digest: image for image in images.values()}.values())}
     try:  # the rest of the text written: SQLite refuses lone surrogates
@@ -111,8 +107,8 @@ def parse_chat(data: bytes) -> dict[str, Any]:
                     [(m["stats"], m["tool"]) for m in messages]],
                    ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        _fail("The file's title, system prompt, settings, stats or tool calls hold text "
-              "that is not valid Unicode.")
+        fail("The file's title, system prompt, settings, stats or tool calls hold text "
+             "that is not valid Unicode.")
     return chat
 
 
@@ -123,24 +119,24 @@ def _chat_document(data: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        _fail("The file is not UTF-8 text.")
+        fail("The file is not UTF-8 text.")
     except (json.JSONDecodeError, RecursionError) as e:
-        _fail(f"The file is not valid JSON ({getattr(e, 'msg', 'too deeply nested')}).")
+        fail(f"The file is not valid JSON ({getattr(e, 'msg', 'too deeply nested')}).")
     except ValueError:  # Python's guard against quadratic int(str) on huge numbers
-        _fail(f"The file holds a number of more than {sys.get_int_max_str_digits():,} digits.")
+        fail(f"The file holds a number of more than {sys.get_int_max_str_digits():,} digits.")
     if isinstance(doc, list):
         doc = {"messages": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
-        _fail("The file has no list of messages (a Tandem chat export, or "
-              '{"messages": [{"role": ..., "content": ...}]}).')
+        fail("The file has no list of messages (a Tandem chat export, or "
+             '{"messages": [{"role": ..., "content": ...}]}).')
     if doc.get("format") not in (None, FORMAT):
-        _fail(f"The file's format is {str(doc.get('format'))[:40]!r}, not a Tandem chat.")
+        fail(f"The file's format is {str(doc.get('format'))[:40]!r}, not a Tandem chat.")
     if doc.get("format") == FORMAT and doc.get("version") != VERSION:
-        _fail(f"The file is a Tandem chat of version {str(doc.get('version'))[:20]}; "
-              f"this Tandem reads version {VERSION}.")
+        fail(f"The file is a Tandem chat of version {str(doc.get('version'))[:20]}; "
+             f"this Tandem reads version {VERSION}.")
     if len(doc["messages"]) > MAX_MESSAGES:
-        _fail(f"The file has {len(doc['messages']):,} messages; at most {MAX_MESSAGES:,} "
-              "are imported.")
+        fail(f"The file has {len(doc['messages']):,} messages; at most {MAX_MESSAGES:,} "
+             "are imported.")
     return doc
 
 
@@ -152,7 +148,7 @@ def _images(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if raw is None:
         return {}, []
     if not isinstance(raw, list) or len(raw) > MAX_FILE_IMAGES:
-        _fail(f"The file's images are not a list of at most {MAX_FILE_IMAGES}.")
+        fail(f"The file's images are not a list of at most {MAX_FILE_IMAGES}.")
     images, lost = {}, []
     for n, item in enumerate(raw, start=1):
         digest = item.get("digest") if isinstance(item, dict) else None
@@ -160,7 +156,7 @@ def _images(raw: Any) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(digest, str) or not isinstance(payload, str):
             lost.append(f"image {n}: no digest or data")
             continue
-        image = _read_base64(f"image {n}", f"image {n}", payload, lost)
+        image = read_base64(f"image {n}", f"image {n}", payload, lost)
         if image is not None:
             images[digest[:64]] = image
     notes = [f"{len(lost)} of the file's images could not be read and were left out "
@@ -175,112 +171,37 @@ def _message(m: Any, i: int, tree: bool, seen: set, names: dict[str, str],
     follows the message before (an OpenAI-style list's tool calls and tool
     results become Tandem's tool turns)."""
     if not isinstance(m, dict):
-        _fail(f"Message {i} is not an object.")
+        fail(f"Message {i} is not an object.")
     role, content = m.get("role"), m.get("content")
     if role not in ROLES:
-        _fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant, "
-              "system and tool are imported.")
-    tool = _tool(m.get("tool"), role, i) if tree else _openai_tool(m, role, i, names)
+        fail(f"Message {i} has the role {str(role)[:20]!r}; only user, assistant, "
+             "system and tool are imported.")
+    tool = _tool(m.get("tool"), role, i) if tree else openai_tool(m, role, i, names)
     if content is None and role == "assistant" and tool:
         content = ""  # OpenAI: an answer that only called tools
     if not isinstance(content, str):
-        _fail(f"Message {i} has no text content.")
+        fail(f"Message {i} has no text content.")
     reasoning = m.get("reasoning", "") if tree else (m.get("reasoning_content") or "")
     if not isinstance(reasoning, str):
-        _fail(f"Message {i}'s thinking is not text.")
+        fail(f"Message {i}'s thinking is not text.")
     stats = _stats(m.get("stats"), len(content), images or {}) if tree else \
         ({"images": m["_images"]} if m.get("_images") else None)  # _openai_parts' own
     if tree:
         mid, parent = m.get("id"), m.get("parent")
-        if not _is_int(mid) or mid in seen:
-            _fail(f"Message {i} has no id of its own.")
-        if parent is not None and not (_is_int(parent) and parent in seen):
-            _fail(f"Message {i} follows a message that is not before it in the file.")
+        if not is_int(mid) or mid in seen:
+            fail(f"Message {i} has no id of its own.")
+        if parent is not None and not (is_int(parent) and parent in seen):
+            fail(f"Message {i} follows a message that is not before it in the file.")
     else:  # a plain list is one branch
         mid, parent = i, (i - 1 if i > 1 else None)
     for text in (content, reasoning):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            _fail(f"Message {i} holds text that is not valid Unicode.")
+            fail(f"Message {i} holds text that is not valid Unicode.")
     return {"id": mid, "parent": parent, "role": role, "content": content,
             "reasoning": reasoning, "complete": m.get("complete", True) is not False,
             "stats": stats, "tool": tool}
-
-
-def _read_base64(label: str, name: str, payload: str, lost: list[str]):
-    """An image's base64 read and checked (ImageFile `name`), or None with
-    why said in `lost` under `label`."""
-    try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        lost.append(f"{label}: not base64")
-        return None
-    image = read_image_bytes(name, data)
-    if image.error:
-        lost.append(f"{label}: {image.error}")
-        return None
-    return image
-
-
-def _openai_parts(m: dict, i: int, images: dict[str, Any], lost: list[str]) -> dict:
-    """An OpenAI-style message whose content is parts: its text parts joined,
-    and in a user message its image_url parts with data: URLs read and checked
-    as attached images are (kept in `images`, named in the message's stats);
-    one that cannot be read, or a web address (not fetched), goes in `lost`."""
-    texts, records = [], []
-    for j, part in enumerate(m["content"][:1000], start=1):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-            continue
-        if kind not in ("image_url", "input_image") or m.get("role") != "user":
-            _fail(f"Message {i}'s part {j} is not text (or an image in a user message).")
-        value = part.get("image_url")
-        url = value.get("url") if isinstance(value, dict) else value
-        name = f"image {len(records) + 1} of message {i}"
-        header, _, payload = url.partition(",") if isinstance(url, str) else ("", "", "")
-        if not (header.lower().startswith("data:image/") and header.lower().endswith(";base64")):
-            lost.append(f"{name}: not a data: URL" + (" (web addresses are not fetched)"
-                        if isinstance(url, str) and url.startswith("http") else ""))
-            continue
-        if len(images) >= MAX_FILE_IMAGES:
-            lost.append(f"{name}: over {MAX_FILE_IMAGES} images in one file")
-            continue
-        image = _read_base64(name, f"{name}.{header[11:-7][:10] or 'png'}", payload, lost)
-        if image is None:
-            continue
-        images.setdefault(image.digest, image)
-        records.append(image.record())
-    return {**m, "content": "".join(texts), "_images": records}
-
-
-def _text(value: Any, limit: int = 200) -> str:
-    return value[:limit] if isinstance(value, str) else ""
-
-
-def _arguments(value: Any, i: int) -> Any:
-    """A call's arguments as written (an object, or the text a model wrote),
-    bounded in size; anything else refuses the file."""
-    if value is None:
-        return {}
-    if not isinstance(value, (dict, list, str)):
-        _fail(f"Message {i}'s tool call has arguments that are not an object or text.")
-    try:
-        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
-    except (UnicodeEncodeError, ValueError, RecursionError):
-        _fail(f"Message {i}'s tool call has arguments that are not valid Unicode JSON.")
-    if size > MAX_TOOL_JSON:
-        _fail(f"Message {i}'s tool call has {size:,} bytes of arguments; at most "
-              f"{MAX_TOOL_JSON:,}.")
-    return value
-
-
-def _call(raw: Any, i: int) -> dict[str, Any]:
-    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-        _fail(f"Message {i} has a tool call without a name.")
-    return {"id": _text(raw.get("id")), "name": raw["name"][:200],
-            "server": _text(raw.get("server")), "arguments": _arguments(raw.get("arguments"), i)}
 
 
 def _tool(raw: Any, role: str, i: int) -> dict[str, Any] | None:
@@ -288,60 +209,22 @@ def _tool(raw: Any, role: str, i: int) -> dict[str, Any] | None:
     result's call and outcome. Elsewhere it is left out."""
     if raw is None:
         if role == "tool":
-            _fail(f"Message {i} is a tool result without its call.")
+            fail(f"Message {i} is a tool result without its call.")
         return None
     if not isinstance(raw, dict):
-        _fail(f"Message {i}'s tool field is not an object.")
+        fail(f"Message {i}'s tool field is not an object.")
     if role == "assistant":
         calls = raw.get("calls")
         if not isinstance(calls, list) or len(calls) > MAX_CALLS:
-            _fail(f"Message {i}'s tool calls are not a list of at most {MAX_CALLS}.")
-        return {"calls": [_call(c, i) for c in calls]} if calls else None
+            fail(f"Message {i}'s tool calls are not a list of at most {MAX_CALLS}.")
+        return {"calls": [tool_call(c, i) for c in calls]} if calls else None
     if role != "tool":
         return None
-    call = _call(raw, i)
+    call = tool_call(raw, i)
     status = raw.get("status")
     call["status"] = status if status in STATUSES else "result"
     call["error"] = raw.get("error") is True
     return call
-
-
-def _openai_tool(m: dict, role: str, i: int, names: dict[str, str]) -> dict[str, Any] | None:
-    """An OpenAI-style message's tool calls (an assistant's `tool_calls`) or
-    tool result (`tool_call_id`), as Tandem's tool field."""
-    if role == "assistant" and m.get("tool_calls") is not None:
-        calls = m["tool_calls"]
-        if not isinstance(calls, list) or len(calls) > MAX_CALLS:
-            _fail(f"Message {i}'s tool_calls are not a list of at most {MAX_CALLS}.")
-        out = []
-        for raw in calls:
-            function = raw.get("function") if isinstance(raw, dict) else None
-            if not isinstance(function, dict):
-                _fail(f"Message {i} has a tool call without a function.")
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):  # OpenAI sends them as JSON text
-                try:
-                    parsed = json.loads(arguments) if arguments.strip() else {}
-                except (ValueError, RecursionError):
-                    parsed = None
-                if isinstance(parsed, dict):
-                    function = {**function, "arguments": parsed}
-            call = _call({"id": raw.get("id"), **function}, i)
-            names[call["id"]] = call["name"]
-            out.append(call)
-        return {"calls": out} if out else None
-    if role == "tool":
-        call_id = m.get("tool_call_id")
-        if call_id not in names:
-            _fail(f"Message {i} is a tool result without its call (a tool_call_id of an "
-                  "assistant's tool_calls before it).")
-        return {"id": call_id, "name": names[call_id],
-                "server": "", "arguments": {}, "status": "result", "error": False}
-    return None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _params(raw: Any) -> dict:
@@ -355,10 +238,10 @@ def _params(raw: Any) -> dict:
         if key not in raw:
             continue
         value = raw[key]
-        number = _is_int(value) or (kind is float and isinstance(value, float))
+        number = is_int(value) or (kind is float and isinstance(value, float))
         if not (number and low <= value <= high):  # NaN compares false: refused too
-            _fail(f"The chat's setting {key} is {str(value)[:24]}; it is "
-                  f"{'an integer' if kind is int else 'a number'} from {low} to {high}.")
+            fail(f"The chat's setting {key} is {str(value)[:24]}; it is "
+                 f"{'an integer' if kind is int else 'a number'} from {low} to {high}.")
         params[key] = kind(value)
     fmt = raw.get("answer_format")  # JSON answers (app/chat/chat_settings.py)
     if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and \
@@ -382,7 +265,7 @@ def _stats(raw: Any, length: int, images: dict[str, Any]) -> dict | None:
             out[key] = raw[key][:1000]
     for key in ("output_tokens", "prompt_tokens", "cached_tokens"):
         value = raw.get(key)
-        if _is_int(value) and 0 <= value < 1 << 31:
+        if is_int(value) and 0 <= value < 1 << 31:
             out[key] = value
     for key in ("ttft_s", "thinking_s"):
         value = raw.get(key)

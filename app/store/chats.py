@@ -4,15 +4,17 @@ Qt-free. A write commits at once when it can, so a killed process loses at
 most what it had not yet written (the window flushes a streaming answer every
 second). When another program holds the database's lock, writes never wait:
 they queue and are written in order when the lock goes away, kept meanwhile
-in a journal beside the database and visible to reads (store_writer.py).
+in a journal beside the database and visible to reads (writer.py, which at
+open also writes what a previous run left).
 
 One Tandem process per database (the app holds a lock file, app/ui/paths.py):
 row ids are allocated here, in memory (max + 1 at open), so a write can
 return its id before it reaches the disk. A second writer would collide.
 
 `ChatStore.open_read_only` runs on an in-memory copy of what can be read
-(store_readonly.py): new chats work for the session and are never saved.
-The schema is versioned and migrated forward (store_schema.py).
+(readonly.py): new chats work for the session and are never saved.
+The schema is versioned and migrated forward (schema.py). Rows are read into
+plain records (records.py); a chat's Markdown export is markdown_export.py.
 """
 
 from __future__ import annotations
@@ -21,45 +23,20 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .journal import MARKER_KEY, Op, PendingJournal, journal_path
 from .images import FORGET_UNUSED, image_ops
+from .markdown_export import chat_markdown
 from .branch import branch_and_versions, read_branch
 from .tree import Links, newest_below, versions_of
 from .readonly import OPEN_WAIT_S, read_only_copy
+from .records import Chat, Message, chat_of, json_cell, message_of
 from .schema import MIGRATIONS, check_version, migrate, schema_version
 from .writer import READ_WAIT_MS, RETRY, StoreWriter
 
 __all__ = ["MIGRATIONS", "Chat", "ChatStore", "Message"]
-
-@dataclass(slots=True, frozen=True)
-class Chat:
-    id: int
-    title: str
-    system_prompt: str
-    params: dict[str, Any]
-    created_at: float
-    updated_at: float
-
-
-@dataclass(slots=True, frozen=True)
-class Message:
-    id: int
-    chat_id: int
-    role: str
-    content: str
-    complete: bool
-    stats: dict[str, Any] | None
-    created_at: float
-    parent_id: int | None = None  # the message it follows (None: a first message)
-    reasoning: str = ""  # a reasoning model's thinking before this answer
-    # Tool turns (schema 4): an answer's calls {"calls": [...]}, or a tool
-    # result's call {"id", "name", "server", "arguments", "status", "error"}.
-    tool: dict[str, Any] | None = None
-
 
 LEAF = object()  # add_message's default parent: the end of the chat's shown path
 
@@ -90,7 +67,7 @@ class ChatStore:
             raise
         journal = PendingJournal(self.path)
         self._start(db, StoreWriter(db, journal, self.path, retry))
-        self._replay(journal)
+        self.notices += self._writer.replay(lambda: self.setting(MARKER_KEY))
         self._next_ids()
 
     @classmethod
@@ -111,36 +88,6 @@ class ChatStore:
 
     def _start(self, db: sqlite3.Connection, writer: StoreWriter) -> None:
         self._db, self._writer, self._closed = db, writer, False
-
-    def _replay(self, journal: PendingJournal) -> None:
-        """Changes a previous run could not write go first."""
-        try:
-            entries = journal.load(self.setting(MARKER_KEY))
-            self._writer.adopt(entries)
-        except (OSError, ValueError, KeyError, TypeError, sqlite3.Error) as e:
-            # They do not fit this database (or cannot be read): kept, not applied.
-            kept = []
-            for path in journal.existing():
-                aside = path.with_name(
-                    f"{path.name}.unapplied-{time.strftime('%Y%m%d-%H%M%S')}")
-                try:
-                    path.rename(aside)
-                except OSError:
-                    aside = path
-                kept.append(str(aside))
-            kept = ", ".join(kept) or journal.path
-            journal.forget()
-            self.notices.append(f"Changes left from the last run could not be saved ({e}); "
-                                f"they are kept in {kept}.")
-            return
-        if journal.unreadable:
-            self.notices.append("Changes left from the last run could not be read from "
-                                f"{'; '.join(journal.unreadable)}: they are not saved.")
-        if entries:
-            self.notices.append(f"{len(entries)} changes left from the last run were saved."
-                                if not self._writer.pending else
-                                f"{len(entries)} changes left from the last run are waiting "
-                                f"to be saved.")
 
     def _next_ids(self) -> None:
         with self._writer.reading() as db:
@@ -237,7 +184,7 @@ class ChatStore:
         rows = self._read("SELECT * FROM chats WHERE id = ?", (chat_id,))
         if not rows:
             raise KeyError(f"no chat {chat_id}")
-        return _chat(rows[0])
+        return chat_of(rows[0])
 
     def chats(self, search: str = "") -> list[Chat]:
         """Most recently updated first; `search` matches titles and message text."""
@@ -251,7 +198,7 @@ class ChatStore:
                 "SELECT * FROM chats WHERE title LIKE ? ESCAPE '\\' OR id IN "
                 "(SELECT chat_id FROM messages WHERE content LIKE ? ESCAPE '\\') "
                 "ORDER BY updated_at DESC, id DESC", (like, like))
-        return [_chat(r) for r in rows]
+        return [chat_of(r) for r in rows]
 
     def update_chat(self, chat_id: int, *, title: str | None = None,
                     system_prompt: str | None = None,
@@ -295,7 +242,7 @@ class ChatStore:
             ("INSERT INTO messages (id, chat_id, role, content, complete, stats, created_at, "
              f"tool, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {parent[0]})",
              (message_id, chat_id, role, content, int(complete),
-              json.dumps(stats) if stats else None, now, _json(tool), *parent[1])),
+              json.dumps(stats) if stats else None, now, json_cell(tool), *parent[1])),
             ("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
              (now, message_id, chat_id))])
         return message_id
@@ -309,7 +256,7 @@ class ChatStore:
         sets, args = ["content = ?"], [content]
         if tool is not None:
             sets.append("tool = ?")
-            args.append(_json(tool))
+            args.append(json_cell(tool))
         if reasoning is not None:
             sets.append("reasoning = ?")
             args.append(reasoning)
@@ -340,7 +287,7 @@ class ChatStore:
                         (message_id, chat_id, m["role"], m["content"], int(m["complete"]),
                          json.dumps(m["stats"]) if m["stats"] else None, now,
                          new_id[m["parent"]] if m["parent"] is not None else None,
-                         m["reasoning"], _json(m.get("tool")))))
+                         m["reasoning"], json_cell(m.get("tool")))))
         ops.append(("UPDATE chats SET updated_at = ?, leaf_id = ? WHERE id = ?",
                     (now, new_id.get(leaf), chat_id)))
         self._write(ops)
@@ -362,12 +309,12 @@ class ChatStore:
     def messages(self, chat_id: int) -> list[Message]:
         """The shown path, first message first (one branch of the tree; where
         a parent was lost on a damaged page, see store/tree.py)."""
-        return [_message(r) for r in read_branch(self._read, chat_id)[0]]
+        return [message_of(r) for r in read_branch(self._read, chat_id)[0]]
 
     def branch(self, chat_id: int) -> tuple[list[Message], dict[int, list[int]]]:
         """`messages` and `versions` together, from one read (store/branch.py)."""
         rows, versions = branch_and_versions(self._read, chat_id)
-        return [_message(r) for r in rows], versions
+        return [message_of(r) for r in rows], versions
 
     def _links(self, chat_id: int) -> Links:
         return {r["id"]: r["parent_id"] for r in self._read(
@@ -375,7 +322,7 @@ class ChatStore:
 
     def all_messages(self, chat_id: int) -> list[Message]:
         """Every message of every branch, oldest first."""
-        return [_message(r) for r in self._read(
+        return [message_of(r) for r in self._read(
             "SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))]
 
     def versions(self, chat_id: int) -> dict[int, list[int]]:
@@ -425,77 +372,4 @@ class ChatStore:
 
     # ---- export ---------------------------------------------------------------
     def export_markdown(self, chat_id: int) -> str:
-        chat = self.chat(chat_id)
-        lines = [f"# {chat.title}", ""]
-        if chat.system_prompt:
-            lines += [f"> System: {chat.system_prompt}", ""]
-        for m in self.messages(chat_id):
-            if m.role == "tool":  # a quoted block: the call, then its result
-                lines += tool_markdown(m.tool or {}, m.content)
-                continue
-            who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
-            lines += [f"## {who}", ""]
-            if m.reasoning:  # folded, as in the app
-                lines += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "",
-                          "</details>", ""]
-            for image in (m.stats or {}).get("images") or () if m.stats else ():
-                if isinstance(image, dict):  # the picture stays in the app (and a JSON export)
-                    lines += [f"*[image: {_code(image.get('name') or 'image')}]*", ""]
-            if m.content or not (m.tool or {}).get("calls"):
-                lines += [m.content, ""]
-            if m.stats and m.stats.get("footer"):
-                lines += [f"*{m.stats['footer']}*", ""]
-        return "\n".join(lines).rstrip() + "\n"
-
-
-def _message(r: sqlite3.Row) -> Message:
-    return Message(r["id"], r["chat_id"], r["role"], r["content"], bool(r["complete"]),
-                   _tool(r["stats"]), r["created_at"], r["parent_id"], r["reasoning"],
-                   _tool(r["tool"]))
-
-
-def _json(value: dict[str, Any] | None) -> str | None:
-    return json.dumps(value, ensure_ascii=False) if value else None
-
-
-def _tool(raw: str | None) -> dict[str, Any] | None:
-    """A JSON object cell (a message's tool call, its stats), or None."""
-    try:
-        value = json.loads(raw) if raw else None
-    except (ValueError, TypeError, RecursionError):  # a damaged cell: the message stays
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def tool_markdown(call: dict[str, Any], result: str) -> list[str]:
-    """A tool turn in a Markdown export: a quoted block whose call and result
-    are code (a tool's text is data: a fence longer than any run of
-    backticks in it, so it cannot close the block early)."""
-    arguments = call.get("arguments")
-    shown = json.dumps(arguments, ensure_ascii=False, indent=1) \
-        if isinstance(arguments, (dict, list)) else str(arguments or "{}")
-    status = call.get("status") or ("error" if call.get("error") else "result")
-    lines = [f"> **Tool** `{_code(call.get('server') or '')}` › `{_code(call.get('name') or '?')}`"
-             f" ({status})", ">"]
-    for text in (shown, result):
-        fence = "`" * max(3, _longest_backticks(text) + 1)
-        lines += [f"> {fence}"] + [f"> {line}" for line in text.split("\n")] + [f"> {fence}",
-                                                                               ">"]
-    return lines[:-1] + [""]
-
-
-def _code(text: str) -> str:
-    return str(text).replace("`", "'").replace("\n", " ")[:200]
-
-
-def _longest_backticks(text: str) -> int:
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    return longest
-
-
-def _chat(row: sqlite3.Row) -> Chat:
-    return Chat(row["id"], row["title"], row["system_prompt"], json.loads(row["params"]),
-                row["created_at"], row["updated_at"])
+        return chat_markdown(self.chat(chat_id), self.messages(chat_id))

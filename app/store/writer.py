@@ -5,7 +5,7 @@ is tried at once on the caller's connection without any busy wait; if the
 database is busy (another program holds its write lock) or earlier changes are
 still waiting (their order must hold), it joins a FIFO that a background
 thread writes, in order, retrying with exponential backoff until the lock goes
-away. Waiting changes are also in the pending journal (store_journal.py), so
+away. Waiting changes are also in the pending journal (journal.py), so
 quitting or a crash does not lose them, and reads are answered from an
 in-memory copy of the database with the waiting changes applied, so the app
 reads back what it wrote. `on_pending(count, error)` (called from either
@@ -139,6 +139,42 @@ class StoreWriter:
             count, error = len(self._queue), self._error
         if count:
             self._notify(count, error)
+
+    def replay(self, read_marker: Callable[[], dict | None]) -> list[str]:
+        """At open: the changes a previous run could not write go first (the
+        journal's, up to the marker `read_marker` reads from the database).
+        Returns what the user is told."""
+        journal = self._journal
+        if journal is None:  # an in-memory database: nothing was left
+            return []
+        try:
+            entries = journal.load(read_marker())
+            self.adopt(entries)
+        except (OSError, ValueError, KeyError, TypeError, sqlite3.Error) as e:
+            # They do not fit this database (or cannot be read): kept, not applied.
+            kept = []
+            for path in journal.existing():
+                aside = path.with_name(
+                    f"{path.name}.unapplied-{time.strftime('%Y%m%d-%H%M%S')}")
+                try:
+                    path.rename(aside)
+                except OSError:
+                    aside = path
+                kept.append(str(aside))
+            kept = ", ".join(kept) or journal.path
+            journal.forget()
+            return [f"Changes left from the last run could not be saved ({e}); "
+                    f"they are kept in {kept}."]
+        notices = []
+        if journal.unreadable:
+            notices.append("Changes left from the last run could not be read from "
+                           f"{'; '.join(journal.unreadable)}: they are not saved.")
+        if entries:
+            notices.append(f"{len(entries)} changes left from the last run were saved."
+                           if not self.pending else
+                           f"{len(entries)} changes left from the last run are waiting "
+                           f"to be saved.")
+        return notices
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
