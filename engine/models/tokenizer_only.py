@@ -139,5 +139,5 @@ def _gguf_tokenizer(path: Path) -> ModelTokenizer:
     config = model_config(metadata)
     hf_tokenizer = build_tokenizer(metadata)
     return ModelTokenizer(TokenizerWrapper(hf_tokenizer,
-                                           eos_token_ids=_stop_ids(hf_tokenizer, metadata)),
+                                           eos_token_ids=_stop_ids(hf_tokenizer)),
                           config["max_position_embeddings"], path.stem)
