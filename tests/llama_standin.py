@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from tests.waiting import wait_until
 
 MODEL_ID = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 ANSWER = "Hello from the CPU server."
@@ -42,10 +43,7 @@ class LlamaStandIn:
 
     def start(self) -> "LlamaStandIn":
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self._server.started, "the stand-in server did not start"
+        assert wait_until(lambda: self._server.started, 30), "the stand-in server did not start"
         return self
 
     def close(self) -> None:
