@@ -120,14 +120,13 @@ def http_server(kind: str = "weather"):
     started in its own process; yields its URL once it answers. The socket
     listens here first and the server inherits it: no other process (another
     test worker) can take the port between its choice and its use."""
-    import socket
     import subprocess
 
     import httpx
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
+    from tests.listening import listening_socket
+
+    with listening_socket() as sock:
         port = sock.getsockname()[1]
         proc = subprocess.Popen([sys.executable, __file__, "http", f"fd:{sock.fileno()}", kind],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
