@@ -98,8 +98,8 @@ main() {
             return 1
         fi
     fi
-    echo "Installing the system packages Tandem needs: $wanted" \
-         "${sudo:+(through sudo, which may ask for your password)}" >&2
+    echo "Installing the system packages Tandem needs: $wanted${sudo:+ (through sudo," \
+         "which may ask for your password)}" >&2
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         --no-install-recommends $wanted >/dev/null
