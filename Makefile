@@ -1,4 +1,6 @@
-# `make run` starts Tandem, `make test` runs the suite headless. Each creates
+# `make run` starts Tandem, `make test` runs the suite headless. Each first
+# installs the system libraries that are missing (tools/system_packages.sh:
+# apt-get, through sudo where needed, or the command to run), then creates
 # .venv on first use and installs everything, including the bundled model.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -7,9 +9,13 @@ STAMP := $(VENV)/.installed
 
 BUNDLE_STAMP := $(VENV)/.bundle-tools
 
-.PHONY: run test bench bundle test-bundle clean
+.PHONY: run test bench bundle test-bundle clean system
 
-$(STAMP): pyproject.toml Makefile
+# Every time (a look at the linker's cache when nothing is missing).
+system:
+	@tools/system_packages.sh
+
+$(STAMP): pyproject.toml Makefile | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -29,8 +35,12 @@ $(STAMP): pyproject.toml Makefile
 run: $(STAMP)
 	$(PY) -m app
 
+# One pytest-xdist worker a core (`make test JOBS=1` runs it serially); a file's
+# tests stay on one worker, so its module fixtures (models, servers) are built once.
+JOBS ?= auto
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not bundle"
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not bundle" \
+	    $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 $(BUNDLE_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bundle]'

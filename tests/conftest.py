@@ -1,19 +1,38 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Never touch the user's real chat database from tests.
-os.environ["TANDEM_DB"] = os.path.join(__import__("tempfile").mkdtemp(prefix="tandem-test-"),
-                                       "tandem.db")
-# ...nor its cache folder (the second place for changes waiting to be saved).
-os.environ["TANDEM_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="tandem-cache-")
+# Each test process (each pytest-xdist worker, and the tandem processes its
+# tests start, which inherit this environment) has folders of its own, removed
+# when it ends: never the user's real chat database, nor its cache folder (the
+# second place for changes waiting to be saved, the disk tier's KV, lane costs,
+# MCP logs), nor the user's Hugging Face cache (a model there would show in the
+# model library); nor another worker's.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+_SCRATCH = tempfile.mkdtemp(prefix=f"tandem-test-{_WORKER}-")
+atexit.register(shutil.rmtree, _SCRATCH, True)
+os.environ["TANDEM_DB"] = os.path.join(_SCRATCH, "tandem.db")
+os.environ["TANDEM_CACHE_DIR"] = os.path.join(_SCRATCH, "cache")
+os.environ["HF_HOME"] = os.path.join(_SCRATCH, "huggingface")
+for _name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # under HF_HOME, as by default
+    os.environ.pop(_name, None)
 
 import gc  # noqa: E402
+
+import keyring  # noqa: E402
 
 import pytest  # noqa: E402
 
 import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)
+from tests.keyrings import MemoryKeyring  # noqa: E402
 from tests.tiny_model import build_tiny_llama  # noqa: E402
+
+# Keys (the Local server's, remote lanes', MCP servers') go to a keyring of this
+# process, never the user's (Secret Service, Keychain) that every worker shares.
+keyring.set_keyring(MemoryKeyring())
 
 
 def pytest_report_header(config):

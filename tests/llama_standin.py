@@ -8,15 +8,16 @@ Every completion call is counted, and each refused one."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from tests.listening import listening_socket
+from tests.waiting import wait_until
 
 MODEL_ID = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 ANSWER = "Hello from the CPU server."
@@ -31,26 +32,22 @@ class LlamaStandIn:
         self.prompts: list = []
         app = Starlette(routes=[Route("/v1/models", self._models),
                                 Route("/v1/completions", self._completions, methods=["POST"])])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
+        self._socket = listening_socket()
+        self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                     log_level="error", lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run,
+                                        kwargs={"sockets": [self._socket]}, daemon=True)
 
     def start(self) -> "LlamaStandIn":
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self._server.started, "the stand-in server did not start"
+        assert wait_until(lambda: self._server.started, 30), "the stand-in server did not start"
         return self
 
     def close(self) -> None:
         self._server.should_exit = True
         self._thread.join(10)
+        self._socket.close()
 
     async def _models(self, request: Request):
         return JSONResponse({"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})

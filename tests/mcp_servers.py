@@ -1,5 +1,6 @@
 """MCP servers for the tests (issue 36), written with the official SDK:
-`python tests/mcp_servers.py stdio [KIND]` or `... http PORT [KIND]`.
+`python tests/mcp_servers.py stdio [KIND]` or `... http PORT [KIND]` (PORT
+"fd:N": serve on the listening socket inherited as file descriptor N).
 
 KIND "weather" (default): get_weather(city: Paris, Oslo or Rome: an enum, so
 that a random test model forced to call it ends its arguments) -> "sunny in
@@ -116,25 +117,25 @@ def build(kind: str):
 @contextlib.contextmanager
 def http_server(kind: str = "weather"):
     """A Streamable HTTP server of `kind` on a free port of this machine,
-    started in its own process; yields its URL once it accepts connections."""
-    import socket
+    started in its own process; yields its URL once it answers. The socket
+    listens here first and the server inherits it: no other process (another
+    test worker) can take the port between its choice and its use."""
     import subprocess
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, __file__, "http", str(port), kind],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from tests.listening import listening_socket
+
+    with listening_socket() as sock:
+        port = sock.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, __file__, "http", f"fd:{sock.fileno()}", kind],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                pass_fds=(sock.fileno(),))
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        for _ in range(600):  # until it accepts connections (it starts in ~1 s)
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        # Waits in the socket's backlog until the server (~1 s to start) accepts;
+        # refused at once if it ended.
+        httpx.get(url, timeout=120)
         yield url
     finally:
         proc.terminate()
@@ -178,4 +179,13 @@ if __name__ == "__main__":
     if transport == "stdio":
         server.run()
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        where = sys.argv[2]
+        if where.startswith("fd:"):
+            import socket
+
+            import uvicorn
+
+            uvicorn.Server(uvicorn.Config(server.streamable_http_app(), log_level="warning")).run(
+                sockets=[socket.socket(fileno=int(where[3:]))])
+        else:
+            server.run("streamable-http", host="127.0.0.1", port=int(where))

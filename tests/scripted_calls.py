@@ -8,6 +8,7 @@ repeats its quotes and braces, so a call is written in a few whole pieces:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.scripted_model import build_scripted_model
@@ -16,12 +17,15 @@ from tests.tool_models import QWEN25_TOOLS
 MARKERS = ("<tool_call>", "</tool_call>")
 
 
-def build_scripted_caller(path: Path, pieces: list[str], max_positions: int = 4096) -> Path:
-    """A model in `path` that answers any chat with `pieces` (then ends)."""
+def build_scripted_caller(path: Path, pieces: list[str], max_positions: int = 4096,
+                          corpus: Sequence[str] = (), vocab: int = 400) -> Path:
+    """A model in `path` that answers any chat with `pieces` (then ends);
+    `corpus`, `vocab`: its tokenizer's (tests/tiny_model.py build_tokenizer)."""
     extra = MARKERS + tuple(p for p in dict.fromkeys(pieces) if p not in MARKERS)
     hidden = max(64, 32 * ((len(pieces) + 2) // 32 + 1))  # one direction per script token
     return build_scripted_model(path, "".join(pieces), QWEN25_TOOLS, hidden=hidden,
-                                max_positions=max_positions, extra_tokens=extra)
+                                max_positions=max_positions, extra_tokens=extra,
+                                corpus=corpus, vocab=vocab)
 
 
 def call_pieces(name: str, arguments: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ model writes the script, then its end-of-turn token.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
@@ -34,17 +35,18 @@ R1_LIKE = QWEN3_LIKE.replace("<|im_start|>assistant\n{% endif %}",
                              "<|im_start|>assistant\n<think>\n{% endif %}")
 
 
-def _tokenizer(path: Path, template: str, extra_tokens: tuple = ()):
+def _tokenizer(path: Path, template: str, extra_tokens: tuple = (),
+               corpus: Sequence[str] = (), vocab: int = 400):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator([*CORPUS, *corpus], trainer)
     # As in Qwen3: the thinking markers are added tokens, not special ones
     # (so they are in the decoded text, where the engine splits on them).
     tok.add_tokens([AddedToken(t, special=False, normalized=False)
@@ -58,14 +60,16 @@ def _tokenizer(path: Path, template: str, extra_tokens: tuple = ()):
 
 def build_scripted_model(path: Path, script: str, template: str = QWEN3_LIKE,
                          hidden: int = 64, max_positions: int = 512,
-                         extra_tokens: tuple = ()) -> Path:
+                         extra_tokens: tuple = (), corpus: Sequence[str] = (),
+                         vocab: int = 400) -> Path:
     """A model in `path` that answers any chat with `script` (then ends);
     `extra_tokens`: added tokens (a tool format's markers), `max_positions`
-    its context."""
+    its context; `corpus`, `vocab`: its tokenizer's (tests/tiny_model.py
+    build_tokenizer)."""
     from mlx_lm.models import llama
 
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer(path, template, extra_tokens)
+    tokenizer = _tokenizer(path, template, extra_tokens, corpus, vocab)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     start = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
                                           add_generation_prompt=True,

@@ -3,7 +3,8 @@ capturing server, with `web_search = "disabled"` as the README's steps say;
 tests/data/codex_request.json: its ~18 KB developer prompt, function tools,
 a namespace of sub-agent tools, include / store / prompt_cache_key /
 client_metadata) replayed against a real server on a tiny random model in
-Qwen2.5's tool format with a 32k context (tests/tool_models.py): the events
+Qwen2.5's tool format with a 32k context (tests/tool_models.py; its tokenizer
+trained on the request too, as a real one knows English and JSON): the events
 Codex reads come in order, the second turn's prefix is warm, and the hosted
 web_search tool a default Codex config sends is refused saying how to turn
 it off. (The text is noise: the protocol is what is checked.)"""
@@ -21,12 +22,16 @@ from tests.test_server import Served
 from tests.tool_models import QWEN25_TOOLS, build_tool_model
 
 CAPTURED = json.loads((Path(__file__).parent / "data" / "codex_request.json").read_text())
+# What a model's tokenizer is trained on for the request to take ~7,000 tokens
+# (not the 19,000 of the tiny models' 400-token vocabulary: a prefill 6x longer).
+CODEX_CORPUS = (json.dumps(CAPTURED),)
+CODEX_VOCAB = 2000
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     path = build_tool_model(tmp_path_factory.mktemp("codex") / "qwen25-32k", QWEN25_TOOLS,
-                            max_positions=32768)
+                            max_positions=32768, corpus=CODEX_CORPUS, vocab=CODEX_VOCAB)
     engine = Engine(load_model(str(path)), lanes=[LaneSpec("cpu", "cpu", "float32")])
     assert engine.wait_ready(120)
     s = Served(engine)
@@ -52,10 +57,10 @@ def _events(served, body: dict) -> list[dict]:
 
 
 def _shortened(captured: dict) -> dict:
-    """The request with its 17 KB developer prompt cut to 2,000 characters:
-    the tiny model's 400-token vocabulary makes the whole of it 30,000
-    tokens (half a minute of prefill here); the tools, items and fields
-    Codex sends stay as captured."""
+    """The request with its 17 KB developer prompt cut to 2,000 characters
+    (the whole of it would take 11,000 tokens even with CODEX_VOCAB, 30,000
+    with the tiny models' 400); the tools, items and fields Codex sends stay
+    as captured."""
     first = captured["input"][0]
     part = first["content"][0]
     cut = {**first, "content": [{**part, "text": part["text"][:2000]}, *first["content"][1:]]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -23,6 +22,7 @@ from engine.runtime.embed import EmbedJob, EmbedQueue
 from tests.embedding_models import build_bert
 from tests.helpers import TokenCounter, prompt_of
 from tests.test_server import Served
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -168,15 +168,6 @@ def served(make_engine, bert_dir):
     s.stop()
 
 
-def _wait(predicate, timeout=30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_an_embedding_holds_its_slot_while_it_runs_and_a_client_that_leaves_cancels_it(
         served, monkeypatch):
     """The first slice is held on the lane; the client hangs up meanwhile:
@@ -206,10 +197,10 @@ def test_an_embedding_holds_its_slot_while_it_runs_and_a_client_that_leaves_canc
     finally:
         client.close()  # the client leaves while its first slice runs
     try:
-        assert _wait(lambda: jobs and jobs[0].future.cancelled()), "not cancelled"
+        assert wait_until(lambda: jobs and jobs[0].future.cancelled()), "not cancelled"
         assert slots.in_flight == 1  # its slice still runs: counted
     finally:
         release.set()
-    assert _wait(lambda: slots.in_flight == 0)
+    assert wait_until(lambda: slots.in_flight == 0)
     assert served.wait_logged(1)
     assert len(log) == 1  # of 6 slices

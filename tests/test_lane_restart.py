@@ -61,6 +61,8 @@ class _GatedWarmUps:
                 later = self.calls > lanes
             if later:
                 self.entered.set()
+                # Held until the test opens the gate; meanwhile it checks its
+                # lane's cancel flag, as the real warm-up does between steps.
                 while not self.gate.wait(0.02):
                     if cancelled():
                         raise StartCancelled()

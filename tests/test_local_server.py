@@ -10,11 +10,11 @@ import httpx
 import keyring
 import openai
 import pytest
-from keyring.backend import KeyringBackend
 from keyring.backends import fail
 
 from app.connections import keys
 
+from tests.keyrings import MemoryKeyring
 from tests.test_server import _free_port
 from tests.windows import open_window, paced_cpu_engine
 
@@ -83,25 +83,6 @@ def test_the_server_is_off_until_asked_and_says_when_the_port_is_taken(qtbot, ti
         assert not window.server.running and not window.menus.server_action.isChecked()
         assert "in use" in window.statusBar().currentMessage()
     window.close()
-
-
-class MemoryKeyring(KeyringBackend):
-    """An OS keyring stand-in for tests."""
-
-    priority = 1
-
-    def __init__(self):
-        super().__init__()
-        self.saved: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service, name):
-        return self.saved.get((service, name))
-
-    def set_password(self, service, name, secret):
-        self.saved[(service, name)] = secret
-
-    def delete_password(self, service, name):
-        self.saved.pop((service, name), None)
 
 
 def _keyring_fixture(backend):

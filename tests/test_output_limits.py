@@ -21,7 +21,7 @@ import pytest
 from engine import Engine, LaneConfig, LaneSpec, Queued, SamplingParams, load_model
 from engine.core.reservation import GROW_AHEAD, OPEN_STEP
 from tests.scripted_calls import build_scripted_caller
-from tests.test_codex_replay import CAPTURED, _events, _shortened
+from tests.test_codex_replay import CAPTURED, CODEX_CORPUS, CODEX_VOCAB, _events, _shortened
 from tests.test_server import Served
 
 WORDS = [f"<w{i}>" for i in range(600)]
@@ -32,7 +32,7 @@ ASK = [{"role": "user", "content": "Write a long patch."}]
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory):
     return build_scripted_caller(tmp_path_factory.mktemp("long") / "long", WORDS,
-                                 max_positions=32768)
+                                 max_positions=32768, corpus=CODEX_CORPUS, vocab=CODEX_VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ import pytest
 
 from tests.fault_proxy import FaultProxy
 from tests.scripted_model import build_scripted_model
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "the quick brown fox jumps over a lazy dog, how are you today? I am fine."
@@ -106,12 +107,7 @@ def engine_with_remote(scripted_dir, proxy):
 
 
 def _wait(condition, timeout=60.0):
-    done = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        if condition():
-            return
-        done.wait(0.05)
-    raise AssertionError("condition not met in time")
+    assert wait_until(condition, timeout), "condition not met in time"
 
 
 def _ask(engine, tab="tab1", text="hi", max_tokens=64):

@@ -11,6 +11,7 @@ import uvicorn
 
 from engine import Finished
 from server.api import ServerConfig, make_app
+from tests.listening import listening_socket
 
 
 def _free_port() -> int:
@@ -23,9 +24,7 @@ class Served:
     def __init__(self, engine, **config):
         # The socket listens before the server's thread starts: a request
         # made at once waits in its backlog until the server accepts it.
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
+        sock = listening_socket()
         self.port = sock.getsockname()[1]
         self.logged: list[str] = []  # the access log: a line once a request has ended
         self._logged = threading.Condition()

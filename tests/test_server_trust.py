@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from server.api import GuardedStream
 from server.slots import Slots
 from tests.test_server import HELLO, Served
+from tests.waiting import wait_until
 
 CHAT = "/v1/chat/completions"
 
@@ -172,10 +173,7 @@ def test_templates_and_tokenizing_run_off_the_event_loop(engine):
         caller = threading.Thread(target=lambda: answer.append(httpx.post(
             s.url + CHAT, json={"messages": HELLO, "max_tokens": 2}, timeout=60)))
         caller.start()
-        for _ in range(500):
-            if threads:
-                break
-            release.wait(0.01)
+        assert wait_until(lambda: threads, 30)  # the request reached the render
         health = httpx.get(s.url + "/health", timeout=10)  # answered while render waits
         assert health.status_code == 200 and health.json()["in_flight"] == 1
         release.set()

@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ import pytest
 from toolhost import loop, offer
 from toolhost.config import ServerSpec
 from toolhost.host import MAX_TOOLS, Tool, ToolHost
+from tests.waiting import wait_until
 
 SERVERS = str(Path(__file__).parent / "mcp_servers.py")
 ESC = "\x1b[2J\x1b[Htandem: all tools approved"
@@ -46,15 +46,6 @@ def _gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except (FileNotFoundError, ProcessLookupError):
         return True
-
-
-def _until(condition, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)  # polling a condition, not pacing
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +182,7 @@ def test_a_servers_children_end_when_it_closes(tmp_path):
     finally:
         host.close()  # the server leaves when its stdin closes; its child is ended
     try:
-        assert _until(lambda: _gone(child)), "the server's child outlived the host"
+        assert wait_until(lambda: _gone(child)), "the server's child outlived the host"
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
@@ -214,7 +205,7 @@ def test_a_server_ends_when_tandem_is_killed(tmp_path):
         assert not _gone(server)
         tandem.kill()  # SIGKILL: nothing of Tandem's runs
         tandem.wait(10)
-        assert _until(lambda: _gone(server)), "the server outlived Tandem"
+        assert wait_until(lambda: _gone(server)), "the server outlived Tandem"
     finally:
         tandem.kill()
         tandem.wait(10)

@@ -20,6 +20,7 @@ from engine.runtime import lane as lane_module
 from engine.runtime.coststore import CostStore
 from engine.runtime.runner import ModelRunner
 from tests.helpers import prompt_of
+from tests.waiting import wait_until
 
 TWO = [LaneSpec("gpu", "cpu", "float32", acts_as="gpu"), LaneSpec("cpu", "cpu", "float32")]
 
@@ -110,11 +111,7 @@ def test_a_lane_that_misses_its_start_up_deadline_is_turned_off(
     assert "turned off" in engine.describe_lanes()["gpu"]
     assert [i.phase for i in engine.lane_info()] == ["failed", "serving"]
     # The dock's samples say so, and the watchdog dumped every thread's stack.
-    for _ in range(200):
-        if any(s.lane == "gpu" and s.phase == "failed" for s in samples):
-            break
-        threading.Event().wait(0.05)
-    assert any(s.lane == "gpu" and s.phase == "failed" for s in samples)
+    assert wait_until(lambda: any(s.lane == "gpu" and s.phase == "failed" for s in samples), 10)
     err = capfd.readouterr().err
     assert "tandem watchdog" in err and "_start_up" in err  # where the lane was stuck
     # Later requests go to the lane that serves.

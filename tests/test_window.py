@@ -3,9 +3,10 @@
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, Qt
 
 from app.store import ChatStore
+from tests.waiting import wait_until
 from tests.windows import open_window as _open_window, stats_line
 
 
@@ -118,8 +119,10 @@ def test_the_prompt_is_tokenised_off_the_gui_thread(qtbot, window):
     window.stop(tab)
     assert not tab.is_streaming and tab.composer.toPlainText() == "stop me early"
     release.set()
-    qtbot.waitUntil(rendered.is_set, timeout=10_000)  # the tokeniser finishes...
-    qtbot.wait(50)  # ...and its result reaches the GUI thread (a queued signal)
+    # The tokeniser finishes (its thread posts its result and ends)...
+    assert wait_until(lambda: rendered.is_set() and not any(
+        t.name == "tokenise" for t in threading.enumerate()), 10)
+    QCoreApplication.processEvents()  # ...and its result, queued to the GUI thread, arrives
     assert not tab.is_streaming and window.engine.lanes["cpu"].is_idle
     assert [m["role"] for m in tab.conversation.messages] == ["user", "assistant"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
@@ -22,7 +23,10 @@ CORPUS = [
 ] * 20
 
 
-def build_tokenizer(path: Path):
+def build_tokenizer(path: Path, corpus: Sequence[str] = (), vocab: int = 400):
+    """A byte-level BPE trained on CORPUS; `corpus`, `vocab`: more text to
+    train on and a larger vocabulary, so that a long prompt of that text (a
+    coding agent's request) costs fewer tokens to prefill."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -30,9 +34,9 @@ def build_tokenizer(path: Path):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIALS,
+        vocab_size=vocab, special_tokens=SPECIALS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator([*CORPUS, *corpus], trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>",
         pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE)
@@ -41,12 +45,14 @@ def build_tokenizer(path: Path):
 
 
 def build_tiny_llama(path: Path, seed: int = 0, num_layers: int = 2, hidden: int = 64,
-                     max_positions: int = 512) -> Path:
-    """A random float32 llama in `path` (config.json, model.safetensors, tokenizer)."""
+                     max_positions: int = 512, corpus: Sequence[str] = (),
+                     vocab: int = 400) -> Path:
+    """A random float32 llama in `path` (config.json, model.safetensors, tokenizer;
+    `corpus`, `vocab`: build_tokenizer's)."""
     from mlx_lm.models import llama
 
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(path)
+    tokenizer = build_tokenizer(path, corpus, vocab)
     config = {
         "model_type": "llama",
         "hidden_size": hidden,

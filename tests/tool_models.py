@@ -17,6 +17,7 @@ the families' documented formats:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
@@ -76,14 +77,17 @@ TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
 
 
 def build_tool_model(path: Path, template: str, seed: int = 0,
-                     max_positions: int = 4096) -> Path:
+                     max_positions: int = 4096, corpus: Sequence[str] = (),
+                     vocab: int = 400) -> Path:
     """A tiny random llama whose tokenizer has the family's tool markers (added
     tokens, as in Qwen's vocabulary) and whose chat template is `template`;
-    `max_positions`: its context (a coding agent's prompts want >= 32k)."""
+    `max_positions`: its context (a coding agent's prompts want >= 32k);
+    `corpus`, `vocab`: its tokenizer's (tests/tiny_model.py build_tokenizer)."""
     from tokenizers import AddedToken
     from transformers import AutoTokenizer
 
-    build_tiny_llama(path, seed=seed, max_positions=max_positions)  # tool prompts are long
+    build_tiny_llama(path, seed=seed, max_positions=max_positions,  # tool prompts are long
+                     corpus=corpus, vocab=vocab)
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False)
                           for t in TOOL_TOKENS])
