@@ -7,10 +7,14 @@ app/selftest.py)."""
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import sys
+import traceback
+from typing import NoReturn
 
 from app import tool_cli
+from app.cli_engine import kv_cache_dir, load_engine
+from app.cli_exit import INTERRUPTED, close_engine, end_now, handled, term_as_interrupt
 from app.ui.answer_stats import stats_line
 from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
@@ -140,76 +144,43 @@ REMOTE_HELP = ("an OpenAI-compatible server to route to as a remote lane, "
                "one, from $TANDEM_REMOTE_KEY")
 
 
-def _remotes(texts: list[str]) -> list:
-    """--remote URL[#MODEL[=LOCAL]] as (spec, key) pairs; EngineError if one is wrong."""
-    from engine import parse_remote
-
-    key = os.environ.get("TANDEM_REMOTE_KEY") or None
-    return [(parse_remote(text, name="remote" if i == 0 else f"remote{i + 1}"), key)
-            for i, text in enumerate(texts)]
-
-
-def _kv_cache_dir(args) -> str | None:
-    """The disk tier's folder for this command (None: --no-kv-cache)."""
-    if args.no_kv_cache:
-        return None
-    if args.kv_cache_dir:
-        return args.kv_cache_dir
-    from app.store.journal import cache_dir
-
-    return str(cache_dir() / "kv")
-
-
-def _load_engine(model: str, remotes: list[str] = (), draft: str = "off",
-                 draft_model: str | None = None, kv_cache_dir: str | None = None,
-                 embedding_model: str | None = None):
-    """The engine for `model`, or None after saying why on stderr."""
-    from engine import Engine, EngineError, default_lanes
-    from engine.drafts import lane_mode
-
-    try:
-        extra = {"remotes": _remotes(list(remotes))} if remotes else {}
-        if kv_cache_dir:
-            extra["kv_cache_dir"] = kv_cache_dir
-        if embedding_model:
-            extra["embedding_model"] = embedding_model
-        mode = lane_mode(draft, draft_model)
-        if mode != "off":
-            extra["lanes"] = default_lanes(mode)
-        if draft_model:
-            extra["draft_model"] = draft_model
-        engine = Engine.load(model, **extra)
-        if remotes:  # their probes: route the first request with measured costs
-            engine.wait_ready(60, every_lane=True)
-            for lane in engine.lane_info():  # a remote not routed to says why
-                if lane.kind == "remote" and lane.failed:
-                    print(terminal_text(f"tandem: remote lane {lane.name}: {lane.failed}"),
-                          file=sys.stderr)
-        return engine
-    except EngineError as e:
-        print(terminal_text(f"tandem: {e}"), file=sys.stderr)
-        return None
-
-
 def serve(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print("tandem: binding another address than localhost needs --api-key", file=sys.stderr)
         return 2
-    import uvicorn
-
     from server.aliases import parse_alias
-    from server.api import ServerConfig, make_app
-    from server.image_urls import ImageFetcher
 
     try:
         aliases = tuple(parse_alias(text) for text in args.alias)
     except ValueError as e:
         print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return 2
-    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
-                          _kv_cache_dir(args), args.embedding_model)
-    if engine is None:
-        return 2
+    # SIGINT and SIGTERM stop it at any stage, the engine closed in order (cli_exit.py).
+    with term_as_interrupt():
+        try:
+            engine = load_engine(args.model, args.remote, args.draft, args.draft_model,
+                                 kv_cache_dir(args), args.embedding_model)
+        except KeyboardInterrupt:  # while loading: what had started is closed
+            print("Tandem serve stopped.", flush=True)
+            return 0
+        if engine is None:
+            return 2
+        try:
+            return _serve(args, engine, aliases)
+        except KeyboardInterrupt:  # before it listened
+            print("Tandem serve stopped.", flush=True)
+            return 0
+        finally:
+            close_engine(engine)  # no-op once closed
+
+
+def _serve(args, engine, aliases) -> int:
+    """Serve until SIGINT or SIGTERM; the engine closed as it stops."""
+    import uvicorn
+
+    from server.api import ServerConfig, make_app
+    from server.image_urls import ImageFetcher
+
     try:
         app = make_app(engine, ServerConfig(
             api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
@@ -217,7 +188,6 @@ def serve(args) -> int:
             image_urls=ImageFetcher() if args.allow_image_urls else None),
             access_log=lambda line: print(terminal_text(line), flush=True))
     except ValueError as e:  # an alias to a model this server does not serve
-        engine.close()
         print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return 2
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -235,16 +205,18 @@ def serve(args) -> int:
                       f"http://{host}:{port}/v1 (Ctrl+C stops)", flush=True)
 
         async def shutdown(self, sockets=None):
-            # Here, not after run(): uvicorn re-raises a caught SIGTERM/SIGINT
-            # once it has shut down, which ends the process at once.
-            await super().shutdown(sockets)
-            engine.close()
+            await super().shutdown(sockets)  # requests under way are answered first
+            close_engine(engine)
             print("Tandem serve stopped.", flush=True)
 
-    try:
-        Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")).run()
-    finally:
-        engine.close()  # no-op once closed
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # uvicorn's handler (a second Ctrl+C: at once), but the signal is
+            # not raised again once stopped: the process ends normally, exit 0.
+            with handled(self.handle_exit):
+                yield
+
+    Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")).run()
     return 0
 
 
@@ -298,12 +270,15 @@ def generate(args) -> int:
         return 2
     from engine import EngineError, Finished, Token
 
-    engine = _load_engine(args.model, args.remote, args.draft, args.draft_model,
-                          _kv_cache_dir(args))
+    try:
+        engine = load_engine(args.model, args.remote, args.draft, args.draft_model,
+                             kv_cache_dir(args))
+    except KeyboardInterrupt:  # Ctrl+C while loading: what had started is closed
+        return INTERRUPTED
     if engine is None:
         return 2
     if not args.raw and not engine.capabilities.chat:  # what the files did not tell
-        engine.close()
+        close_engine(engine)
         print(no_template, file=sys.stderr)
         return 2
     messages = []
@@ -318,15 +293,14 @@ def generate(args) -> int:
             print(terminal_text(f"tandem: {e}"), file=sys.stderr)
             return 2
         finally:
-            engine.close()
-    handle = None
+            close_engine(engine)
+    handle = done = None
     try:
         if args.raw:  # the text as it is, tokenized as /v1/completions does
             handle = engine.submit(engine.prepare_prompt(prompt), sampling_params(engine, args),
                                    thinking=False)
         else:
             handle = engine.submit(messages, sampling_params(engine, args))
-        done = None
         for event in handle:
             if isinstance(event, Token):
                 sys.stdout.write(terminal_text(event.text))
@@ -336,16 +310,23 @@ def generate(args) -> int:
     except EngineError as e:
         print(terminal_text(f"tandem: {e}"), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if handle is None:  # interrupted before the request was queued
-            return 130  # (the engine closes below)
-        handle.cancel()
-        done = handle.result(10)
+    except KeyboardInterrupt:  # the answer so far and its stats, then 130 (cli_exit.py)
+        if handle is not None:  # (None: interrupted before the request was queued)
+            handle.cancel()
+            with handled(lambda *_: None):  # a second Ctrl+C: its end is on its way
+                done = handle.result(10)
+        return _said(done, INTERRUPTED)
     finally:
-        engine.close()
-    print(flush=True)
-    print(terminal_text(stats_line(done)), file=sys.stderr)
-    return 1 if done.reason == "error" else 0
+        close_engine(engine)  # whole: its last KV save written, its threads parked
+    return _said(done, 1 if done.reason == "error" else 0)
+
+
+def _said(done, code: int) -> int:
+    """The answer's last line and its stats (if it was queued); `code`."""
+    if done is not None:
+        print(flush=True)
+        print(terminal_text(stats_line(done)), file=sys.stderr)
+    return code
 
 
 def _crash_stacks() -> None:
@@ -362,10 +343,16 @@ def _crash_stacks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return _command(_arguments(sys.argv[1:] if argv is None else argv))
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
     _crash_stacks()
     # Finder on older macOS passes a process serial number to .app bundles.
-    args = _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
+    return _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
+
+
+def _command(args: argparse.Namespace) -> int:
     from engine import openblas_advice  # importing engine tries to load OpenBLAS
 
     advice = openblas_advice()
@@ -382,3 +369,22 @@ def main(argv: list[str] | None = None) -> int:
     from app.gui import run_gui
 
     return run_gui(args.model)
+
+
+def run() -> NoReturn:
+    """The `tandem` command (python -m app, the bundle): `main`, then
+    `generate` and `serve`, their engine closed, end the process at once
+    (cli_exit.end_now); the app and the self-test end as Python does."""
+    args = _arguments(sys.argv[1:])  # (--help, a bad option: SystemExit here)
+    if args.self_test or args.command not in ("generate", "serve"):
+        sys.exit(_command(args))
+    try:
+        code = _command(args)
+    except SystemExit as e:  # (uvicorn's, when its port is taken)
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except KeyboardInterrupt:  # before there was an engine: as cli_exit.py says
+        code = 0 if args.command == "serve" else INTERRUPTED
+    except BaseException:  # a bug: said as Python says it
+        traceback.print_exc()
+        code = 1
+    end_now(code)

@@ -18,6 +18,10 @@ from mlx_lm.models.cache import KVCache
 
 from .core.request import Request
 from .core.restore_cost import DiskSpeed, restore_pays
+from .runtime import lanethreads, pauses
+from .runtime.lanethreads import Started
+
+CLOSE_S = 5.0  # how long close() waits for a restore under way
 
 
 class Restorer:
@@ -35,7 +39,7 @@ class Restorer:
         self.prefill_rates = prefill_rates
         self.speed = DiskSpeed()
         self._queue: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._thread: Started | None = None
         self._started = threading.Lock()
 
     def wants(self, request: Request) -> bool:
@@ -51,13 +55,11 @@ class Restorer:
 
     def submit(self, request: Request) -> None:
         with self._started:  # submit is called from any thread
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="kv-restorer",
-                                                daemon=True)
-                self._thread.start()
+            if self._thread is None:  # a parked CPU thread: it never ends (lanethreads.py)
+                self._thread = lanethreads.start(self._loop, "cpu", 0, "kv-restorer")
         self._queue.put(request)
 
-    def _loop(self) -> None:
+    def _loop(self, stream: mx.Stream) -> None:
         while True:
             request = self._queue.get()
             if request is None:
@@ -66,15 +68,16 @@ class Restorer:
                 self._cancelled(request)
                 continue
             try:
-                # The CPU's stream, never the GPU's from this thread (engine/README.md,
+                # A CPU stream, never the GPU's from this thread (engine/README.md,
                 # "Threads"): reading, checking and the RAM insert are memory work.
-                with mx.stream(mx.cpu):
+                with mx.stream(stream):
                     self._restore(request)
             except Exception:  # restoring is an optimisation: the request goes on cold
                 traceback.print_exc()
             self._place(request)
 
     def _restore(self, request: Request) -> None:
+        pauses.at("restoring")
         started = time.perf_counter()
         ids = request.prompt_ids
         match = self.disk.match(ids, request.num_prompt - 1)
@@ -92,9 +95,10 @@ class Restorer:
         request.restore_s = time.perf_counter() - started
 
     def close(self) -> None:
+        """What is queued is restored and placed, then its thread parks."""
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(5)
+            self._thread.wait_parked(CLOSE_S)
 
 
 def _bytes(match) -> int:

@@ -1,5 +1,5 @@
 """Entry point of the bundle: the same command line as `tandem`."""
 
-from app.cli import main
+from app.cli import run
 
-raise SystemExit(main())
+run()

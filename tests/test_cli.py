@@ -55,6 +55,9 @@ class _CapturingEngine:
         self.messages, self.params = messages, params
         raise EngineError("stopped by the test")
 
+    def wait_ready(self, timeout=None, every_lane=False):
+        return True
+
     def close(self):
         pass
 

@@ -42,8 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import priority
-from . import kv_file, kv_folder
+from . import kv_file, kv_folder, pauses
 from .kv_owners import Owners
 
 SEGMENT_TOKENS = 1024  # at most this many positions per file: a 3k answer is ~3 files
@@ -107,7 +106,8 @@ class DiskTier:
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._waiting = 0  # saves in the queue (at most QUEUE)
-        self._writer: threading.Thread | None = None
+        self._writer = None  # lanethreads.Started: the writer's job on a parked thread
+        self._hurry = False  # close() ran out of time: stop after the file being written
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seen = -1  # the folder's mtime when last scanned
         self._scan()
@@ -298,20 +298,21 @@ class DiskTier:
 
     def _post(self, item) -> None:
         if self._writer is None:
-            self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
-                                            daemon=True)
-            self._writer.start()
+            # A parked CPU thread at a lower priority than the lanes (the lanes
+            # get the cores first; Linux): it never ends (lanethreads.py).
+            from . import lanethreads
+
+            self._writer = lanethreads.start(self._write_loop, "cpu", WRITER_NICE,
+                                             "kv-disk-writer")
         self._queue.put(item)
 
-    def _write_loop(self) -> None:
-        # Background work: the lanes get the cores first (Linux; a no-op elsewhere).
+    def _write_loop(self, stream) -> None:
         import mlx.core as mx
 
-        priority.lower_thread(WRITER_NICE)
-        # MLX work off the lane threads stays on the CPU's stream: MLX does not
+        # MLX work off the lane threads stays on a CPU stream: MLX does not
         # promise that two threads may encode GPU (Metal) work at once
         # (engine/README.md, "Threads"); the KV it reads is already evaluated.
-        with mx.stream(mx.cpu):
+        with mx.stream(stream):
             self._serve_queue()
 
     def _serve_queue(self) -> None:
@@ -325,7 +326,8 @@ class DiskTier:
                     continue
                 with self._lock:
                     self._waiting -= 1
-                self._write(*item[1:])
+                if not self._hurry:
+                    self._write(*item[1:])
             except Exception as e:  # a writer that dies saves nothing more: say so once
                 self.notes.append(f"Saving KV to disk stopped: {type(e).__name__}: {e}")
                 self.saving = False
@@ -338,7 +340,8 @@ class DiskTier:
         have = self.match(tokens[:end])
         hashes, at = have.hashes, have.num_tokens
         used = [ref.path for ref, _ in have.segments]
-        while at < end and self.saving:
+        while at < end and self.saving and not self._hurry:
+            pauses.at("saving-kv")
             stop = min(end, at + self.segment_tokens)
             part = (layers.layers(at, stop) if hasattr(layers, "layers")
                     else [(k[:, :, at:stop], v[:, :, at:stop]) for k, v in layers])
@@ -408,14 +411,16 @@ class DiskTier:
             return out
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Finish the queued saves within `timeout` seconds; True if all were."""
+        """Finish the queued saves within `timeout` seconds; True if all were.
+        Past it, the writer stops after the file it writes (whole or absent),
+        waited for as long again: no thread is left saving as the process ends."""
         if self._writer is None:
             return True
-        deadline = time.monotonic() + timeout
         self._queue.put(None)
-        self._writer.join(max(deadline - time.monotonic(), 0.0))
-        done = not self._writer.is_alive()
-        self._writer = None if done else self._writer
+        done = self._writer.wait_parked(timeout)
+        self._hurry = not done
+        if done or self._writer.wait_parked(timeout):
+            self._writer, self._hurry = None, False
         return done
 
     def clear(self) -> int:

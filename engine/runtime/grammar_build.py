@@ -111,11 +111,20 @@ class GrammarBuilder:
             self._queue.put(work)
             self._start()
 
-    def close(self) -> None:
+    def close(self, timeout: float = BUILD_TIMEOUT_S) -> bool:
+        """Build nothing more (what is queued ends refused) and wait, within
+        `timeout`, for the build under way (the tokenizer's, at load) to end
+        and the thread with it: a thread still inside llguidance as the
+        interpreter finalizes is ended there by pthread_exit, which its Rust
+        frames do not survive (a segfault as the process exits). True if so."""
         with self._lock:
             self._closed = True
             self._cache.clear()
+            thread = self._thread
         self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
 
     def _start(self) -> None:
         if self._thread is not None:
@@ -133,6 +142,10 @@ class GrammarBuilder:
     def _serve(self) -> None:
         priority.lower_thread(self._nice)
         while (job := self._queue.get()) is not None:
+            if self._closed:  # queued before close: not built
+                if not callable(job):
+                    self._refuse(job)
+                continue
             if callable(job):
                 try:
                     job()
@@ -154,6 +167,14 @@ class GrammarBuilder:
                 if not self._closed:
                     self._remember(key, result, len(text))
             future.set_result(result)
+
+    def _refuse(self, job) -> None:
+        key, _, _, future = job
+        with self._lock:
+            self._running.pop(key, None)
+        future.started_at = time.monotonic()
+        future.set_result(EngineError("The engine is closed.", "closed"))
+        future.started.set()
 
     def _remember(self, key: str, result, size: int) -> None:
         self._cache[key] = (result, size)

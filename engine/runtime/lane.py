@@ -25,10 +25,10 @@ from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepOutcome, StepPlan, StepResult
 from .calibration import StartCancelled, calibrate, warm_up
-from . import lanethreads
+from . import lanethreads, pauses
 from .handoff import Handoff
 from .embed import EmbedQueue
-from .lanethreads import LaneThread
+from .lanethreads import LaneThread, Started
 from .prefix import PrefixCache
 from .batch import Drafting
 from ..core.drafts import LookupDrafter
@@ -93,7 +93,7 @@ class Lane(SchedulerState):
         self._closing = False
         self._calibrate_pending = False  # a remote lane came: time this lane when idle
         self.kv_bytes = 0  # as of the last step (read by the sampler thread)
-        self._thread: LaneThread | None = None  # once started (engine/runtime/lanethreads.py)
+        self._thread: Started | None = None  # once started (engine/runtime/lanethreads.py)
 
     # ---- what the engine, the router and tests read --------------------------------
     @property
@@ -145,7 +145,7 @@ class Lane(SchedulerState):
     @property
     def lane_thread(self) -> LaneThread | None:
         """The parked-thread handle it runs on (a restart's lane starts on it)."""
-        return self._thread
+        return self._thread.thread if self._thread is not None else None
 
     @property
     def lanes(self) -> dict:
@@ -194,8 +194,8 @@ class Lane(SchedulerState):
             self._closing = True
             self._paced.set()
             self._wakeup.notify()
-        if self._thread is not None:
-            self._stopped.wait(timeout)
+        if self._thread is not None:  # its thread parked: it runs no Python as the process ends
+            self._thread.wait_parked(timeout)
         else:  # never started (a restart the engine closed before it began)
             self._end_all("cancelled")
             self.runner.unload()
@@ -221,6 +221,7 @@ class Lane(SchedulerState):
         turned off by the engine's watchdog meanwhile (`fail_start`)."""
         try:
             self._set_phase("warming up")
+            pauses.at("loading")
             self.runner.start()
             warm = warm_up(self.runner.model, self.config.solo_decode,
                            cancelled=self._stop_starting)

@@ -23,6 +23,7 @@ from .batch import DecodeBatch
 from .cachekinds import arrays_of, cast
 from .constrain import row_masks
 from .calibration import kv_dtype
+from . import pauses
 from .handoff import Handoff
 from .prefill import Prefill, batch_groups, run_chunk, run_together, whole_cold
 from .prefix import PrefixCache
@@ -134,6 +135,8 @@ class ModelRunner:
         """Run the plan's prefill chunks; whole cold prompts of similar length
         run as one batch (prefill.py), the others one by one. Returns the
         arrays to evaluate."""
+        if plan.prefill:
+            pauses.at("prefilling")
         pending, together = [], []
         for chunk in plan.prefill:
             if chunk.request in self.failed:

@@ -1,0 +1,34 @@
+"""A test hook: hold a thread at a named stage of its work, so that a test
+ends the process right there (tests/test_exit_stages.py).
+
+With `TANDEM_PAUSE_AT=<stage>` and `TANDEM_PAUSE_FD=<fd>` (the read end of a
+pipe the test passed down) in the environment, the first thread to reach
+`at(<stage>)` says "tandem: paused at <stage>" on stderr, then blocks until
+the test writes a byte to the pipe (or closes it), and goes on with its
+work. The stages: "loading" (a lane warming up), "prefilling" (a lane in a
+prefill step), "saving-kv" (the disk tier's writer, before a file) and
+"restoring" (the restorer, before it reads). Without them (always, outside
+tests) `at` returns at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+STAGES = ("loading", "prefilling", "saving-kv", "restoring")
+_stage = os.environ.get("TANDEM_PAUSE_AT") or None
+_fd = os.environ.get("TANDEM_PAUSE_FD") or None
+_taken = threading.Lock()  # held for good by the one thread that pauses
+
+
+def at(stage: str) -> None:
+    """Pause here if the environment asks for `stage` (once per process)."""
+    if stage != _stage or _fd is None or not _taken.acquire(blocking=False):
+        return
+    print(f"tandem: paused at {stage}", file=sys.stderr, flush=True)
+    try:
+        os.read(int(_fd), 1)
+    except (OSError, ValueError):  # not a pipe given down: no pause
+        pass
