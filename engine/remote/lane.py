@@ -45,6 +45,7 @@ class PlainText:
     what the server streamed, answer and thinking apart."""
 
     stopped = False
+    stop_hit: str | None = None  # the server applies stop strings (Finished.stop_sequence)
     tool_calls: tuple = ()  # a remote model's calls are not read apart (yet)
     ended_in_call = False
 
