@@ -1,7 +1,7 @@
-"""What the engine says of its lanes: a `LaneSample` per lane about ten
-times a second, from its sampler thread (which also runs the watchdog,
-engine/watchdog.py), and a sentence per lane on what its cost model believes
-(the dock's lane cards)."""
+"""What the engine says of its lanes: a `LaneInfo` each, a `LaneSample` per
+lane about ten times a second, from its sampler thread (which also runs the
+watchdog, engine/watchdog.py), and a sentence per lane on what its cost
+model believes (the dock's lane cards)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,17 @@ from typing import Callable, Iterable
 
 from .core import priority
 from .core.events import LaneSample
+from .core.laneconfig import LaneInfo
 from .runtime.lane import Lane
 from .watchdog import watch
+
+
+def lane_info(lanes: Iterable[Lane]) -> list[LaneInfo]:
+    """The running lanes, in order: name, device, role, phase, why one
+    failed, and why one restarts (until it serves again)."""
+    return [LaneInfo(lane.name, lane.device, lane.kind, lane.failed, lane.phase,
+                     lane.restarted_after if lane.warming_up and not lane.failed else None)
+            for lane in lanes]
 
 
 def describe_lanes(lanes: Iterable[Lane]) -> dict[str, str]:

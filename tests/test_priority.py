@@ -22,7 +22,7 @@ def test_worker_nice_lowers_engine_threads_but_not_the_caller(make_engine, tiny_
     assert handle.result(timeout=60).output_tokens == 4  # it still generates
     lane = next(iter(engine.lanes.values()))
     assert priority.niceness(lane.thread_id) == caller + 3
-    assert priority.niceness(engine._sampler.native_id) == caller + 3
+    assert priority.niceness(engine._life.sampler.native_id) == caller + 3
     if blas.loaded_blas and os.cpu_count() > 1:
         assert blas.blas_thread_ids, "OpenBLAS's worker threads were not recorded"
     for tid in blas.blas_thread_ids:

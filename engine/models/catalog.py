@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .vision_kinds import SERVED as VISION_SERVED
-from ..core.memory import LaneRequest, ModelShape, format_bytes, plan_memory, shape_from_config
+from ..core.memory import LaneRequest, format_bytes, plan_memory
+from ..core.model_shape import ModelShape, shape_from_config
 
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1,
                 "F64": 8, "I64": 8, "U16": 2, "I16": 2, "BOOL": 1}

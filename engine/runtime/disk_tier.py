@@ -12,9 +12,9 @@ resumes warm after a restart.
   the disk: the core can ask under the director's lock, and reading is a
   separate phase (`read`). A match may end inside a segment: its first
   blocks are used (a conversation resent without its last answer).
-- Writes happen on one background thread through a queue (`save` never
-  blocks a lane: when `QUEUE` saves wait already, it is dropped and
-  counted), at a lower priority than the lanes (`WRITER_NICE`); a prefix
+- Writes happen on one background thread through a queue (kv_writer.py:
+  `save` never blocks a lane: when `QUEUE` saves wait already, it is
+  dropped and counted), at a lower priority than the lanes; a prefix
   is cut into segments of at most `segment_tokens` after what the disk has
   already; each file is written atomically.
   `close(timeout)` drains the queue within a bounded time. Each save
@@ -34,7 +34,6 @@ resumes warm after a restart.
 from __future__ import annotations
 
 import hashlib
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,10 +43,9 @@ import numpy as np
 
 from . import kv_file, kv_folder, pauses
 from .kv_owners import Owners
+from .kv_writer import DiskWriter
 
 SEGMENT_TOKENS = 1024  # at most this many positions per file: a 3k answer is ~3 files
-QUEUE = 8  # saves waiting for the writer; more are dropped (and counted)
-WRITER_NICE = 15  # the writer thread's niceness: it yields the cores to the lanes
 
 
 def chain_hashes(tokens: list[int], block: int) -> list[str]:
@@ -100,14 +98,10 @@ class DiskTier:
         self.segments: dict[Path, SegmentRef] = {}  # every file of the tier
         self.notes: list[str] = []  # for people: what was skipped, removed or stopped
         self._skipped: set[str] = set()  # entries that are not regular files (said once)
-        self.dropped = 0  # saves dropped because the writer was behind
         self.written_bytes = 0
         self.saving = True  # False after a full disk
         self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
-        self._waiting = 0  # saves in the queue (at most QUEUE)
-        self._writer = None  # lanethreads.Started: the writer's job on a parked thread
-        self._hurry = False  # close() ran out of time: stop after the file being written
+        self._writer = DiskWriter(self._write, self._release, self._stopped)
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seen = -1  # the folder's mtime when last scanned
         self._scan()
@@ -275,64 +269,28 @@ class DiskTier:
 
     # ---- saving ---------------------------------------------------------------------
     def save(self, tokens: list[int], layers, owner: str = "") -> bool:
-        """Queue `tokens`' KV for the writer: `layers` is [(keys, values)]
-        per layer, evaluated, at least len(tokens) positions, or an object
-        whose `layers(start, end)` gives them for a span (prefix.BlockKV:
-        the RAM cache's blocks, stitched on the writer's thread). False when
-        it was dropped (the writer is behind, or saving stopped). `owner`:
-        the chat (or API client) whose prefix it is."""
-        if not self.saving:
-            return False
-        with self._lock:
-            if self._waiting >= QUEUE:
-                self.dropped += 1
-                return False
-            self._waiting += 1
-        self._post(("save", list(tokens), layers, owner))
-        return True
+        """Queue `tokens`' KV for the writer (kv_writer.py): `layers` is
+        [(keys, values)] per layer, evaluated, at least len(tokens) positions,
+        or an object whose `layers(start, end)` gives them for a span
+        (prefix.BlockKV: the RAM cache's blocks, stitched on the writer's
+        thread). False when it was dropped (the writer is behind, or saving
+        stopped). `owner`: the chat (or API client) whose prefix it is."""
+        return self.saving and self._writer.save(list(tokens), layers, owner)
 
     def forget(self, owner: str) -> None:
         """`owner` (a deleted chat) uses nothing any more: after the saves
         queued before this, the segments no one else uses are removed."""
-        self._post(("forget", owner))
+        self._writer.forget(owner)
 
-    def _post(self, item) -> None:
-        if self._writer is None:
-            # A parked CPU thread at a lower priority than the lanes (the lanes
-            # get the cores first; Linux): it never ends (lanethreads.py).
-            from . import lanethreads
+    @property
+    def dropped(self) -> int:
+        """Saves dropped because the writer was behind."""
+        return self._writer.dropped
 
-            self._writer = lanethreads.start(self._write_loop, "cpu", WRITER_NICE,
-                                             "kv-disk-writer")
-        self._queue.put(item)
-
-    def _write_loop(self, stream) -> None:
-        import mlx.core as mx
-
-        # MLX work off the lane threads stays on a CPU stream: MLX does not
-        # promise that two threads may encode GPU (Metal) work at once
-        # (engine/README.md, "Threads"); the KV it reads is already evaluated.
-        with mx.stream(stream):
-            self._serve_queue()
-
-    def _serve_queue(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                if item[0] == "forget":
-                    self._release(item[1])
-                    continue
-                with self._lock:
-                    self._waiting -= 1
-                if not self._hurry:
-                    self._write(*item[1:])
-            except Exception as e:  # a writer that dies saves nothing more: say so once
-                self.notes.append(f"Saving KV to disk stopped: {type(e).__name__}: {e}")
-                self.saving = False
-            finally:
-                self._queue.task_done()
+    def _stopped(self, e: Exception) -> None:
+        """The writer died: nothing more is saved; said once."""
+        self.notes.append(f"Saving KV to disk stopped: {type(e).__name__}: {e}")
+        self.saving = False
 
     def _write(self, tokens: list[int], layers, owner: str = "") -> None:
         b = self.block_size
@@ -340,7 +298,7 @@ class DiskTier:
         have = self.match(tokens[:end])
         hashes, at = have.hashes, have.num_tokens
         used = [ref.path for ref, _ in have.segments]
-        while at < end and self.saving and not self._hurry:
+        while at < end and self.saving and not self._writer.hurry:
             pauses.at("saving-kv")
             stop = min(end, at + self.segment_tokens)
             part = (layers.layers(at, stop) if hasattr(layers, "layers")
@@ -414,14 +372,7 @@ class DiskTier:
         """Finish the queued saves within `timeout` seconds; True if all were.
         Past it, the writer stops after the file it writes (whole or absent),
         waited for as long again: no thread is left saving as the process ends."""
-        if self._writer is None:
-            return True
-        self._queue.put(None)
-        done = self._writer.wait_parked(timeout)
-        self._hurry = not done
-        if done or self._writer.wait_parked(timeout):
-            self._writer, self._hurry = None, False
-        return done
+        return self._writer.close(timeout)
 
     def clear(self) -> int:
         """Remove every saved segment; returns the bytes freed."""

@@ -3,7 +3,9 @@
 Measures what the plan needs (engine/runtime/weights.py), asks the pure planner
 (engine/core/memory.py) and builds the model objects: one shared set of arrays
 for every lane that can read it, a converted or fresh copy only where the plan
-gives a lane its own.
+gives a lane its own. `place` adds what the engine's lanes share (the
+prefix cache, the model's cache kinds); `default_lanes` are the lanes an
+engine gets unless told.
 """
 
 from __future__ import annotations
@@ -11,13 +13,59 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import mlx.core as mx
 
 from ..core.laneconfig import LaneConfig, LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
+from .cachekinds import CacheProfile, cache_profile
+from .prefix import PrefixCache
 from .weights import dense_faster_on_cpu, machine_budget, model_shape
+
+
+def gpu_available() -> bool:
+    """Whether MLX has a usable GPU here (Metal on macOS, CUDA on Linux);
+    where Metal is reported but cannot run kernels, the CPU becomes MLX's
+    default device (engine/models/diagnostics.py)."""
+    from ..models.diagnostics import gpu_usable
+
+    return gpu_usable()[0]
+
+
+def default_lanes(drafts: str = "off") -> list[LaneSpec]:
+    """A GPU lane (when MLX has one) and a CPU lane; `drafts` for each
+    (LaneConfig.drafts: "off", "lookup" or "model")."""
+    config = LaneConfig(drafts=drafts) if drafts != "off" else None
+    if gpu_available():
+        return [LaneSpec("gpu", "gpu", config=config), LaneSpec("cpu", "cpu", config=config)]
+    return [LaneSpec("cpu", "cpu", config=config)]
+
+
+class Placed(NamedTuple):
+    """An engine's model placed: the memory plan, the prefix cache its lanes
+    share, the model's cache kinds, each enabled lane's model object (`plan_lanes`)."""
+
+    plan: MemoryPlan
+    prefix_cache: PrefixCache
+    cache_profile: CacheProfile
+    models: dict[str, object]
+
+
+def place(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | None, aux: tuple,
+          prefix_cache_bytes: int | None, block_size: int) -> Placed:
+    """The memory plan for `specs` and what the lanes share; `prefix_cache_bytes`
+    None: the plan's."""
+    model_type = getattr(loaded.model, "model_type", None) or type(loaded.model).__module__
+    # A cache kind mlx-lm cannot batch fails here, before any lane starts.
+    profile = cache_profile(loaded.model, model_type.rsplit(".", 1)[-1])
+    plan, models = plan_lanes(loaded, specs, budget_bytes, aux)
+    if prefix_cache_bytes is None:
+        prefix_cache_bytes = plan.prefix_cache_bytes
+    prefix_cache = PrefixCache(block_size, prefix_cache_bytes)
+    prefix_cache.off_reason = profile.prefix_off_reason
+    return Placed(plan, prefix_cache, profile, models)
 
 
 def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,

@@ -13,7 +13,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from ..core.memory import ModelShape
+from ..core.model_shape import ModelShape
 
 
 def model_shape(model: nn.Module, context_length: int) -> ModelShape:
