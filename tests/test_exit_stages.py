@@ -132,7 +132,7 @@ def test_tandem_generate_ends_cleanly_at_every_stage(tiny_model_dir, tiny_loaded
         run.wait_for(f"paused at {stage}")
         assert run.end(signal.SIGINT) == 130, (stage, run.stderr)
         _tier_files(folder, tiny_loaded)  # (the prompt prefilled may be saved)
-    assert "stopped: cancelled" in run.stderr
+    assert "stopped; prompt 124 tokens" in run.stderr  # its stats: cancelled
     # Its own end, every thread idle: 0, and the answer's KV is saved.
     run = _generate(tiny_model_dir, folder, first)
     assert run.end() == 0
@@ -141,7 +141,7 @@ def test_tandem_generate_ends_cleanly_at_every_stage(tiny_model_dir, tiny_loaded
     # Ctrl+C while the restorer reads that KV back: the answer is cancelled.
     run = _generate(tiny_model_dir, folder, first, "restoring")
     run.wait_for("paused at restoring")
-    assert run.end(signal.SIGINT) == 130 and "stopped: cancelled" in run.stderr
+    assert run.end(signal.SIGINT) == 130 and "stopped; prompt" in run.stderr
     assert _tier_files(folder, tiny_loaded) == saved
     # The answer is whole and its KV being saved as the process ends (Ctrl+C
     # then is held): the save is written whole, 0, and a next run restores it.
@@ -163,17 +163,17 @@ def _serve(model_dir: Path, folder: Path, stage: str | None = None) -> Tandem:
 class _Ask:
     """A chat request to `url` on a thread of its own: the answer or the error."""
 
-    def __init__(self, url: str, prompt: str):
+    def __init__(self, served: tuple[str, str], prompt: str):
         self.done: dict = {}
-        self._thread = threading.Thread(target=self._run, args=(url, prompt), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(*served, prompt), daemon=True)
         self._thread.start()
 
-    def _run(self, url: str, prompt: str) -> None:
+    def _run(self, url: str, model: str, prompt: str) -> None:
         try:
             with openai.OpenAI(base_url=url, api_key="x", max_retries=0,
                                timeout=WAIT_S) as client:
                 self.done["answer"] = client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": prompt}],
+                    model=model, messages=[{"role": "user", "content": prompt}],
                     max_tokens=8, temperature=0)
         except Exception as e:  # the test says what went wrong
             self.done["error"] = e
@@ -184,9 +184,10 @@ class _Ask:
         return self.done["answer"]
 
 
-def _listening(run: Tandem) -> str:
+def _listening(run: Tandem) -> tuple[str, str]:
+    """Its base URL and the model id it serves, once it listens."""
     line = run.wait_for("Tandem serves")
-    return re.search(r"at (http://\S+/v1)", line).group(1)
+    return re.search(r"at (http://\S+/v1)", line).group(1), re.search(r"'([^']+)'", line).group(1)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
