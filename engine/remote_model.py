@@ -31,7 +31,8 @@ from .hub import EventHub, Observer
 from .interface import Capabilities, Prepared
 from .models.gendefaults import GenerationDefaults
 from .remote.io import RemoteIO
-from .remote.lane import PlainText, RemoteLane
+from .remote.answer import PlainText
+from .remote.lane import RemoteLane
 
 CHARS_PER_TOKEN = 4  # a queued prompt's size for the router, before the server counts it
 DEFAULT_CONTEXT = 32_768

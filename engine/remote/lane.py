@@ -6,7 +6,8 @@ runs them on the engine's asyncio loop (engine/remote/io.py). The prompt goes
 as token ids (the remote serves the same model), or as text to a server that
 refuses ids. When the remote fails mid-answer the request is given back to
 the engine (`give_back`) with the text received so far, and a local lane
-goes on from there: nothing shown is lost or repeated.
+goes on from there: nothing shown is lost or repeated. What one answer is
+sent with and what its stream said: answer.py.
 
 What the remote says is bounded here (engine/core/remote_limits.py): its
 text stops at max_tokens (finish "length"), its counts are clamped before
@@ -20,7 +21,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from ..core.director import Director
@@ -32,36 +32,13 @@ from ..core.remote_limits import (OutputBudget, bound_prompt_tokens, request_dea
                                   scrub)
 from ..core.remote_scheduler import RemoteScheduler
 from ..core.request import Request
+from .answer import Answer, probe_params, request_body
 from .client import RemoteFault, list_models, make_client, stream_completion
 from .io import RemoteIO
 from .prompt_form import TEXT_ONLY, refused_ids
 
 CHARS_PER_TOKEN_LIMIT = 64  # more text than this per allowed token is garbage
 PERMANENT = ("auth", "model")
-
-
-class PlainText:
-    """A request's text without a local tokenizer (a remote model's chat):
-    what the server streamed, answer and thinking apart."""
-
-    stopped = False
-    stop_hit: str | None = None  # the server applies the stop strings
-    tool_calls: tuple = ()  # a remote model's calls are not read apart (yet)
-    ended_in_call = False
-
-    def __init__(self):
-        self.text = ""
-        self.reasoning = ""
-
-    def add_text(self, text: str) -> tuple[str, str]:
-        self.text += text
-        return text, ""
-
-    def finish(self) -> tuple[str, str]:
-        return "", ""
-
-    def take_calls(self) -> tuple[str, ...]:
-        return ()
 
 
 class RemoteLane(SchedulerState):
@@ -176,7 +153,7 @@ class RemoteLane(SchedulerState):
                 raise RemoteFault("model", f"not routed: it serves {self.model!r}, not the "
                                            "loaded model (say which local model it serves, "
                                            "or use it as the model: Engine > Remote lanes…)")
-            probe = Request(list(self.probe_ids), _probe_params())
+            probe = Request(list(self.probe_ids), probe_params())
             probe.messages = self.probe_messages
             await self._answer_in_form(probe, probe=True)  # learns the prompt's form
         except asyncio.CancelledError:  # the engine closed meanwhile
@@ -270,28 +247,6 @@ class RemoteLane(SchedulerState):
         TEXT_ONLY.add(self.spec.url)
         return text
 
-    def _body(self, request: Request) -> dict:
-        p = request.params
-        body = {"model": self.model, "temperature": p.temperature, "top_p": p.top_p}
-        if not request.open_ended:  # else the server's own: to the end of its context
-            body["max_tokens"] = p.max_tokens
-        if request.messages is not None:  # a remote model: its own template
-            body["messages"] = request.messages
-            if request.messages and request.messages[-1].get("role") == "assistant":
-                # Continue that answer (vLLM's fields; other servers start anew).
-                body.update(continue_final_message=True, add_generation_prompt=False)
-        else:
-            body["prompt"] = (request.prompt_ids if self.prompt_as_ids
-                              else self.decode(request.prompt_ids))
-        if p.stop:
-            body["stop"] = list(p.stop)
-        if p.seed is not None:
-            body["seed"] = p.seed
-        for name, default in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
-            if getattr(p, name) != default:
-                body[name] = getattr(p, name)
-        return body
-
     async def _answer(self, request: Request, probe: bool = False) -> str:
         """Stream one answer; returns its raw text (what it streamed so far is
         in `_received` meanwhile, for a fault's hand-back). Its text stops at
@@ -301,7 +256,7 @@ class RemoteLane(SchedulerState):
         n_at_start = max(scheduler.batch_size, 1)
         predicted = None if probe else self._predicted_s(request, believed, n_at_start)
         budget = OutputBudget(request.params.max_tokens, self.encode)
-        answer = _Answer(budget, believed, n_at_start, predicted, sent=time.monotonic())
+        answer = Answer(budget, believed, n_at_start, predicted, sent=time.monotonic())
         await self._stream(request, answer, probe)
         if answer.finish not in ("stop", "length"):
             raise RemoteFault("cut", f"the answer ended with {answer.finish!r}")
@@ -315,13 +270,14 @@ class RemoteLane(SchedulerState):
         return self.scheduler.cost.request_s(request.num_prompt - believed,
                                              view.expected_output, n_at_start)
 
-    async def _stream(self, request: Request, answer: "_Answer", probe: bool) -> None:
+    async def _stream(self, request: Request, answer: Answer, probe: bool) -> None:
         """Read the remote's chunks into `answer` and the request's tokens
         until it finishes, a stop string ends it or max_tokens is reached."""
         spec, scheduler = self.spec, self.scheduler
         max_tokens, budget = request.params.max_tokens, answer.budget
+        body = request_body(request, self.model, self.prompt_as_ids, self.decode)
         chunks = stream_completion(
-            self._client, spec.url, self._key, self._body(request), spec.first_token_s,
+            self._client, spec.url, self._key, body, spec.first_token_s,
             spec.stall_s, CHARS_PER_TOKEN_LIMIT * max_tokens,
             chat=request.messages is not None,
             total_s=request_deadline_s(spec, scheduler.cost, max_tokens, scheduler.capacity))
@@ -343,7 +299,7 @@ class RemoteLane(SchedulerState):
                     answer.finish = "length"
                     break
 
-    def _show(self, request: Request, answer: "_Answer", text: str, thought: str,
+    def _show(self, request: Request, answer: Answer, text: str, thought: str,
               probe: bool) -> bool:
         """A chunk's thinking and text as the request's tokens; True when a
         stop string ended the answer."""
@@ -369,7 +325,7 @@ class RemoteLane(SchedulerState):
         self.scheduler.output_tokens += 1
         return False
 
-    def _settle(self, request: Request, answer: "_Answer", probe: bool) -> str:
+    def _settle(self, request: Request, answer: Answer, probe: bool) -> str:
         """A finished answer: its counts (the server's, clamped), what the
         cost model learns from it, and (unless the probe) the request
         finished; returns its raw text."""
@@ -405,39 +361,3 @@ class RemoteLane(SchedulerState):
         scheduler.done(request)
         self.director.finish(request, answer.finish, self.name)
         return raw
-
-
-@dataclass(slots=True)
-class _Answer:
-    """One answer in flight: what was believed and predicted as it was sent,
-    then what its stream said besides the text."""
-    budget: OutputBudget  # its text, held to max_tokens
-    believed: int  # prompt tokens the remote was believed to hold cached
-    n_at_start: int  # answers streaming as it was sent (at least 1)
-    predicted: float | None  # the cost model's seconds (None: the probe)
-    sent: float  # time.monotonic() as it was sent
-    first: float | None = None  # ... when its first text came
-    finish: str | None = None
-    usage_cached: int | None = None  # the server's counts, as reported
-    usage_out: int | None = None  # (clamped to max_tokens)
-    usage_prompt: int | None = None
-    concurrency: float = 0.0  # answers streaming, summed over its chunks
-    seen: int = 0  # its chunks
-
-    def read(self, chunk, max_tokens: int, streaming: int) -> None:
-        """A chunk's counts and finish reason, with `streaming` answers in flight."""
-        self.concurrency += max(streaming, 1)
-        self.seen += 1
-        if chunk.cached_tokens is not None:
-            self.usage_cached = chunk.cached_tokens
-        if chunk.completion_tokens is not None:
-            self.usage_out = min(chunk.completion_tokens, max_tokens)
-        if chunk.prompt_tokens is not None:
-            self.usage_prompt = chunk.prompt_tokens
-        self.finish = chunk.finish_reason or self.finish
-
-
-def _probe_params():
-    from ..core.params import SamplingParams
-
-    return SamplingParams(max_tokens=16)
