@@ -23,7 +23,6 @@ for _name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # under HF_HOME, as by 
 import gc  # noqa: E402
 
 import keyring  # noqa: E402
-
 import pytest  # noqa: E402
 
 import engine  # noqa: E402,F401  (loads OpenBLAS before mlx)

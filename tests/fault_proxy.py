@@ -158,7 +158,7 @@ class FaultProxy:
                                              opts.get("retry_after")))
                 await writer.drain()
                 return
-            if mode == "delay":
+            if mode == "delay":  # a slow peer is the fault under test, not a wait
                 await asyncio.sleep(float(opts.get("seconds", 1.0)))
             try:
                 up_reader, upstream = await asyncio.open_connection(self.host, self.port)

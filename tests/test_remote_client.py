@@ -47,7 +47,7 @@ def _run(body_parts, first_s=2.0, stall_s=0.3, max_chars=10_000, status=200, hea
                 end = time.monotonic() + GUARD_S
                 while time.monotonic() < end:
                     yield part.part
-                    if part.pace_s:
+                    if part.pace_s:  # the server's pace, not a wait
                         await asyncio.sleep(part.pace_s)
             else:
                 yield part

@@ -225,7 +225,9 @@ def test_an_echoed_key_is_scrubbed_from_the_error_event(hybrid, server):
     engine.add_remote(RemoteSpec(f"{server.url}/v1", name="second"), KEY)
     lane = engine.remotes.lanes["second"]
     _wait(lambda: lane.ready.is_set())
+    # The event comes on the engine's delivery thread, not always before `ready`.
+    _wait(lambda: any(isinstance(e, EngineErrorEvent) for e in events))
     errors = [e for e in events if isinstance(e, EngineErrorEvent)]
-    assert errors and "HTTP 401" in errors[-1].message
+    assert "HTTP 401" in errors[-1].message
     assert not _leaks(errors[-1].message) and not _leaks(lane.failed)
     assert not _leaks(str(engine.describe_lanes()))

@@ -119,12 +119,19 @@ def test_a_stdio_line_over_the_limit_is_dropped_and_answered(line, answered):
 def test_faults_are_notes_and_error_results(tmp_path):
     mute = ServerSpec("mute", command=sys.executable,
                       args=("-c", "import time; time.sleep(600)"))  # never answers
+    # Its start deadline is waited for whole: short, on a host of its own; the
+    # servers that do start get all the time a busy machine needs (the SDK's
+    # import, 500 tools: seconds under the suite's other workers).
+    with_mute = ToolHost([mute], log_dir=tmp_path, start_s=1)
+    try:
+        assert with_mute.tools() == [] and with_mute.notes["mute"] == "did not start within 1 s"
+    finally:
+        with_mute.close()
     host = ToolHost([stdio(), ServerSpec("missing", command=str(tmp_path / "nothing")),
-                     stdio("many", "many"), stdio("garbage", "garbage"), mute],
-                    log_dir=tmp_path, call_s=2, start_s=5)
+                     stdio("many", "many"), stdio("garbage", "garbage")],
+                    log_dir=tmp_path, call_s=2, start_s=60)
     try:
         tools = host.tools()
-        assert host.notes["mute"] == "did not start within 5 s"
         assert "missing" in host.notes and "No such file" in host.notes["missing"]
         assert len([t for t in tools if t.server == "many"]) == MAX_TOOLS
         assert "500 tools" in host.notes["many"]
