@@ -72,7 +72,7 @@ class GrammarBuilder:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def get(self, kind: str, text: str, timeout_s: float = BUILD_TIMEOUT_S):
+    def get(self, kind: str, text: str, timeout_s: float | None = None):
         """The built template for (kind, text); EngineError if it is bad, too
         slow to build, or the builder is full."""
         key = grammar_key(kind, text)
@@ -96,6 +96,7 @@ class GrammarBuilder:
         if not future.started.wait(QUEUE_WAIT_S):
             raise EngineError("The grammar builder is busy; send this again in a moment.",
                               "busy")
+        timeout_s = BUILD_TIMEOUT_S if timeout_s is None else timeout_s
         left = timeout_s - (time.monotonic() - future.started_at)
         try:
             return _unwrap(future.result(max(left, 0.0)))
