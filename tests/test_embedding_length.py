@@ -51,7 +51,9 @@ def test_an_input_is_cut_at_max_seq_length_as_sentence_transformers_cuts_it(st_d
     assert cut[-1] == tokenizer.sep_token_id and ours.encode(LONG) == cut
     mine = ours.embed([ours.encode(LONG)])
     assert _cosine(mine, _reference(st_dir, cut)) >= 1 - 1e-5
-    assert _cosine(mine, _reference(st_dir, whole)) < 0.999  # what reading it all gave
+    # What reading it all gave, as far as the encoder's 130 positions go (past
+    # them the reference reads its position table out of bounds: NaN at times).
+    assert _cosine(mine, _reference(st_dir, whole[:130])) < 0.999
     # Token ids a client sends are cut there too.
     assert ours.check_ids(whole) == whole[:MAX_SEQ]
 
