@@ -295,6 +295,7 @@ def generate(args) -> int:
         finally:
             close_engine(engine)
     handle = done = None
+    shown = []  # the answer's text as printed so far
     try:
         if args.raw:  # the text as it is, tokenized as /v1/completions does
             handle = engine.submit(engine.prepare_prompt(prompt), sampling_params(engine, args),
@@ -303,6 +304,7 @@ def generate(args) -> int:
             handle = engine.submit(messages, sampling_params(engine, args))
         for event in handle:
             if isinstance(event, Token):
+                shown.append(event.text)
                 sys.stdout.write(terminal_text(event.text))
                 sys.stdout.flush()
             elif isinstance(event, Finished):
@@ -315,10 +317,21 @@ def generate(args) -> int:
             handle.cancel()
             with handled(lambda *_: None):  # a second Ctrl+C: its end is on its way
                 done = handle.result(10)
-        return _said(done, INTERRUPTED)
+        if done is None or done.reason in ("cancelled", "error"):
+            return _said(done, INTERRUPTED)
+        # It had ended on its own before the cancel reached it (Ctrl+C as its
+        # last events were on their way): the answer is whole, said whole.
+        _rest(done.text, "".join(shown))
     finally:
         close_engine(engine)  # whole: its last KV save written, its threads parked
     return _said(done, 1 if done.reason == "error" else 0)
+
+
+def _rest(text: str, shown: str) -> None:
+    """Print what of the answer's `text` was not `shown` yet."""
+    if text.startswith(shown) and len(text) > len(shown):
+        sys.stdout.write(terminal_text(text[len(shown):]))
+        sys.stdout.flush()
 
 
 def _said(done, code: int) -> int:

@@ -15,6 +15,8 @@ import threading
 from typing import Callable
 
 from .core import priority
+from .core.events import Finished
+from .runtime import pauses
 
 _STOP = object()
 
@@ -52,4 +54,6 @@ class Delivery:
             event = self._outbox.get()
             if event is _STOP:
                 return
+            if isinstance(event, Finished):
+                pauses.at("finishing")  # a test hook (runtime/pauses.py); nothing otherwise
             self._deliver(event)

@@ -1,6 +1,6 @@
 """`tandem generate` and `tandem serve` ended at every stage of their work
 (issue 49): loading (a lane warming up), prefilling, saving KV, restoring,
-and idle; serve by SIGINT and by SIGTERM, generate by Ctrl+C (SIGINT) or by
+the answer whole but not yet read, and idle; serve by SIGINT and by SIGTERM, generate by Ctrl+C (SIGINT) or by
 its own end. The engine's test hook (engine/runtime/pauses.py) holds the
 stage's thread until the signal has been sent, then lets it go on, so the
 process ends while that thread works. Each ends with its documented code
@@ -151,6 +151,13 @@ def test_tandem_generate_ends_cleanly_at_every_stage(tiny_model_dir, tiny_loaded
     assert "stopped: length" in run.stderr and _tier_files(folder, tiny_loaded) > saved
     run = _generate(tiny_model_dir, folder, second)
     assert run.end() == 0 and "tokens from disk in" in run.stderr
+    # Ctrl+C after the answer ended, before its reader was told (the last
+    # events on their way): it is whole, so 0 and the answer printed.
+    run = _generate(tiny_model_dir, folder, second, "finishing")
+    run.wait_for("paused at finishing")
+    assert run.end(signal.SIGINT) == 0, run.stderr
+    assert "stopped: length" in run.stderr and "output 8 tokens" in run.stderr
+    assert "".join(run.out).strip()
 
 
 # ---- tandem serve -------------------------------------------------------------------

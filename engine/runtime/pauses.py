@@ -6,8 +6,10 @@ pipe the test passed down) in the environment, the first thread to reach
 `at(<stage>)` says "tandem: paused at <stage>" on stderr, then blocks until
 the test writes a byte to the pipe (or closes it), and goes on with its
 work. The stages: "loading" (a lane warming up), "prefilling" (a lane in a
-prefill step), "saving-kv" (the disk tier's writer, before a file) and
-"restoring" (the restorer, before it reads). Without them (always, outside
+prefill step), "saving-kv" (the disk tier's writer, before a file), "restoring" (the
+restorer, before it reads) and "finishing" (the engine's delivery thread,
+before it hands over a request's Finished: the answer is whole, its reader
+not told yet). Without them (always, outside
 tests) `at` returns at once.
 """
 
@@ -17,7 +19,7 @@ import os
 import sys
 import threading
 
-STAGES = ("loading", "prefilling", "saving-kv", "restoring")
+STAGES = ("loading", "prefilling", "saving-kv", "restoring", "finishing")
 _stage = os.environ.get("TANDEM_PAUSE_AT") or None
 _fd = os.environ.get("TANDEM_PAUSE_FD") or None
 _taken = threading.Lock()  # held for good by the one thread that pauses
