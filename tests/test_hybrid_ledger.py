@@ -37,6 +37,29 @@ def test_the_sum_counts_requests_that_used_the_cpu_against_their_estimate():
     assert late.describe(now=2).startswith("Hybrid cost ~3 s")
 
 
+def test_when_the_router_left_the_cpu_idle_the_summary_says_why():
+    """Hybrid on, nothing sent to the CPU: the summary says why, from the
+    router's own reason (engine/core/policies.py), or that the GPU was the
+    faster place for each request when nothing was kept out."""
+    ledger = HybridLedger()
+    ledger.routed("a", 2.0, {"gpu": 2.0}, GPU, "0/40 tokens cached; GPU done in 2.0 s", at=1)
+    ledger.finished("a", "stop", 2.0, 3, (("prefill", "gpu"), ("decode", "gpu")), GPU)
+    assert ledger.describe(now=4) == (
+        "Over the last 5 minutes, all 1 requests stayed on the GPU: the router predicted "
+        "each would finish sooner there than on the CPU.")
+    ledger.routed("b", 3.0, {"gpu": 3.0}, GPU,
+                  "0/40 tokens cached; GPU done in 3.0 s (all on one lane: GPU 3.0 s vs CPU "
+                  "9.1 s); CPU left idle: it would slow GPU more than it adds (contention 0.2)",
+                  at=5)
+    ledger.finished("b", "stop", 3.0, 8, (("prefill", "gpu"), ("decode", "gpu")), GPU)
+    assert ledger.describe(now=9) == (
+        "Over the last 5 minutes, all 2 requests stayed on the GPU: the router left the CPU "
+        "lane idle, since it would slow GPU more than it adds (contention 0.2).")
+    # Once the CPU is used again, the summary counts what it bought instead.
+    _run(ledger, "c", 20, 4.0, 5.0, 9.0, (("prefill", "gpu"), ("decode", "cpu")))
+    assert ledger.describe(now=21).startswith("Hybrid saved ~5 s")
+
+
 def test_a_request_reads_its_time_beside_the_estimate():
     ledger = HybridLedger()
     outcome = _run(ledger, "a", 10, 4.0, 5.0, 9.0, (("prefill", "cpu"),))

@@ -13,11 +13,15 @@ predicted: |real - predicted| / real for the plan it chose.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import deque
 from dataclasses import dataclass
 
 WINDOW_S = 300.0
+# The router's reason when it kept a lane out ("CPU left idle: it would slow
+# the others more than it adds (contention 0.2)", engine/core/policies.py).
+_LEFT_IDLE = re.compile(r"\b([A-Z0-9_-]+) left idle: ([^;]+)")
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,16 @@ class HybridLedger:
         # ("the GPU", "the CPU") beside a GPU; ("this machine", "a remote") with a
         # CPU and a remote lane (the baseline lanes are then the local ones).
         self.baseline, self.elsewhere = "the GPU", "the CPU"
+        # The last time the router kept a lane idle, and why: (at, lane, why).
+        self.left_idle: tuple[float, str, str] | None = None
 
     def routed(self, request_id: str, predicted_done_s: float | None,
-               predicted_s: dict[str, float], gpu_lanes: set[str]) -> None:
+               predicted_s: dict[str, float], gpu_lanes: set[str], reason: str = "",
+               at: float | None = None) -> None:
         """A new request's placement (its first Routed event)."""
+        idle = _LEFT_IDLE.search(reason)
+        if idle is not None and at is not None:
+            self.left_idle = (at, idle.group(1), idle.group(2).strip())
         if request_id in self._routed:
             return
         gpu = [predicted_s[name] for name in gpu_lanes if name in predicted_s]
@@ -91,7 +101,14 @@ class HybridLedger:
         went = (f"{s.used_cpu} of {s.finished} requests went to {self.elsewhere}"
                 if s.used_cpu else f"all {s.finished} requests stayed on {self.baseline}")
         if not s.estimated:
-            return f"Over the last {minutes}, {went}."
+            why = ""
+            if not s.used_cpu and self.left_idle and now - self.left_idle[0] <= self.window_s:
+                _, lane, reason = self.left_idle
+                why = f": the router left the {lane} lane idle, since {reason}"
+            elif not s.used_cpu:
+                why = (f": the router predicted each would finish sooner there "
+                       f"than on {self.elsewhere}")
+            return f"Over the last {minutes}, {went}{why}."
         verb = "saved" if s.saved_s >= 0 else "cost"
         error = (f"; the router's predictions miss by a median {s.median_error:.0%}"
                  if s.median_error is not None else "")

@@ -132,32 +132,64 @@ class CostAwarePolicy:
                 imposed += other.decode_batch * min(seconds, their_s) * oc.contention
         return imposed
 
+    @staticmethod
+    def _rate(lane: LaneView, batch: float, context: float) -> float:
+        """Decode tokens/s of `lane` carrying `batch` streams (beyond its batch
+        slots the rest wait: no faster than a full batch)."""
+        if lane.max_batch:
+            batch = min(batch, lane.max_batch)
+        if batch <= 0:
+            return 0.0
+        return batch / lane.cost.decode_step_s(batch, context)
+
     def _pays(self, lane: LaneView, lanes: list[LaneView], context: float,
               joining: bool = True) -> bool:
-        """Does decoding on `lane` add more tokens/s than it takes from the
-        other busy lanes through contention? (A second lane that only takes
-        turns with the first one, as two lanes on the same few cores do, never
-        pays; a CPU lane next to a GPU usually does.) The lane is judged at the
-        batch it would reach with its share of the decodes in flight, so that
-        a batching lane is not starved before its batch can grow."""
-        busy = [o for o in lanes if o.name != lane.name and o.decode_batch]
+        """Does decoding on `lane` raise the machine's decode rate? With it,
+        the lane carries its share of the decodes in flight (those waiting for
+        a batch slot included) and every lane runs slowed by its contention;
+        without it, the other lanes carry them all, uncontended, up to their
+        batch slots. A lane that only takes turns with the others (two lanes
+        on the same few cores), or takes decodes a batching GPU would carry
+        almost free (its next stream costs a fraction of a step), does not
+        pay; a CPU lane beside a full GPU usually does. The lane is judged at
+        its share so that a batching lane is not starved before its batch
+        can grow."""
+        busy = [o for o in lanes if o.name != lane.name and (o.decode_batch or o.queue_depth)]
         if not busy:
             return True
-        cost = self._cost(lane)
         joined = 1 if joining else 0
-        in_flight = sum(o.decode_batch for o in lanes) + joined
-        batch = max(lane.decode_batch + joined, math.ceil(in_flight / len(lanes)))
-        if batch <= 0:
+        mine = lane.decode_batch + joined
+        in_flight = sum(o.decode_batch + o.queue_depth for o in busy) + mine
+        share = max(mine, math.ceil(in_flight / len(lanes)))
+        ctx = (lane.mean_context * lane.decode_batch + context * joined) / max(mine, 1)
+        weights = [max(o.decode_batch + o.queue_depth, 1) for o in busy]
+        total = sum(weights)
+
+        def others(carried: float, slowed: bool) -> float:
+            return sum(self._rate(o, carried * w / total, o.mean_context or ctx)
+                       / ((1 + self._cost(o).contention) if slowed else 1.0)
+                       for o, w in zip(busy, weights))
+
+        with_lane = (self._rate(lane, share, ctx) / (1 + self._cost(lane).contention)
+                     + others(in_flight - share, slowed=True))
+        return with_lane > others(in_flight, slowed=False)
+
+    def _prefill_pays(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> bool:
+        """Does prefilling `tokens` on `lane` save the machine time? While it
+        runs, every busy lane loses c / (1 + c) of its time to contention;
+        that must be less than the time the fastest other lane would spend
+        on the same prefill (a CPU lane that prefills a paste in 40 s while
+        the GPU loses 7 s of its work to do what it does in 1 s does not)."""
+        busy = [o for o in lanes if o.name != lane.name and o.is_busy]
+        others = [o for o in lanes if o.name != lane.name]
+        if not busy or not others or tokens <= 0:
             return True
-        ctx = ((lane.mean_context * lane.decode_batch + context * joined)
-               / max(lane.decode_batch + joined, 1))
-        gain = batch / (cost.decode_step_s(batch, ctx) * (1 + cost.contention))
-        loss = 0.0
-        for other in busy:
-            oc = self._cost(other)
-            rate = other.decode_batch / oc.decode_step_s(other.decode_batch, other.mean_context)
-            loss += rate * oc.contention / (1 + oc.contention)
-        return gain > loss
+        cost = self._cost(lane)
+        seconds = cost.prefill_s(tokens) * (1 + cost.contention)
+        lost = sum(seconds * self._cost(o).contention / (1 + self._cost(o).contention)
+                   for o in busy)
+        saved = min(self._cost(o).prefill_s(tokens) for o in others)
+        return lost <= saved
 
     def _decode_lanes(self, lanes: list[LaneView], context: float,
                       current: str | None = None) -> list[LaneView]:
@@ -167,12 +199,16 @@ class CostAwarePolicy:
         return paying or lanes
 
     def _skipped(self, lanes: list[LaneView], kept: list[LaneView]) -> str:
-        """'; CPU left idle: it would slow the others more than it adds
-        (contention 1.0)' for lanes the pays test kept out."""
+        """'; CPU left idle: it would slow GPU more than it adds (contention
+        0.2)' for lanes the pays test kept out."""
         names = {d.name for d in kept}
-        out = [f"{d.name.upper()} left idle: it would slow the others more than it adds "
-               f"(contention {self._cost(d).contention:.1f})"
-               for d in lanes if d.name not in names]
+        out = []
+        for d in lanes:
+            if d.name not in names:
+                others = ", ".join(o.name.upper() for o in lanes
+                                   if o.name != d.name and o.is_busy) or "the others"
+                out.append(f"{d.name.upper()} left idle: it would slow {others} more than "
+                           f"it adds (contention {self._cost(d).contention:.1f})")
         return "".join(f"; {line}" for line in out)
 
     # ---- decisions ----------------------------------------------------------
@@ -205,6 +241,8 @@ class CostAwarePolicy:
         best, best_score = None, math.inf
         paying = self._decode_lanes(lanes, context)
         decode_lanes = {d.name for d in paying}
+        prefill_lanes = ({p.name for p in lanes if self._prefill_pays(p, lanes, uncached)}
+                         or {p.name for p in lanes})
         for p in lanes:
             pre_own, pre_imposed = self._prefill(p, lanes, uncached)
             for d in lanes:
@@ -214,7 +252,10 @@ class CostAwarePolicy:
                 score = own + self.imposed_weight * (pre_imposed + dec_imposed)
                 if p.name == d.name:
                     own_by_lane[p.name] = own
-                if d.name not in decode_lanes:
+                # A prefill on a lane that does not pay for it is worth it only
+                # where the request then decodes (it spares the queue elsewhere).
+                if d.name not in decode_lanes or (p.name != d.name
+                                                  and p.name not in prefill_lanes):
                     continue
                 if score < best_score:
                     best, best_score = (p, d, own), score

@@ -30,6 +30,7 @@ class LaneView:
     prefill_chunk: int = 128  # prompt tokens per step while requests decode
     cost: CostModel | None = None  # a remote lane's is a RemoteCost
     capacity: int = 0  # a remote lane: the requests it serves at once (0: a local lane)
+    max_batch: int = 0  # a local lane's batch slots (0: not bounded)
 
     @property
     def is_remote(self) -> bool:

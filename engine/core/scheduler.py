@@ -122,7 +122,8 @@ class LaneScheduler:
                         if decoding else 0.0)
             return LaneView(self.name, self.kind, len(self.waiting), self.batch_size, pending,
                             len(decoding), mean_ctx, float(sum(map(expected_left, decoding))),
-                            self.config.prefill_chunk_busy, self.cost)
+                            self.config.prefill_chunk_busy, self.cost,
+                            max_batch=self.config.max_batch)
 
     # ---- KV room: query / commit pairs -------------------------------------------
     def kv_bytes_for(self, requests: list[Request]) -> int:

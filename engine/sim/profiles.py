@@ -20,13 +20,19 @@ class SimLaneSpec:
     cost: CostModel
 
 
-def load_profile(name: str, contention: float = 0.0) -> tuple[list[SimLaneSpec], float]:
-    """The lanes of profile `name` (with contention c) and its migration cost."""
+def load_profile(name: str, contention: float = 0.0,
+                 cpu_speed: float = 1.0) -> tuple[list[SimLaneSpec], float]:
+    """The lanes of profile `name` (with contention c) and its migration cost.
+    `cpu_speed` scales the CPU lane's prefill and decode rates (a what-if:
+    a faster or slower CPU lane beside the same GPU)."""
+    if cpu_speed <= 0:
+        raise ValueError("cpu_speed must be positive")
     profile = _DATA["profiles"][name]
     lanes = []
     for lane_name, spec in profile["lanes"].items():
-        cost = CostModel(prefill_tps=spec["prefill_tps"],
-                         decode_points=[tuple(p) for p in spec["decode_points"]],
+        scale = cpu_speed if spec["device"] == "cpu" else 1.0
+        cost = CostModel(prefill_tps=spec["prefill_tps"] * scale,
+                         decode_points=[(c, tps * scale) for c, tps in spec["decode_points"]],
                          batch_alpha=spec["batch_alpha"], contention=contention)
         lanes.append(SimLaneSpec(lane_name, spec["device"], cost))
     return lanes, float(profile["migration_s"])
