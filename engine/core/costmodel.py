@@ -113,6 +113,21 @@ class CostModel:
     def mean_abs_error(self) -> float | None:
         return sum(self.abs_errors) / len(self.abs_errors) if self.abs_errors else None
 
+    def paced(self, min_step_s: float, prompt_tokens: int) -> "CostModel":
+        """This model for a lane whose every step lasts at least `min_step_s`
+        (LaneConfig pacing: a slower device in tests and benchmarks), as its
+        calibration (a `prompt_tokens` prefill, decode steps at batch 1 and 2)
+        would have measured it paced."""
+        if min_step_s <= 0:
+            return self
+        one = 1.0 / self.decode_points[0][1]
+        two = one * (1.0 + self.batch_alpha)
+        paced_one, paced_two = max(one, min_step_s), max(two, min_step_s)
+        return CostModel(min(self.prefill_tps, prompt_tokens / min_step_s),
+                         [(c, min(tps, 1.0 / min_step_s)) for c, tps in self.decode_points],
+                         min(1.0, max(0.0, paced_two / paced_one - 1.0)), self.contention,
+                         smoothing=self.smoothing)
+
     def copy(self) -> "CostModel":
         return CostModel(self.prefill_tps, list(self.decode_points), self.batch_alpha,
                          self.contention, self.prefill_correction, self.decode_correction,

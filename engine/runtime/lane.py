@@ -24,6 +24,7 @@ from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepOutcome, StepPlan, StepResult
+from .calibration import PROMPT as CALIBRATION_PROMPT
 from .calibration import StartCancelled, calibrate, warm_up
 from . import lanethreads, pauses
 from .handoff import Handoff
@@ -263,6 +264,8 @@ class Lane(SchedulerState):
         finally:
             if held:
                 lock.release()
+        # A paced lane (LaneConfig.min_step_s) is believed as slow as it steps.
+        cost = cost.paced(self.config.min_step_s, len(CALIBRATION_PROMPT))
         cost.contention = min(max(self.start_contention, 0.0), cost.max_contention)
         self.scheduler.cost = cost
         self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,

@@ -1,0 +1,107 @@
+"""Is hybrid ever worse than GPU-only on the real engine? (issue 50)
+
+Run: .venv/bin/python benchmarks/hybrid_real_sweep.py [--factors 0.3,0.5,0.7]
+     [--rounds 2] [--tabs 4] [--max-answer 32]
+
+Two real lanes of the bundled model on this machine's cores: "gpu" (a CPU
+lane the router sees as the GPU, LaneSpec.acts_as) and "cpu", slowed by
+LaneConfig.min_step_s so that one of its decode steps lasts at least the
+"gpu" lane's one-stream step divided by the factor F (a slower device at
+decode; its batch costs the same as one stream; a prefill chunk longer than
+that runs at the lane's own speed). For each F the same multi-tab chat
+workload (engine/sim/workload.py, scaled down) runs in gpu-only mode and in
+hybrid mode with the cost-aware router, a fresh engine each, the order
+alternated between rounds. As in the app, the lanes' contention comes from
+a cost store (runtime/coststore.py) that the runs before wrote: for each F a
+first hybrid run, not counted, learns it. Printed: output tokens per wall second and the
+mean time to finish a request, hybrid over gpu-only, per F and round.
+Measured (wall clock, both lanes sharing the cores: the contention is real
+and learned online), not simulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.chat_tabs import play  # noqa: E402
+from engine import Engine, LaneConfig, LaneSpec, SamplingParams  # noqa: E402
+from engine.sim import chat_workload  # noqa: E402
+
+
+def one_stream_step_s() -> float:
+    """The "gpu" lane's decode step, one stream, measured (a lone lane)."""
+    engine = Engine.load("default", lanes=[LaneSpec("gpu", "cpu", "float32", acts_as="gpu")])
+    try:
+        messages = [{"role": "user", "content": "Tell me a long story about the sea."}]
+        params = SamplingParams(max_tokens=64, temperature=0.0)
+        engine.generate(messages, params)  # warm
+        done = engine.submit(messages, params).result()
+        return done.time_per_output_token_s
+    finally:
+        engine.close()
+
+
+def run(mode: str, slow_step_s: float, tabs, max_answer: int, store: str) -> dict:
+    engine = Engine.load("default", mode=mode, cost_store=store, lanes=[
+        LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+        LaneSpec("cpu", "cpu", "float32", config=LaneConfig(min_step_s=slow_step_s))])
+    try:
+        engine.wait_ready(120, every_lane=True)
+        finished, wall = play(engine, tabs, max_answer)
+    finally:
+        engine.close()
+    tokens = sum(f.output_tokens for f in finished)
+    on_cpu = sum(f.output_tokens for f in finished if f.lanes and f.lanes[-1][1] == "cpu")
+    return {"tokens_per_s": tokens / wall, "mean_e2e_s": statistics.fmean(f.e2e_s for f in finished),
+            "cpu_share": on_cpu / max(tokens, 1), "requests": len(finished), "wall_s": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--factors", default="0.3,0.5,0.7")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tabs", type=int, default=4)
+    parser.add_argument("--max-answer", type=int, default=32)
+    args = parser.parse_args()
+    step = one_stream_step_s()
+    tabs = chat_workload(args.tabs, seed=0, think_mean_s=0.5, arrival_window_s=1.0,
+                         turns=(2, 3), paste_tokens=300)
+    factors = [float(f) for f in args.factors.split(",")]
+    folder = tempfile.mkdtemp(prefix="tandem-costs-")
+    stores = {f: os.path.join(folder, f"costs-{f}.json") for f in factors}
+    for factor in factors:  # contention learned as a first session would
+        run("hybrid", step / factor, tabs, args.max_answer, stores[factor])
+    rows = []
+    for round_ in range(args.rounds):
+        for factor in factors:
+            order = ("gpu-only", "hybrid") if round_ % 2 == 0 else ("hybrid", "gpu-only")
+            got = {mode: run(mode, step / factor, tabs, args.max_answer, stores[factor])
+                   for mode in order}
+            row = {"round": round_, "factor": factor, "order": order,
+                   "throughput_ratio": got["hybrid"]["tokens_per_s"]
+                   / got["gpu-only"]["tokens_per_s"],
+                   "mean_e2e_ratio": got["hybrid"]["mean_e2e_s"] / got["gpu-only"]["mean_e2e_s"],
+                   **{f"{mode}": v for mode, v in got.items()}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(json.dumps({"machine": f"{platform.machine()} {platform.node()}",
+                      "date": time.strftime("%Y-%m-%d %H:%M"), "gpu_lane_step_s": step,
+                      "per_factor": {f: {"throughput_ratio": statistics.fmean(
+                          r["throughput_ratio"] for r in rows if r["factor"] == f),
+                          "mean_e2e_ratio": statistics.fmean(
+                          r["mean_e2e_ratio"] for r in rows if r["factor"] == f)}
+                          for f in sorted({r["factor"] for r in rows})}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
