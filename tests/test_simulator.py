@@ -210,3 +210,19 @@ def test_a_lane_that_does_not_pay_is_drained():
     cpu0 = _view("cpu", free.copy(), batch_size=1, decode_batch=1, mean_context=300,
                  remaining_tokens=100)
     assert CostAwarePolicy().reconsider(request, "cpu", [gpu0, cpu0]) is None
+
+
+def test_a_paced_lane_is_believed_as_slow_as_it_steps():
+    """LaneConfig.min_step_s stands in for a slower device: its calibration
+    is read as the paced steps would have measured it (CostModel.paced)."""
+    fast = CostModel(prefill_tps=1000.0, decode_points=[(0, 50.0), (1000, 40.0)],
+                     batch_alpha=0.2)
+    paced = fast.paced(0.1, 96)  # every step at least 100 ms
+    assert paced.decode_tps(0) == pytest.approx(10.0) and paced.decode_tps(1000) == 10.0
+    # A one-stream step (20 ms) and a two-stream one (24 ms) both last 100 ms:
+    # the paced lane's batch is free.
+    assert paced.batch_alpha == 0.0
+    assert paced.prefill_tps == pytest.approx(960.0)  # 96 tokens in one 100 ms step
+    assert fast.paced(0.0, 96) is fast
+    slower = fast.paced(0.022, 96)  # between the one- and two-stream steps
+    assert slower.batch_alpha == pytest.approx(0.024 / 0.022 - 1)
