@@ -154,13 +154,16 @@ class CostAwarePolicy:
         pay; a CPU lane beside a full GPU usually does. The lane is judged at
         its share so that a batching lane is not starved before its batch
         can grow."""
-        busy = [o for o in lanes if o.name != lane.name and (o.decode_batch or o.queue_depth)]
-        if not busy:
+        # Local lanes only: a remote decodes whole requests at its own rate
+        # (its cost has no steps) and is weighed in `place` on its own.
+        busy = [o for o in lanes if o.name != lane.name and not o.is_remote
+                and (o.decode_batch or o.queue_depth)]
+        if not busy or lane.is_remote:
             return True
         joined = 1 if joining else 0
         mine = lane.decode_batch + joined
         in_flight = sum(o.decode_batch + o.queue_depth for o in busy) + mine
-        share = max(mine, math.ceil(in_flight / len(lanes)))
+        share = max(mine, math.ceil(in_flight / (len(busy) + 1)))
         ctx = (lane.mean_context * lane.decode_batch + context * joined) / max(mine, 1)
         weights = [max(o.decode_batch + o.queue_depth, 1) for o in busy]
         total = sum(weights)
@@ -180,8 +183,8 @@ class CostAwarePolicy:
         that must be less than the time the fastest other lane would spend
         on the same prefill (a CPU lane that prefills a paste in 40 s while
         the GPU loses 7 s of its work to do what it does in 1 s does not)."""
-        busy = [o for o in lanes if o.name != lane.name and o.is_busy]
-        others = [o for o in lanes if o.name != lane.name]
+        busy = [o for o in lanes if o.name != lane.name and o.is_busy and not o.is_remote]
+        others = [o for o in lanes if o.name != lane.name and not o.is_remote]
         if not busy or not others or tokens <= 0:
             return True
         cost = self._cost(lane)
