@@ -24,6 +24,9 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 
+PACED_BATCH = 8  # where a paced lane's batch factor is fitted (CostModel.paced)
+
+
 @dataclass(slots=True)
 class CostModel:
     prefill_tps: float
@@ -120,13 +123,16 @@ class CostModel:
         would have measured it paced."""
         if min_step_s <= 0:
             return self
+        # A linear batch factor cannot be max(real, pace) at every batch: it
+        # is fitted at a batch of PACED_BATCH, so that a paced lane's batch
+        # is not believed free where the real steps outgrow the pace.
         one = 1.0 / self.decode_points[0][1]
-        two = one * (1.0 + self.batch_alpha)
-        paced_one, paced_two = max(one, min_step_s), max(two, min_step_s)
+        many = one * (1.0 + self.batch_alpha * (PACED_BATCH - 1))
+        paced_one, paced_many = max(one, min_step_s), max(many, min_step_s)
+        alpha = (paced_many / paced_one - 1.0) / (PACED_BATCH - 1)
         return CostModel(min(self.prefill_tps, prompt_tokens / min_step_s),
                          [(c, min(tps, 1.0 / min_step_s)) for c, tps in self.decode_points],
-                         min(1.0, max(0.0, paced_two / paced_one - 1.0)), self.contention,
-                         smoothing=self.smoothing)
+                         min(1.0, max(0.0, alpha)), self.contention, smoothing=self.smoothing)
 
     def copy(self) -> "CostModel":
         return CostModel(self.prefill_tps, list(self.decode_points), self.batch_alpha,
