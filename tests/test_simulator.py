@@ -212,6 +212,28 @@ def test_a_lane_that_does_not_pay_is_drained():
     assert CostAwarePolicy().reconsider(request, "cpu", [gpu0, cpu0]) is None
 
 
+def test_where_no_lane_pays_beside_the_other_the_faster_alone_keeps_its_decodes():
+    """Two lanes on the same cores, each slowing the other more than it adds
+    (as two real lanes on this machine learn, contention above 1): the
+    faster lane alone carries the decodes; it is never drained into the
+    slower one (it was, once both failed the pays test: 90% of a real run's
+    tokens ended on a lane at half speed)."""
+    fast = CostModel(prefill_tps=220, decode_points=[(0, 17)], batch_alpha=0.25,
+                     contention=1.2)
+    slow = CostModel(prefill_tps=250, decode_points=[(0, 6)], batch_alpha=0.0,
+                     contention=0.45)
+    gpu = _view("gpu", fast, batch_size=2, decode_batch=2, mean_context=300,
+                remaining_tokens=60)
+    cpu = _view("cpu", slow, batch_size=2, decode_batch=2, mean_context=300,
+                remaining_tokens=60)
+    request = RequestView("r7", 300, 288, expected_output=100, output_tokens=40)
+    assert CostAwarePolicy().reconsider(request, "gpu", [gpu, cpu]) is None
+    move = CostAwarePolicy().reconsider(request, "cpu", [gpu, cpu])
+    assert move is not None and move.lane == "gpu"
+    decode = CostAwarePolicy().place_decode(request, "cpu", [gpu, cpu])
+    assert decode.lane == "gpu" and "CPU left idle" in decode.reason
+
+
 def test_a_paced_lane_is_believed_as_slow_as_it_steps():
     """LaneConfig.min_step_s stands in for a slower device: its calibration
     is read as the paced steps would have measured it (CostModel.paced)."""

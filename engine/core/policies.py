@@ -196,10 +196,17 @@ class CostAwarePolicy:
 
     def _decode_lanes(self, lanes: list[LaneView], context: float,
                       current: str | None = None) -> list[LaneView]:
-        """The lanes worth decoding on; all of them if none is."""
+        """The lanes worth decoding on. Where none pays beside the others (two
+        lanes that only take turns on the same cores), the one lane that
+        carries every decode in flight fastest on its own: the others drain
+        into it, never it into them."""
         paying = [d for d in lanes
                   if self._pays(d, lanes, context, joining=d.name != current)]
-        return paying or lanes
+        local = [d for d in lanes if not d.is_remote]
+        if paying or not local:
+            return paying or lanes
+        in_flight = sum(d.decode_batch + d.queue_depth for d in local) + (current is None)
+        return [max(local, key=lambda d: self._rate(d, in_flight, d.mean_context or context))]
 
     def _skipped(self, lanes: list[LaneView], kept: list[LaneView]) -> str:
         """'; CPU left idle: it would slow GPU more than it adds (contention
@@ -333,9 +340,10 @@ class CostAwarePolicy:
                                               joining=False)
         stay = stay_own + self.imposed_weight * stay_imposed
         best = None
-        if not self._pays(here, lanes, context, joining=False):
+        worth = self._decode_lanes(lanes, context, current)
+        if here.name not in {d.name for d in worth}:
             stay = math.inf  # this lane costs the others more than it adds: drain it
-        for d in self._decode_lanes(lanes, context, current):
+        for d in worth:
             if d.name == current:
                 continue
             own, imposed = self._decode(d, lanes, request.expected_output, context)
