@@ -40,7 +40,9 @@ class FakeHub:
                 hub._serve(self, body=True)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # (polled every 50 ms: shutdown() waits for a poll, 0.5 s by default)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        kwargs={"poll_interval": 0.05})
 
     @property
     def endpoint(self) -> str:

@@ -80,7 +80,9 @@ class HostileServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = "http://127.0.0.1:%d" % self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # (polled every 50 ms: shutdown() waits for a poll, 0.5 s by default)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        kwargs={"poll_interval": 0.05})
 
     def start(self) -> "HostileServer":
         self._thread.start()

@@ -90,9 +90,11 @@ def build(kind: str):
         return "x" * (mib << 20)
 
     @app.tool()
-    def slow() -> str:
+    async def slow() -> str:
         """Never answers in time."""
-        time.sleep(3600)
+        import anyio
+
+        await anyio.sleep(3600)  # (awaited: the server still leaves when its stdin closes)
         return "late"
 
     @app.tool()

@@ -139,7 +139,9 @@ class _Site:
         if tls is not None:  # https: each connection's handshake as it is accepted
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # (polled every 50 ms: shutdown() waits for a poll, 0.5 s by default)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       kwargs={"poll_interval": 0.05})
         self.thread.start()
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
@@ -173,14 +175,17 @@ def test_the_default_fetcher_never_connects_to_a_local_address(site):
 
 def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
     fetcher = ImageFetcher(allowed=_loopback, seconds=1.0, max_bytes=1 << 20)
+    # The deadline /slow and /drip are cut at is waited for whole: short there.
+    hasty = ImageFetcher(allowed=_loopback, seconds=0.3, max_bytes=1 << 20)
     assert fetcher.fetch(site.url("/red.png")) == _png()
-    for path, said in [("/redirect", r"redirect \(302\); redirects are not followed"),
-                       ("/big", "over 1 MiB"), ("/endless", "over 1 MiB"),
-                       ("/slow", "did not answer in time \\(1 s an image"),
-                       ("/drip", "did not answer in time \\(1 s an image"),
-                       ("/missing", "answered 404")]:
+    for path, said, by in [("/redirect", r"redirect \(302\); redirects are not followed",
+                            fetcher),
+                           ("/big", "over 1 MiB", fetcher), ("/endless", "over 1 MiB", fetcher),
+                           ("/slow", "did not answer in time \\(0.3 s an image", hasty),
+                           ("/drip", "did not answer in time \\(0.3 s an image", hasty),
+                           ("/missing", "answered 404", fetcher)]:
         with pytest.raises(EngineError, match=said):
-            fetcher.fetch(site.url(path))
+            by.fetch(site.url(path))
     assert "/red.png" not in site.asked[1:]  # the redirect was not followed
     closed = socket.socket()  # bound, not listening: a connection is refused
     closed.bind(("127.0.0.1", 0))
@@ -200,10 +205,11 @@ def test_a_fetch_gets_the_image_and_refuses_what_it_must(site):
 def test_the_deadline_covers_the_status_line_headers_and_chunk_sizes(site, path):
     """A host dripping its status line, its headers or a chunk's size line
     (each read waits briefly, the answer would come after 20 s) is cut at the
-    fetch's deadline: the whole fetch is bounded, not each read."""
-    fetcher = ImageFetcher(allowed=_loopback, seconds=1.0)
+    fetch's deadline: the whole fetch is bounded, not each read (each read
+    returns within 50 ms, well inside the 0.3 s deadline)."""
+    fetcher = ImageFetcher(allowed=_loopback, seconds=0.3)
     started = time.monotonic()
-    with pytest.raises(EngineError, match="did not answer in time \\(1 s an image"):
+    with pytest.raises(EngineError, match="did not answer in time \\(0.3 s an image"):
         fetcher.fetch(site.url(path))
     assert time.monotonic() - started < 10  # generous: the drip would take 20 s
     site.release.set()  # the same answer at once is read whole
@@ -243,7 +249,8 @@ def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
     from tests.test_server import Served
 
     expected = _reference(vision_engine)
-    allowed = Served(vision_engine, image_urls=ImageFetcher(allowed=_loopback, seconds=2.0))
+    fetcher = ImageFetcher(allowed=_loopback, seconds=2.0)
+    allowed = Served(vision_engine, image_urls=fetcher)
     default = Served(vision_engine, image_urls=ImageFetcher())
     refusing = Served(vision_engine)
     try:
@@ -264,6 +271,8 @@ def test_the_api_reads_image_urls_only_when_allowed(vision_engine, site):
                                   (allowed, site.url("/slow"), "did not answer in time"),
                                   (default, site.url("/red.png"), "local or private address"),
                                   (refusing, site.url("/red.png"), "--allow-image-urls")]:
+            # (the deadline /slow is cut at, waited for whole: short for it alone)
+            fetcher.seconds = 0.3 if url == site.url("/slow") else 2.0
             with pytest.raises(openai.BadRequestError, match=said):
                 ask(served, url)
         # and each server answers on

@@ -262,14 +262,20 @@ def test_delete_never_removes_a_folder_that_is_not_only_a_model(qtbot, window, t
     assert (home_like / "Documents" / "notes.odt").exists() and asked == []
 
 
-def test_the_verdict_for_the_loaded_model_is_the_plan_the_engine_made(default_engine):
+def test_the_verdict_for_the_loaded_model_is_the_plan_the_engine_made():
     """The library judges a model with the plan the engine makes at load: the
     same weight format on the CPU (this machine's float32 probe) and the same
     KV per token (a GGUF computes in float32: its norms are F32)."""
+    from engine import Engine
     from engine.models.catalog import describe_gguf, judge
     from engine.models.loader import default_model_path
 
-    plan = default_engine.memory_plan
+    # The plan is made at load, before the lanes warm up: none is waited for.
+    engine = Engine.load("default", ready_s=None)
+    try:
+        plan = engine.memory_plan
+    finally:
+        engine.close()
     entry = describe_gguf(default_model_path(), "bundled", "SmolLM2")
     judge(entry, plan.budget_bytes, any(lp.device == "gpu" for lp in plan.lanes),
           dense_faster_on_cpu=plan.dense_faster_on_cpu)

@@ -3,7 +3,8 @@ Codex sends no max_output_tokens, and Tandem's old default of 512 cut every
 longer answer ("Incomplete response returned, reason: max_output_tokens").
 
 A scripted model in Qwen2.5's tool format (tests/scripted_calls.py) writes
-600 tokens and then its end-of-turn token, whatever it is asked. Codex's
+530 tokens (past the old 512, and past where an answer's first 512-token
+reservation grows) and then its end-of-turn token, whatever it is asked. Codex's
 recorded request (tests/data/codex_request.json, tests/test_codex_replay.py)
 without max_output_tokens, chat completions and completions without
 max_tokens: each answer is the whole script, finished by the model. In the
@@ -24,7 +25,7 @@ from tests.scripted_calls import build_scripted_caller
 from tests.test_codex_replay import CAPTURED, CODEX_CORPUS, CODEX_VOCAB, _events, _shortened
 from tests.test_server import Served
 
-WORDS = [f"<w{i}>" for i in range(600)]
+WORDS = [f"<w{i}>" for i in range(530)]
 SCRIPT = "".join(WORDS)
 ASK = [{"role": "user", "content": "Write a long patch."}]
 
@@ -104,7 +105,7 @@ def test_an_open_ended_answer_reserves_as_it_grows_beside_others(long_model):
 
 
 def test_an_open_ended_answer_ends_where_its_lane_has_no_room(long_model):
-    """KV for its prompt and 600 tokens, not for the next 512 it would grow
+    """KV for its prompt and 612 tokens, not for the next 512 it would grow
     by: it ends there, `length` (as at the context's end), never past the
     lane's budget."""
     engine = _engine(long_model, lambda prompt: prompt + OPEN_STEP + 100)

@@ -85,7 +85,7 @@ def _on_remote(events, handle) -> bool:
 
 # ---- 4: progress is text ---------------------------------------------------------------
 def test_endless_empty_chunks_time_out_and_the_request_goes_on_locally(hybrid, server):
-    engine, events = hybrid(stall_s=1.0)
+    engine, events = hybrid(stall_s=0.5)  # (the silence checked, waited for whole: short)
     server.answer = lambda body, auth: (200, itertools.chain(
         [event(body, "Hel")], _forever(event(body, ""), 0.005)))
     handle = _ask(engine, max_tokens=8)

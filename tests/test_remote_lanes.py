@@ -169,7 +169,9 @@ def test_a_conversation_sticks_to_the_remote_that_holds_it(engine_with_remote):
 ])
 def test_a_remote_failing_mid_answer_hands_it_to_a_local_lane(engine_with_remote, proxy,
                                                               mode, options, why):
-    engine, events = engine_with_remote()
+    # The silence a stall is told by is waited for whole: short where it is
+    # the fault (stall_s counts from the last text: it never fires before it).
+    engine, events = engine_with_remote(**({"stall_s": 0.5} if mode == "stall" else {}))
     proxy.set(mode, times=1, **options)
     handle = _ask(engine)
     done = handle.result(60)

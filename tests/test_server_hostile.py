@@ -265,7 +265,8 @@ class _HeldHost:
 
         self.site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.site.daemon_threads = True
-        threading.Thread(target=self.site.serve_forever, daemon=True).start()
+        threading.Thread(target=self.site.serve_forever, daemon=True,  # shutdown: a 50 ms poll
+                         kwargs={"poll_interval": 0.05}).start()
         self.url = f"http://127.0.0.1:{self.site.server_address[1]}/image.png"
 
     def stop(self):

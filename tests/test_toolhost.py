@@ -117,26 +117,31 @@ def test_a_stdio_line_over_the_limit_is_dropped_and_answered(line, answered):
 
 
 def test_faults_are_notes_and_error_results(tmp_path):
-    mute = ServerSpec("mute", command=sys.executable,
-                      args=("-c", "import time; time.sleep(600)"))  # never answers
+    mute = ServerSpec("mute", command=sys.executable,  # never answers; leaves with its stdin
+                      args=("-c", "import sys; sys.stdin.buffer.read()"))
     # Its start deadline is waited for whole: short, on a host of its own; the
     # servers that do start get all the time a busy machine needs (the SDK's
     # import, 500 tools: seconds under the suite's other workers).
-    with_mute = ToolHost([mute], log_dir=tmp_path, start_s=1)
+    with_mute = ToolHost([mute], log_dir=tmp_path, start_s=0.5)
     try:
-        assert with_mute.tools() == [] and with_mute.notes["mute"] == "did not start within 1 s"
+        assert with_mute.tools() == [] and with_mute.notes["mute"] == "did not start within 0.5 s"
     finally:
         with_mute.close()
+    # Closing waited for the given-up start to end: its process gone, its log
+    # whole (it was left to the loop thread's end, the log waited for 5 s).
+    assert all(log.wait(0) for log in with_mute._logs) and with_mute._logs
     host = ToolHost([stdio(), ServerSpec("missing", command=str(tmp_path / "nothing")),
                      stdio("many", "many"), stdio("garbage", "garbage")],
-                    log_dir=tmp_path, call_s=2, start_s=60)
+                    log_dir=tmp_path, start_s=60)
     try:
         tools = host.tools()
         assert "missing" in host.notes and "No such file" in host.notes["missing"]
         assert len([t for t in tools if t.server == "many"]) == MAX_TOOLS
         assert "500 tools" in host.notes["many"]
+        host.call_s = 0.5  # the limit this call checks, waited for whole: short, for it alone
         slow = host.call("weather", "slow", {})
-        assert slow.is_error and "did not answer within 2 s" in slow.text
+        assert slow.is_error and "did not answer within 0.5 s" in slow.text
+        host.call_s = 60
         assert host.call("weather", "get_weather", {"city": "Rome"}).text == "sunny in Rome"
         crashed = host.call("weather", "crash", {})
         assert crashed.is_error

@@ -19,9 +19,16 @@ def test_a_model_asked_for_that_cannot_load_is_reported_not_replaced(qtbot, tmp_
     w.close()
 
 
-def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatch):
+def test_bad_model_path_shows_error_and_keeps_window(qtbot, tmp_path, monkeypatch,
+                                                    tiny_model_dir):
     # A model that cannot load at start (gone since the last session, say):
-    # the window says why and starts with the bundled model instead.
+    # the window says why and starts with the bundled model instead (here the
+    # tiny model as a GGUF, where TANDEM_DEFAULT_MODEL puts the bundled one:
+    # the real one's weights load in tests/test_default_model.py).
+    from tests.test_gguf import write_gguf
+
+    monkeypatch.setenv("TANDEM_DEFAULT_MODEL",
+                       str(write_gguf(tiny_model_dir, tmp_path / "bundled.gguf")))
     w = MainWindow(str(tmp_path / "missing.gguf"), store=ChatStore(tmp_path / "t.db"),
                    fallback_model="default")
     qtbot.addWidget(w)
@@ -93,7 +100,7 @@ def test_quitting_while_a_model_loads_ends_cleanly(tmp_path, tiny_model_dir):
         def slow(source):
             import mlx.core as mx
             engine = Engine(load_model(source), lanes=[LaneSpec("cpu", "cpu", "float32")])
-            end = time.time() + 1.5  # still busy in MLX when the window closes
+            end = time.time() + 0.6  # still busy in MLX when the window closes (at 0.2 s)
             while time.time() < end:
                 mx.eval(mx.random.normal((256, 256)) @ mx.random.normal((256, 256)))
             return engine

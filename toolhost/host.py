@@ -168,8 +168,7 @@ class ToolHost:
                 self._run(asyncio.wait({task}), wait)
 
     def close(self) -> None:
-        for stop in list(self._stops.values()):
-            self._loop.call_soon_threadsafe(stop.set)
+        self._loop.call_soon_threadsafe(self._stop_all)
         with contextlib.suppress(Exception):
             self._run(self._drain(), 10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -189,8 +188,20 @@ class ToolHost:
             future.cancel()
             raise TimeoutError from None
 
+    def _stop_all(self) -> None:
+        """Every session ends; a server still starting (or past its start
+        deadline, its task cancelled and still ending) is cancelled: its
+        process is stopped and its log closed before the loop stops (not
+        left to the loop thread's end, the log waited for in vain)."""
+        for stop in self._stops.values():
+            stop.set()
+        for name, task in self._tasks.items():
+            ready = self._starting.get(name)
+            if ready is not None and not ready.done() and not task.cancelling():
+                task.cancel()  # (once: a second cancel would cut its shielded cleanup)
+
     async def _drain(self) -> None:
-        while self._sessions:
+        while self._sessions or not all(task.done() for task in self._tasks.values()):
             await asyncio.sleep(0.02)
 
     async def _start(self, spec: ServerSpec) -> None:
@@ -231,6 +242,7 @@ class ToolHost:
         except BaseException as e:  # noqa: BLE001 (said, never raised on the loop)
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+                ready.exception()  # (said by _start where awaited; a start given up on: not logged)
             elif self._tasks.get(spec.name) is asyncio.current_task():  # not restarted since
                 self.notes[spec.name] = f"{STOPPED}: {_said(e)}"
         finally:
