@@ -1,22 +1,26 @@
 """Is hybrid ever worse than GPU-only on the real engine? (issue 50)
 
 Run: .venv/bin/python benchmarks/hybrid_real_sweep.py [--factors 0.3,0.5,0.7]
-     [--rounds 2] [--tabs 4] [--max-answer 32]
+     [--rounds 2] [--tabs 4] [--max-answer 32] [--pace slowdown|min-step]
 
 Two real lanes of the bundled model on this machine's cores: "gpu" (a CPU
-lane the router sees as the GPU, LaneSpec.acts_as) and "cpu", slowed by
-LaneConfig.min_step_s so that one of its decode steps lasts at least the
-"gpu" lane's one-stream step divided by the factor F (a slower device at
-decode; its batch costs the same as one stream; a prefill chunk longer than
-that runs at the lane's own speed). For each F the same multi-tab chat
-workload (engine/sim/workload.py, scaled down) runs in gpu-only mode and in
-hybrid mode with the cost-aware router, a fresh engine each, the order
-alternated between rounds. As in the app, the lanes' contention comes from
-a cost store (runtime/coststore.py) that the runs before wrote: for each F a
-first hybrid run, not counted, learns it. Printed: output tokens per wall second and the
-mean time to finish a request, hybrid over gpu-only, per F and round.
-Measured (wall clock, both lanes sharing the cores: the contention is real
-and learned online), not simulated.
+lane the router sees as the GPU, LaneSpec.acts_as) and "cpu", slowed to a
+factor F of it:
+- `--pace slowdown` (default): LaneConfig.slowdown = 1/F, every step lasts
+  1/F times its real time (prefill and decode alike; the lane computes, then
+  sleeps the rest): a device F times as fast, whose contention on the other
+  lane is its real compute.
+- `--pace min-step`: LaneConfig.min_step_s = the "gpu" lane's one-stream
+  step / F: decode steps last at least that (a batch costs the same as one
+  stream), prefill chunks longer than that run at the lane's own speed.
+For each F the same multi-tab chat workload (engine/sim/workload.py, scaled
+down) runs in gpu-only mode and in hybrid mode with the cost-aware router, a
+fresh engine each, the order alternated between rounds. As in the app, the
+lanes' contention comes from a cost store (runtime/coststore.py) that the runs
+before wrote: for each F a first hybrid run, not counted, learns it. Printed:
+output tokens per wall second and the mean time to finish a request, hybrid
+over gpu-only, per F and round. Measured (wall clock, both lanes sharing the
+cores: the contention is real and learned online), not simulated.
 """
 
 from __future__ import annotations
@@ -51,10 +55,10 @@ def one_stream_step_s() -> float:
         engine.close()
 
 
-def run(mode: str, slow_step_s: float, tabs, max_answer: int, store: str) -> dict:
+def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str) -> dict:
     engine = Engine.load("default", mode=mode, cost_store=store, lanes=[
         LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
-        LaneSpec("cpu", "cpu", "float32", config=LaneConfig(min_step_s=slow_step_s))])
+        LaneSpec("cpu", "cpu", "float32", config=slow)])
     try:
         engine.wait_ready(120, every_lane=True)
         finished, wall = play(engine, tabs, max_answer)
@@ -72,20 +76,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tabs", type=int, default=4)
     parser.add_argument("--max-answer", type=int, default=32)
+    parser.add_argument("--pace", choices=("slowdown", "min-step"), default="slowdown")
     args = parser.parse_args()
     step = one_stream_step_s()
+
+    def slow(factor: float) -> LaneConfig:
+        return (LaneConfig(slowdown=1 / factor) if args.pace == "slowdown"
+                else LaneConfig(min_step_s=step / factor))
+
     tabs = chat_workload(args.tabs, seed=0, think_mean_s=0.5, arrival_window_s=1.0,
                          turns=(2, 3), paste_tokens=300)
     factors = [float(f) for f in args.factors.split(",")]
     folder = tempfile.mkdtemp(prefix="tandem-costs-")
     stores = {f: os.path.join(folder, f"costs-{f}.json") for f in factors}
     for factor in factors:  # contention learned as a first session would
-        run("hybrid", step / factor, tabs, args.max_answer, stores[factor])
+        run("hybrid", slow(factor), tabs, args.max_answer, stores[factor])
     rows = []
     for round_ in range(args.rounds):
         for factor in factors:
             order = ("gpu-only", "hybrid") if round_ % 2 == 0 else ("hybrid", "gpu-only")
-            got = {mode: run(mode, step / factor, tabs, args.max_answer, stores[factor])
+            got = {mode: run(mode, slow(factor), tabs, args.max_answer, stores[factor])
                    for mode in order}
             row = {"round": round_, "factor": factor, "order": order,
                    "throughput_ratio": got["hybrid"]["tokens_per_s"]
@@ -94,7 +104,7 @@ def main() -> None:
                    **{f"{mode}": v for mode, v in got.items()}}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(json.dumps({"machine": f"{platform.machine()} {platform.node()}",
+    print(json.dumps({"machine": f"{platform.machine()} {platform.node()}", "pace": args.pace,
                       "date": time.strftime("%Y-%m-%d %H:%M"), "gpu_lane_step_s": step,
                       "per_factor": {f: {"throughput_ratio": statistics.fmean(
                           r["throughput_ratio"] for r in rows if r["factor"] == f),

@@ -250,3 +250,17 @@ def test_a_paced_lane_is_believed_as_slow_as_it_steps():
     slower = fast.paced(0.03, 96)
     assert slower.decode_step_s(8, 0) == pytest.approx(0.048)
     assert slower.decode_step_s(1, 0) == pytest.approx(0.03)
+
+
+def test_a_slowed_lane_is_believed_slower_in_every_phase():
+    """LaneConfig.slowdown stands in for a device F times as fast: each step
+    lasts 1/F of its real time, prefill and decode alike (CostModel.slowed)."""
+    from engine.core.laneconfig import LaneConfig
+
+    fast = CostModel(prefill_tps=900.0, decode_points=[(0, 30.0)], batch_alpha=0.2)
+    slow = fast.slowed(3.0)
+    assert slow.prefill_s(90) == pytest.approx(0.3) and slow.decode_tps(0) == 10.0
+    assert slow.decode_step_s(4, 0) == pytest.approx(3 * fast.decode_step_s(4, 0))
+    assert fast.slowed(1.0) is fast
+    with pytest.raises(ValueError, match="slowdown"):
+        LaneConfig(slowdown=0.5)

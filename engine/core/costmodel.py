@@ -116,6 +116,15 @@ class CostModel:
     def mean_abs_error(self) -> float | None:
         return sum(self.abs_errors) / len(self.abs_errors) if self.abs_errors else None
 
+    def slowed(self, factor: float) -> "CostModel":
+        """This model for a lane whose every step lasts `factor` times as long
+        (LaneConfig.slowdown: a slower device in what-if benchmarks)."""
+        if factor == 1:
+            return self
+        return CostModel(self.prefill_tps / factor,
+                         [(c, tps / factor) for c, tps in self.decode_points],
+                         self.batch_alpha, self.contention, smoothing=self.smoothing)
+
     def paced(self, min_step_s: float, prompt_tokens: int) -> "CostModel":
         """This model for a lane whose every step lasts at least `min_step_s`
         (LaneConfig pacing: a slower device in tests and benchmarks), as its

@@ -54,6 +54,9 @@ class LaneConfig:
     # Pacing, for tests and demos: a step lasts at least `min_step_s` (a tiny
     # model streams at human speed), or a gate decides when steps start and end.
     min_step_s: float = 0.0
+    # A slower device, for what-if benchmarks: each step lasts `slowdown`
+    # times what it took (prefill and decode alike; the lane sleeps the rest).
+    slowdown: float = 1.0
     gate: StepGate | None = None
     # Drafts (issue 32): "lookup" lets requests propose tokens from their
     # prompt, answer and predicted output, "model" from the engine's draft
@@ -68,6 +71,8 @@ class LaneConfig:
             raise ValueError("kv_budget_bytes must be >= 0")
         if not self.min_step_s >= 0:
             raise ValueError("min_step_s must be >= 0")
+        if not self.slowdown >= 1:
+            raise ValueError("slowdown must be >= 1")
         if not self.prefill_step_s >= 0:
             raise ValueError("prefill_step_s must be >= 0")
         if self.drafts not in DRAFT_MODES:

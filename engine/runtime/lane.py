@@ -264,8 +264,9 @@ class Lane(SchedulerState):
         finally:
             if held:
                 lock.release()
-        # A paced lane (LaneConfig.min_step_s) is believed as slow as it steps.
-        cost = cost.paced(self.config.min_step_s, len(CALIBRATION_PROMPT))
+        # A paced lane (LaneConfig.slowdown, min_step_s) is believed as slow as it steps.
+        cost = cost.slowed(self.config.slowdown).paced(self.config.min_step_s,
+                                                      len(CALIBRATION_PROMPT))
         cost.contention = min(max(self.start_contention, 0.0), cost.max_contention)
         self.scheduler.cost = cost
         self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
@@ -352,6 +353,9 @@ class Lane(SchedulerState):
         config = self.config
         if config.gate is not None:
             return config.gate.end(self.name, plan, seconds)
+        if config.slowdown > 1 and plan.has_work:
+            self._paced.wait(seconds * (config.slowdown - 1))  # cut short by close
+            seconds *= config.slowdown
         if seconds < config.min_step_s and plan.has_work:
             self._paced.wait(config.min_step_s - seconds)  # cut short by close
             return config.min_step_s
