@@ -14,7 +14,8 @@ from typing import NoReturn
 
 from app import tool_cli
 from app.cli_engine import kv_cache_dir, load_engine
-from app.cli_exit import INTERRUPTED, close_engine, end_now, handled, term_as_interrupt
+from app.cli_exit import (INTERRUPTED, close_engine, crash_stacks, end_now, handled,
+                          term_as_interrupt)
 from app.ui.answer_stats import stats_line
 from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
@@ -342,25 +343,12 @@ def _said(done, code: int) -> int:
     return code
 
 
-def _crash_stacks() -> None:
-    """A crash in native code (MLX, Qt) prints every thread's Python stack to
-    stderr before the process dies, so a report says where it was; not where
-    there is no stderr (a windowed bundle)."""
-    import faulthandler
-
-    try:
-        if sys.stderr is not None and sys.stderr.fileno() >= 0:
-            faulthandler.enable(all_threads=True)
-    except (AttributeError, OSError, ValueError, RuntimeError):  # no real stderr
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     return _command(_arguments(sys.argv[1:] if argv is None else argv))
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
-    _crash_stacks()
+    crash_stacks()
     # Finder on older macOS passes a process serial number to .app bundles.
     return _parser().parse_args([a for a in argv if not a.startswith("-psn_")])
 

@@ -81,3 +81,16 @@ def end_now(code: int) -> NoReturn:
         except (OSError, ValueError, AttributeError):  # closed, or a pipe gone
             pass
     os._exit(code)
+
+
+def crash_stacks() -> None:
+    """A crash in native code (MLX, Qt) prints every thread's Python stack to
+    stderr before the process dies, so a report says where it was; not where
+    there is no stderr (a windowed bundle)."""
+    import faulthandler
+
+    try:
+        if sys.stderr is not None and sys.stderr.fileno() >= 0:
+            faulthandler.enable(all_threads=True)
+    except (AttributeError, OSError, ValueError, RuntimeError):  # no real stderr
+        pass

@@ -113,7 +113,7 @@ def decode_step_s(model: nn.Module, batch_size: int = 1, max_steps: int = 8,
 
 
 def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True,
-              cancelled=_never) -> CostModel:
+              cancelled=_never, pacing=None) -> CostModel:
     """A cost model from a 96-token prefill and decode steps at batch 1 and 2,
     bounded to about `budget_s`.
 
@@ -121,7 +121,10 @@ def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True,
     one row on its own caches, two rows on batch caches): MLX's CUDA build
     compiles kernels per configuration at first use, so a new shape here
     would time a compilation (on the H200 a calibration with a 96-token chunk
-    and a batch of 4 was still running after 117 s; benchmarks/RESULTS.md)."""
+    and a batch of 4 was still running after 117 s; benchmarks/RESULTS.md).
+
+    `pacing`: the lane's LaneConfig; a lane it slows (`slowdown`,
+    `min_step_s`) is believed as slow as it steps (CostModel.slowed, .paced)."""
     started = time.perf_counter()
     t = time.perf_counter()
     caches, logits = _prefilled(model, PROMPT)
@@ -131,8 +134,11 @@ def calibrate(model: nn.Module, budget_s: float = 3.0, solo: bool = True,
                              cancelled=cancelled)
             for b in (1, 2)}
     alpha = min(1.0, max(0.0, step[2] / step[1] - 1.0))
-    return CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
+    cost = CostModel(prefill_tps=prefill_tps, decode_points=[(0, 1.0 / step[1])],
                      batch_alpha=alpha)
+    if pacing is not None:
+        cost = cost.slowed(pacing.slowdown).paced(pacing.min_step_s, len(PROMPT))
+    return cost
 
 
 def kv_dtype(model: nn.Module) -> mx.Dtype:

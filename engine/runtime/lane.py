@@ -24,7 +24,6 @@ from ..core.request import Request
 from ..core.scheduler import LaneScheduler
 from ..core.settle import settle
 from ..core.step import StepOutcome, StepPlan, StepResult
-from .calibration import PROMPT as CALIBRATION_PROMPT
 from .calibration import StartCancelled, calibrate, warm_up
 from . import lanethreads, pauses
 from .handoff import Handoff
@@ -259,14 +258,11 @@ class Lane(SchedulerState):
         try:
             started = time.perf_counter()
             cost = calibrate(self.runner.model, solo=self.config.solo_decode,
-                             cancelled=self._stop_starting)
+                             cancelled=self._stop_starting, pacing=self.config)
             seconds = time.perf_counter() - started
         finally:
             if held:
                 lock.release()
-        # A paced lane (LaneConfig.slowdown, min_step_s) is believed as slow as it steps.
-        cost = cost.slowed(self.config.slowdown).paced(self.config.min_step_s,
-                                                      len(CALIBRATION_PROMPT))
         cost.contention = min(max(self.start_contention, 0.0), cost.max_contention)
         self.scheduler.cost = cost
         self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
