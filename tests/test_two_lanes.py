@@ -172,4 +172,10 @@ def test_cost_aware_engine_calibrates_and_explains(make_engine, tiny_loaded):
             tiny_loaded, prompt_of(tiny_loaded, text), 30)
     prefill = [e for e in routed if e.phase == "prefill"]
     assert prefill and all("done in" in e.reason and e.predicted_s for e in prefill)
-    assert all(lane.cost.samples > 0 for lane in engine.lanes.values() if lane.stats.steps)
+    # The lanes learn from their steps. A step during which the other lane
+    # started or stopped says nothing clear and is not observed
+    # (LaneScheduler._observe): a lane that ran only a step or two (a prefill
+    # moved on) may have learned nothing; seen once in ten loaded full runs.
+    assert any(lane.cost.samples > 0 for lane in engine.lanes.values())
+    assert all(lane.cost.samples > 0 for lane in engine.lanes.values()
+               if lane.stats.steps >= 4)
