@@ -128,8 +128,8 @@ class CostModel:
     def paced(self, min_step_s: float, prompt_tokens: int) -> "CostModel":
         """This model for a lane whose every step lasts at least `min_step_s`
         (LaneConfig pacing: a slower device in tests and benchmarks), as its
-        calibration (a `prompt_tokens` prefill, decode steps at batch 1 and 2)
-        would have measured it paced."""
+        calibration (a `prompt_tokens` prefill, one-stream decode steps, the
+        batch factor at a batch of PACED_BATCH) would have measured it paced."""
         if min_step_s <= 0:
             return self
         # A linear batch factor cannot be max(real, pace) at every batch: it
