@@ -66,8 +66,10 @@ def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str) -> dict:
         engine.close()
     tokens = sum(f.output_tokens for f in finished)
     on_cpu = sum(f.output_tokens for f in finished if f.lanes and f.lanes[-1][1] == "cpu")
+    touched = sum(any(lane == "cpu" for _, lane in f.lanes) for f in finished)
     return {"tokens_per_s": tokens / wall, "mean_e2e_s": statistics.fmean(f.e2e_s for f in finished),
-            "cpu_share": on_cpu / max(tokens, 1), "requests": len(finished), "wall_s": wall}
+            "cpu_share": on_cpu / max(tokens, 1), "on_cpu_any_phase": touched,
+            "requests": len(finished), "wall_s": wall}
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ class Lifecycle:
                         engine.prefix_cache, lanes, spec.config,
                         engine.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
                         nice=engine.worker_nice, calibrate=calibrate, measure_lock=measure,
-                        warm_up_s=warm_up_s, contention=stored.get(spec.name, 0.0),
+                        warm_up_s=warm_up_s, contention=stored.get(spec.name),
                         on_ready=self.lane_ready, vocab=engine.vocab_size,
                         draft_model=engine.draft_model.model if engine.draft_model else None)
             lanes[spec.name] = engine.restarts.watch(lane)

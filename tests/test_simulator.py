@@ -176,6 +176,27 @@ def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
     assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
 
 
+def test_a_lane_that_never_ran_beside_the_other_is_believed_as_contended_as_it():
+    """A CPU lane the router keeps idle learns no contention of its own (it
+    starts at 0 every run); the GPU's learned one stands for it (the shared
+    cores or bandwidth slow both ways). It was trusted at 0: on two real
+    lanes, prefills moved to the idle lane and hybrid lost 8%."""
+    gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1,
+                         contention=1.0)
+    gpu_cost.contended_samples = 40  # learned
+    gpu = _view("gpu", gpu_cost, batch_size=4, decode_batch=4, mean_context=300,
+                remaining_tokens=4 * 100)
+    cpu = _view("cpu", CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1))
+    request = RequestView("r8", prompt_tokens=300, cached_tokens=288, expected_output=100)
+    placement = CostAwarePolicy().place(request, [gpu, cpu])
+    assert placement.lane == placement.decode_lane == "gpu"
+    assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
+    # Its own learned (or stored) value is trusted: 0 beside a GPU it does not slow.
+    cpu.cost.start_contention(0.0)
+    gpu_cost.contention = 0.0
+    assert CostAwarePolicy().place(request, [gpu, cpu]).lane == "cpu"
+
+
 def test_twin_lanes_that_only_take_turns_do_no_worse_than_one():
     # SIMULATION of this machine's stand-in: two equal lanes on the same cores
     # (each step twice as long while both run). Hybrid must notice that the

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 
 PACED_BATCH = 8  # where a paced lane's batch factor is fitted (CostModel.paced)
+SETTLED_CONTENDED_STEPS = 20  # contended steps after which `contention` is known
 
 
 @dataclass(slots=True)
@@ -40,6 +41,7 @@ class CostModel:
     contended_samples: int = 0
     learn_contention: bool = True  # False: contended steps refine the base (ablation)
     max_contention: float = 3.0
+    contention_stored: bool = False  # `contention` came from the last run (coststore.py)
     abs_errors: list[float] = field(default_factory=list)  # relative errors seen online
 
     def __post_init__(self):
@@ -98,8 +100,10 @@ class CostModel:
             # what the step took beyond them is the others' doing.
             # Slower than the base corrections: "contended" only says another
             # lane was busy at the step's end, so one step says less here.
+            # Until enough steps are seen, a running mean (from a 0 it only
+            # started at, an average's first steps would say too little).
             extra = min(quiet_ratio - 1.0, self.max_contention)
-            slow = a / 4
+            slow = a / 4 if self.contention_known else max(a / 4, 1 / (self.contended_samples + 1))
             self.contention = (1 - slow) * self.contention + slow * extra
             self.contended_samples += 1
             return
@@ -111,6 +115,17 @@ class CostModel:
             self.decode_correction *= (1 - a) + a * ratio
         else:
             self.prefill_correction *= (1 - a) + a * ratio
+
+    @property
+    def contention_known(self) -> bool:
+        """Learned from enough contended steps, here or in the last run."""
+        return self.contention_stored or self.contended_samples >= SETTLED_CONTENDED_STEPS
+
+    def start_contention(self, stored: float | None) -> None:
+        """Start from the contention the last run here learned, if any."""
+        if stored is not None:
+            self.contention = min(max(stored, 0.0), self.max_contention)
+            self.contention_stored = True
 
     @property
     def mean_abs_error(self) -> float | None:
@@ -146,4 +161,4 @@ class CostModel:
     def copy(self) -> "CostModel":
         return CostModel(self.prefill_tps, list(self.decode_points), self.batch_alpha,
                          self.contention, self.prefill_correction, self.decode_correction,
-                         self.smoothing)
+                         self.smoothing, contention_stored=self.contention_stored)

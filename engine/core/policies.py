@@ -87,8 +87,20 @@ class CostAwarePolicy:
         # (near 0 for a server elsewhere; not for one on this machine).
         return any(o.is_busy for o in lanes if o.name != lane.name)
 
+    def _c(self, lane: LaneView, lanes: list[LaneView]) -> float:
+        """The lane's contention as the router trusts it: learned (or stored
+        by the last run), else no less than the other local lanes' (the
+        cores or the memory bandwidth they share slow both ways). A lane
+        that seldom runs beside the others, a CPU lane the router keeps
+        idle, would otherwise stay at the 0 it started from and look free."""
+        cost = self._cost(lane)
+        if cost.contention_known or lane.is_remote:
+            return cost.contention
+        return max([cost.contention] + [o.cost.contention for o in lanes if o.name != lane.name
+                                        and not o.is_remote and o.cost is not None])
+
     def _factor(self, lane: LaneView, lanes: list[LaneView]) -> float:
-        return 1.0 + self._cost(lane).contention if self._contended(lane, lanes) else 1.0
+        return 1.0 + self._c(lane, lanes) if self._contended(lane, lanes) else 1.0
 
     def _prefill(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> tuple[float, float]:
         """(seconds until `tokens` more are prefilled here, delay imposed on its decodes)."""
@@ -129,7 +141,7 @@ class CostAwarePolicy:
                 oc = self._cost(other)
                 their_s = other.remaining_tokens / other.decode_batch * oc.decode_step_s(
                     other.decode_batch, other.mean_context)
-                imposed += other.decode_batch * min(seconds, their_s) * oc.contention
+                imposed += other.decode_batch * min(seconds, their_s) * self._c(other, lanes)
         return imposed
 
     @staticmethod
@@ -170,10 +182,10 @@ class CostAwarePolicy:
 
         def others(carried: float, slowed: bool) -> float:
             return sum(self._rate(o, carried * w / total, o.mean_context or ctx)
-                       / ((1 + self._cost(o).contention) if slowed else 1.0)
+                       / ((1 + self._c(o, lanes)) if slowed else 1.0)
                        for o, w in zip(busy, weights))
 
-        with_lane = (self._rate(lane, share, ctx) / (1 + self._cost(lane).contention)
+        with_lane = (self._rate(lane, share, ctx) / (1 + self._c(lane, lanes))
                      + others(in_flight - share, slowed=True))
         return with_lane > others(in_flight, slowed=False)
 
@@ -188,9 +200,8 @@ class CostAwarePolicy:
         if not busy or not others or tokens <= 0:
             return True
         cost = self._cost(lane)
-        seconds = cost.prefill_s(tokens) * (1 + cost.contention)
-        lost = sum(seconds * self._cost(o).contention / (1 + self._cost(o).contention)
-                   for o in busy)
+        seconds = cost.prefill_s(tokens) * (1 + self._c(lane, lanes))
+        lost = sum(seconds * self._c(o, lanes) / (1 + self._c(o, lanes)) for o in busy)
         saved = min(self._cost(o).prefill_s(tokens) for o in others)
         return lost <= saved
 
@@ -218,7 +229,7 @@ class CostAwarePolicy:
                 others = ", ".join(o.name.upper() for o in lanes
                                    if o.name != d.name and o.is_busy) or "the others"
                 out.append(f"{d.name.upper()} left idle: it would slow {others} more than "
-                           f"it adds (contention {self._cost(d).contention:.1f})")
+                           f"it adds (contention {self._c(d, lanes):.1f})")
         return "".join(f"; {line}" for line in out)
 
     # ---- decisions ----------------------------------------------------------

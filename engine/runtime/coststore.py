@@ -15,10 +15,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..core.costmodel import CostModel
+from ..core.costmodel import SETTLED_CONTENDED_STEPS, CostModel
 from ..core.laneconfig import LaneSpec
 
-MIN_CONTENDED_STEPS = 20  # fewer say too little to keep
+MIN_CONTENDED_STEPS = SETTLED_CONTENDED_STEPS  # fewer say too little to keep
 
 
 class CostStore:

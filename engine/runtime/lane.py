@@ -45,7 +45,7 @@ class Lane(SchedulerState):
                  config: LaneConfig | None = None, kv_bytes_per_token: int = 0,
                  kv_budget_bytes: int | None = None, nice: int = 0,
                  calibrate: bool = False, measure_lock: threading.Lock | None = None,
-                 warm_up_s: float = 300.0, contention: float = 0.0,
+                 warm_up_s: float = 300.0, contention: float | None = None,
                  on_ready: Callable[["Lane"], None] | None = None,
                  draft_model=None, vocab: int | None = None,
                  restarted_after: str | None = None):
@@ -263,7 +263,7 @@ class Lane(SchedulerState):
         finally:
             if held:
                 lock.release()
-        cost.contention = min(max(self.start_contention, 0.0), cost.max_contention)
+        cost.start_contention(self.start_contention)
         self.scheduler.cost = cost
         self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
                                       decode_tps=cost.decode_points[0][1],
