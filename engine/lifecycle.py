@@ -26,6 +26,7 @@ from .lane_reports import sample_lanes
 from .models.loader import load_model
 from .runtime import blas, wired
 from .runtime.allocator import return_freed_memory
+from .runtime.coststore import CostStore
 from .runtime.lane import Lane
 
 DISK_DRAIN_S = 10.0  # how long close() waits for the disk tier's writes
@@ -82,7 +83,7 @@ class Lifecycle:
                         engine.prefix_cache, lanes, spec.config,
                         engine.memory_plan.kv_bytes_per_token, lane_plan.kv_budget_bytes,
                         nice=engine.worker_nice, calibrate=calibrate, measure_lock=measure,
-                        warm_up_s=warm_up_s, contention=stored.get(spec.name),
+                        warm_up_s=warm_up_s, contention=CostStore.of(stored, spec.name),
                         on_ready=self.lane_ready, vocab=engine.vocab_size,
                         draft_model=engine.draft_model.model if engine.draft_model else None)
             lanes[spec.name] = engine.restarts.watch(lane)

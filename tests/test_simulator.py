@@ -157,6 +157,44 @@ def test_cost_model_learns_contention_from_steps_run_alongside_other_lanes():
     assert model.contention < 0.01
 
 
+def test_contention_beside_a_prefill_is_learned_apart_and_fast():
+    """Beside another lane's prefill (it computes flat out) a step slows
+    more than beside its decodes; the first contended steps are averaged,
+    not pulled from the 0 the model started at."""
+    model = CostModel(prefill_tps=100, decode_points=[(0, 10)])  # 0.1 s a step alone
+    for _ in range(5):
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.13, contended=True)
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.2, contended=True,
+                      beside_prefill=True)
+    assert model.contention == pytest.approx(0.3) and model.contended_samples == 5
+    assert model.prefill_contention == pytest.approx(1.0)
+    assert not model.contention_known and not model.prefill_contention_known
+    for _ in range(40):
+        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.2, contended=True,
+                      beside_prefill=True)
+    assert model.prefill_contention_known and model.contention == pytest.approx(0.3)
+
+
+def test_a_prefill_beside_busy_decodes_pays_only_if_their_prefill_contention_allows():
+    """An idle lane as fast as the GPU at prefill (a paced CPU lane) would
+    prefill for the GPU's decode: worth it while the GPU's decodes lose
+    little beside it, not where they lose as much as the prefill saves."""
+    def lanes(beside_prefill):
+        gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 20)], batch_alpha=0.3,
+                             contention=0.3, contended_samples=40,
+                             prefill_contention=beside_prefill, prefill_contended_samples=40)
+        cpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 12)], batch_alpha=0.0,
+                             contention=0.3, contended_samples=40)
+        gpu = _view("gpu", gpu_cost, batch_size=3, decode_batch=3, mean_context=300,
+                    remaining_tokens=3 * 30)
+        return [gpu, _view("cpu", cpu_cost)]
+
+    cold = RequestView("r9", prompt_tokens=320, cached_tokens=0, expected_output=32)
+    assert CostAwarePolicy().place(cold, lanes(0.1)).lane == "cpu"
+    placement = CostAwarePolicy().place(cold, lanes(1.2))
+    assert placement.lane == placement.decode_lane == "gpu"
+
+
 def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
     # Two equal lanes that take turns on shared cores (contention 1.0: each
     # step twice as long while both run) gain nothing from spreading; with

@@ -164,12 +164,18 @@ def test_learned_contention_is_kept_for_the_next_run(make_engine, tmp_path):
     for lane in engine.lanes.values():  # as if learned online from contended steps
         lane.cost.contention, lane.cost.contended_samples = 0.4, 25
     engine.lanes["cpu"].cost.contended_samples = 3  # too few to keep
+    gpu = engine.lanes["gpu"].cost  # and beside the other lane's prefills
+    gpu.prefill_contention, gpu.prefill_contended_samples = 0.9, 30
     engine.close()
     stored = json.loads(path.read_text())
-    assert list(stored.values()) == [{"gpu": 0.4}]
+    assert list(stored.values()) == [{"gpu": 0.4, "gpu:prefill": 0.9}]
     second = make_engine(TWO, cost_store=str(path))
     assert second.lanes["gpu"].cost.contention == pytest.approx(0.4)
+    assert second.lanes["gpu"].cost.prefill_contention == pytest.approx(0.9)
+    assert second.lanes["gpu"].cost.contention_known
+    assert second.lanes["gpu"].cost.prefill_contention_known
     assert second.lanes["cpu"].cost.contention == 0.0
+    assert not second.lanes["cpu"].cost.contention_known
 
 
 def test_a_damaged_cost_store_is_the_same_as_none(tmp_path):

@@ -42,6 +42,11 @@ class CostModel:
     learn_contention: bool = True  # False: contended steps refine the base (ablation)
     max_contention: float = 3.0
     contention_stored: bool = False  # `contention` came from the last run (coststore.py)
+    # The same while another lane prefills (it computes flat out: on shared
+    # cores it slows this lane more than its decodes do); learned apart.
+    prefill_contention: float = 0.0
+    prefill_contended_samples: int = 0
+    prefill_contention_stored: bool = False
     abs_errors: list[float] = field(default_factory=list)  # relative errors seen online
 
     def __post_init__(self):
@@ -78,7 +83,7 @@ class CostModel:
         return t * (1.0 + self.contention) if contended else t
 
     def observe(self, batch: int, context: float, prefill_tokens: int, seconds: float,
-                contended: bool = False) -> None:
+                contended: bool = False, beside_prefill: bool = False) -> None:
         """Refine the model from one measured step."""
         predicted = self.step_s(batch, context, prefill_tokens, contended)
         if predicted <= 0 or seconds <= 0:
@@ -103,12 +108,22 @@ class CostModel:
             # Until enough steps are seen, a running mean (from a 0 it only
             # started at, an average's first steps would say too little).
             extra = min(quiet_ratio - 1.0, self.max_contention)
-            slow = a / 4 if self.contention_known else max(a / 4, 1 / (self.contended_samples + 1))
-            self.contention = (1 - slow) * self.contention + slow * extra
-            self.contended_samples += 1
+            if beside_prefill:
+                n, known = self.prefill_contended_samples, self.prefill_contention_known
+                slow = a / 4 if known else max(a / 4, 1 / (n + 1))
+                self.prefill_contention += slow * (extra - self.prefill_contention)
+                self.prefill_contended_samples += 1
+            else:
+                n, known = self.contended_samples, self.contention_known
+                slow = a / 4 if known else max(a / 4, 1 / (n + 1))
+                self.contention += slow * (extra - self.contention)
+                self.contended_samples += 1
             return
         elif contended:  # faster than even a quiet step: the base model is too slow
-            self.contention *= 1 - a / 4
+            if beside_prefill:
+                self.prefill_contention *= 1 - a / 4
+            else:
+                self.contention *= 1 - a / 4
             ratio = min(max(quiet_ratio, 0.2), 5.0)
         # Attribute the error to whichever part dominated the step.
         if decode_part >= prefill_part:
@@ -121,11 +136,19 @@ class CostModel:
         """Learned from enough contended steps, here or in the last run."""
         return self.contention_stored or self.contended_samples >= SETTLED_CONTENDED_STEPS
 
-    def start_contention(self, stored: float | None) -> None:
+    @property
+    def prefill_contention_known(self) -> bool:
+        return (self.prefill_contention_stored
+                or self.prefill_contended_samples >= SETTLED_CONTENDED_STEPS)
+
+    def start_contention(self, stored: float | None, prefill: float | None = None) -> None:
         """Start from the contention the last run here learned, if any."""
         if stored is not None:
             self.contention = min(max(stored, 0.0), self.max_contention)
             self.contention_stored = True
+        if prefill is not None:
+            self.prefill_contention = min(max(prefill, 0.0), self.max_contention)
+            self.prefill_contention_stored = True
 
     @property
     def mean_abs_error(self) -> float | None:
@@ -161,4 +184,6 @@ class CostModel:
     def copy(self) -> "CostModel":
         return CostModel(self.prefill_tps, list(self.decode_points), self.batch_alpha,
                          self.contention, self.prefill_correction, self.decode_correction,
-                         self.smoothing, contention_stored=self.contention_stored)
+                         self.smoothing, contention_stored=self.contention_stored,
+                         prefill_contention=self.prefill_contention,
+                         prefill_contention_stored=self.prefill_contention_stored)

@@ -86,6 +86,11 @@ class Director:
         return any(not lane.is_idle for other, lane in self.lanes.items()
                    if other != name and not (local and lane.kind == "remote"))
 
+    def others_prefilling(self, name: str) -> bool:
+        """Whether another lane's steps carry prompt chunks."""
+        return any(getattr(lane, "is_prefilling", False) for other, lane in self.lanes.items()
+                   if other != name)
+
     def _decide(self, ask: Callable[[], Placement | None]) -> Placement | None:
         started = time.perf_counter()
         try:

@@ -99,8 +99,21 @@ class CostAwarePolicy:
         return max([cost.contention] + [o.cost.contention for o in lanes if o.name != lane.name
                                         and not o.is_remote and o.cost is not None])
 
+    def _cp(self, lane: LaneView, lanes: list[LaneView]) -> float:
+        """The same while another lane prefills (CostModel.prefill_contention):
+        learned, else no less than the lane's contention nor the others'."""
+        cost = self._cost(lane)
+        if cost.prefill_contention_known or lane.is_remote:
+            return cost.prefill_contention
+        return max([self._c(lane, lanes), cost.prefill_contention]
+                   + [o.cost.prefill_contention for o in lanes if o.name != lane.name
+                      and not o.is_remote and o.cost is not None])
+
     def _factor(self, lane: LaneView, lanes: list[LaneView]) -> float:
-        return 1.0 + self._c(lane, lanes) if self._contended(lane, lanes) else 1.0
+        if not self._contended(lane, lanes):
+            return 1.0
+        prefilling = any(o.pending_prompt_tokens for o in lanes if o.name != lane.name)
+        return 1.0 + (self._cp(lane, lanes) if prefilling else self._c(lane, lanes))
 
     def _prefill(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> tuple[float, float]:
         """(seconds until `tokens` more are prefilled here, delay imposed on its decodes)."""
@@ -110,7 +123,8 @@ class CostAwarePolicy:
         own = cost.prefill_s(backlog) + steps * cost.decode_step_s(lane.decode_batch,
                                                                    lane.mean_context)
         own *= self._factor(lane, lanes)
-        imposed = lane.decode_batch * cost.prefill_s(tokens) + self._waking(lane, lanes, own)
+        imposed = (lane.decode_batch * cost.prefill_s(tokens)
+                   + self._waking(lane, lanes, own, prefill=True))
         return own, imposed
 
     def _decode(self, lane: LaneView, lanes: list[LaneView], tokens: int, context: float,
@@ -129,10 +143,12 @@ class CostAwarePolicy:
             imposed += self._waking(lane, lanes, own)
         return own, imposed
 
-    def _waking(self, lane: LaneView, lanes: list[LaneView], seconds: float) -> float:
+    def _waking(self, lane: LaneView, lanes: list[LaneView], seconds: float,
+                prefill: bool = False) -> float:
         """Delay imposed by running `seconds` on `lane` while it is otherwise
         idle: every busy lane's decodes slow by that lane's contention factor
-        (learned online, CostModel.observe), for as long as both run."""
+        (learned online, CostModel.observe; its prefill one for a prefill),
+        for as long as both run."""
         if lane.is_busy:
             return 0.0  # already running: its effect is in the others' step times
         imposed = 0.0
@@ -141,7 +157,8 @@ class CostAwarePolicy:
                 oc = self._cost(other)
                 their_s = other.remaining_tokens / other.decode_batch * oc.decode_step_s(
                     other.decode_batch, other.mean_context)
-                imposed += other.decode_batch * min(seconds, their_s) * self._c(other, lanes)
+                c = self._cp(other, lanes) if prefill else self._c(other, lanes)
+                imposed += other.decode_batch * min(seconds, their_s) * c
         return imposed
 
     @staticmethod
@@ -191,7 +208,8 @@ class CostAwarePolicy:
 
     def _prefill_pays(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> bool:
         """Does prefilling `tokens` on `lane` save the machine time? While it
-        runs, every busy lane loses c / (1 + c) of its time to contention;
+        runs, every busy lane loses c / (1 + c) of its time to contention
+        (c its contention beside a prefill);
         that must be less than the time the fastest other lane would spend
         on the same prefill (a CPU lane that prefills a paste in 40 s while
         the GPU loses 7 s of its work to do what it does in 1 s does not)."""
@@ -201,7 +219,7 @@ class CostAwarePolicy:
             return True
         cost = self._cost(lane)
         seconds = cost.prefill_s(tokens) * (1 + self._c(lane, lanes))
-        lost = sum(seconds * self._c(o, lanes) / (1 + self._c(o, lanes)) for o in busy)
+        lost = sum(seconds * self._cp(o, lanes) / (1 + self._cp(o, lanes)) for o in busy)
         saved = min(self._cost(o).prefill_s(tokens) for o in others)
         return lost <= saved
 

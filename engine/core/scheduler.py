@@ -92,6 +92,11 @@ class LaneScheduler:
         return not (self.waiting or self.prefilling or self.prefilled or self.arriving
                     or self.running)
 
+    @property
+    def is_prefilling(self) -> bool:
+        """Its steps carry prompt chunks."""
+        return bool(self.prefilling)
+
     def active(self) -> list[Request]:
         """Requests holding KV on this lane."""
         return self.prefilling + self.prefilled + self.arriving + self.running
@@ -201,6 +206,7 @@ class LaneScheduler:
             self._chunk(plan)
             plan.contended = self.director.others_busy(self.name)
             plan.local_contended = self.director.others_busy(self.name, local=True)
+            plan.beside_prefill = self.director.others_prefilling(self.name)
         return plan
 
     def _reap_cancelled(self, plan: StepPlan) -> None:
@@ -372,10 +378,11 @@ class LaneScheduler:
                 self.measured_prefill_tps = rate if old is None else 0.5 * (old + rate)
             return
         contended = self.director.others_busy(self.name)
-        if contended != plan.contended:
-            return  # other lanes ran for part of this step only: it says nothing clear
+        beside_prefill = self.director.others_prefilling(self.name)
+        if contended != plan.contended or beside_prefill != plan.beside_prefill:
+            return  # other lanes ran (or prefilled) for part of this step only: it says little
         self.cost.observe(len(plan.decode), plan.context, plan.prefill_tokens, seconds,
-                          contended=contended)
+                          contended=contended, beside_prefill=beside_prefill)
 
     def drain(self) -> list[Request]:
         """Take every request off this lane (it failed or is closing)."""

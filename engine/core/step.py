@@ -52,6 +52,7 @@ class StepPlan:
     # a remote lane on another machine slows none, but one on this machine does,
     # so real lanes learn from `contended` what the remote's work costs them.
     local_contended: bool = False
+    beside_prefill: bool = False  # and another lane was prefilling (CostModel.prefill_contention)
     context: float = 0.0  # mean context of the decode rows (for the cost model)
 
     @property

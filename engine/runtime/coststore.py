@@ -1,6 +1,7 @@
 """What lanes learned about each other, kept between runs: the contention
 factor (how much longer a lane's steps take while the others run, learned
-online from contended steps; engine/core/costmodel.py). A new engine starts
+online from contended steps; engine/core/costmodel.py), and the same while
+the others prefill ("<lane>:prefill"). A new engine starts
 from the last run's value for the same model and lane layout instead of
 probing at start-up, which would park every lane until the slowest is ready.
 
@@ -19,6 +20,7 @@ from ..core.costmodel import SETTLED_CONTENDED_STEPS, CostModel
 from ..core.laneconfig import LaneSpec
 
 MIN_CONTENDED_STEPS = SETTLED_CONTENDED_STEPS  # fewer say too little to keep
+PREFILL = ":prefill"  # a lane's contention beside the others' prefills: "gpu:prefill"
 
 
 class CostStore:
@@ -42,9 +44,17 @@ class CostStore:
         return {name: float(value) for name, value in entry.items()
                 if isinstance(value, (int, float)) and 0.0 <= value <= 10.0}
 
+    @staticmethod
+    def of(stored: dict[str, float], lane: str) -> tuple[float | None, float | None]:
+        """A lane's (contention beside decodes, beside prefills), None where unknown."""
+        return stored.get(lane), stored.get(f"{lane}{PREFILL}")
+
     def save(self, costs: dict[str, CostModel | None]) -> None:
         learned = {name: round(cost.contention, 4) for name, cost in costs.items()
                    if cost is not None and cost.contended_samples >= MIN_CONTENDED_STEPS}
+        learned.update({f"{name}{PREFILL}": round(cost.prefill_contention, 4)
+                        for name, cost in costs.items() if cost is not None
+                        and cost.prefill_contended_samples >= MIN_CONTENDED_STEPS})
         if not learned:
             return
         data = self._read()

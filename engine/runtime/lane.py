@@ -45,7 +45,7 @@ class Lane(SchedulerState):
                  config: LaneConfig | None = None, kv_bytes_per_token: int = 0,
                  kv_budget_bytes: int | None = None, nice: int = 0,
                  calibrate: bool = False, measure_lock: threading.Lock | None = None,
-                 warm_up_s: float = 300.0, contention: float | None = None,
+                 warm_up_s: float = 300.0, contention: tuple = (None, None),
                  on_ready: Callable[["Lane"], None] | None = None,
                  draft_model=None, vocab: int | None = None,
                  restarted_after: str | None = None):
@@ -72,7 +72,7 @@ class Lane(SchedulerState):
         self.calibrate_at_start = calibrate
         self.measure_lock = measure_lock  # calibrations are timed one lane at a time
         self.warm_up_s = warm_up_s  # the start-up deadline (warm-up and calibration)
-        self.start_contention = contention  # stored by the last run here (coststore.py)
+        self.start_contention = contention  # (beside decodes, beside prefills): coststore.py
         self.scheduler.warming_up = True  # routed around until warm (director.views)
         # starting (restarting), warming up, calibrating, serving, failed, closed
         self.phase = "restarting" if restarted_after else "starting"
@@ -263,7 +263,7 @@ class Lane(SchedulerState):
         finally:
             if held:
                 lock.release()
-        cost.start_contention(self.start_contention)
+        cost.start_contention(*self.start_contention)
         self.scheduler.cost = cost
         self.director.emit(Calibrated(self.name, self.device, prefill_tps=cost.prefill_tps,
                                       decode_tps=cost.decode_points[0][1],
