@@ -157,3 +157,24 @@ def test_values_no_model_writes_are_refused_before_mlx_sees_them(tiny_loaded, tm
     read, back = again.read(again.match(tokens))
     assert read == match.segments[0][1] and back[0][0].shape[2] == read
     assert why in again.notes[-1] and not second.path.exists()
+
+
+def test_files_gone_between_the_listing_and_the_look_are_no_news(tiny_loaded, tmp_path,
+                                                                 monkeypatch):
+    """A temporary file renamed (the tier's own write finishing) or a segment
+    evicted by another process after the folder was listed: no note, no
+    "not a regular file" (a full run's tier said so of its own temporary)."""
+    from pathlib import Path
+
+    tokens, layers = kv_of(tiny_loaded, LONG)
+    tier = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    tier.save(tokens, layers)
+    assert tier.close(30)
+    folder = tier.folder
+    listed = list(folder.iterdir()) + [folder / ".kv-gone.tmp", folder / "gone_0_16.kv"]
+    real_iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir",
+                        lambda self: iter(listed) if self == folder else real_iterdir(self))
+    again = DiskTier(tmp_path, MODEL, BLOCK, 1 << 30, layout=LAYOUT, segment_tokens=48)
+    assert again.notes == []
+    assert again.match(tokens).num_tokens == len(tokens) - len(tokens) % BLOCK

@@ -139,7 +139,7 @@ class DiskTier:
             if path.name.startswith(".kv-"):
                 if not keep_temporary and kv_folder.stale(path):
                     kv_folder.remove(path)
-                elif not kv_folder.is_regular(path):
+                elif kv_folder.is_other(path):  # (one renamed meanwhile is no news)
                     self._skip(path)
                 continue
             if not path.name.endswith(".kv") or path.name in self._skipped:
@@ -149,6 +149,8 @@ class DiskTier:
                                                  self.layout)
             except kv_folder.NotRegular:
                 self._skip(path)
+                continue
+            except FileNotFoundError:  # gone since the listing: nothing to say
                 continue
             if found is None:
                 kv_folder.remove(path)

@@ -86,12 +86,13 @@ def segment_header(path: Path, identity: str, block: int, layout: kv_file.KVLayo
     the model (its identity, block size and KV layout) and the file's size:
     (kv_file.Segment, its parent's chain hash, the file's size, mtime), or
     None when it is not one of this tier's segments (its bytes are checked
-    when it is used). NotRegular for an entry that is not a regular file."""
+    when it is used). NotRegular for an entry that is not a regular file,
+    FileNotFoundError for one gone meanwhile (another process evicted it)."""
     try:
         header, offset, size, mtime = read_header(path)
         start = header.get("start")
         segment = kv_file.check_header(header, identity, start, offset, size, layout)
-    except NotRegular:
+    except (NotRegular, FileNotFoundError):
         raise
     except (OSError, kv_file.KVFileError):
         return None
@@ -108,6 +109,15 @@ def is_regular(path: Path) -> bool:
     """Whether `path` itself (not what a link names) is a regular file."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_other(path: Path) -> bool:
+    """Whether `path` exists and is not a regular file (a link, a folder, a
+    pipe); False for one gone meanwhile (a write in progress renamed)."""
+    try:
+        return not stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
 
