@@ -15,7 +15,7 @@ from typing import NoReturn
 from app import tool_cli
 from app.cli_engine import kv_cache_dir, load_engine
 from app.cli_exit import (INTERRUPTED, close_engine, crash_stacks, end_now, handled,
-                          term_as_interrupt)
+                          interrupt_on_ctrl_c, term_as_interrupt)
 from app.ui.answer_stats import stats_line
 from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
@@ -379,6 +379,7 @@ def run() -> NoReturn:
     args = _arguments(sys.argv[1:])  # (--help, a bad option: SystemExit here)
     if args.self_test or args.command not in ("generate", "serve"):
         sys.exit(_command(args))
+    interrupt_on_ctrl_c()
     try:
         code = _command(args)
     except SystemExit as e:  # (uvicorn's, when its port is taken)

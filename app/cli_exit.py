@@ -45,7 +45,11 @@ def handled(handler: Callable, signals=STOP_SIGNALS) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {sig: signal.signal(sig, handler) for sig in signals}
+    def handle(signum, frame):
+        _told()
+        return handler(signum, frame)
+
+    before = {sig: signal.signal(sig, handle) for sig in signals}
     try:
         yield
     finally:
@@ -53,8 +57,24 @@ def handled(handler: Callable, signals=STOP_SIGNALS) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _told() -> None:
+    """Tell the engine's test hook that a stop signal was handled (a thread
+    it holds goes on only then: tests/test_exit_stages.py)."""
+    pauses = sys.modules.get("engine.runtime.pauses")
+    if pauses is not None:
+        pauses.signalled()
+
+
 def _interrupt(signum, frame) -> None:
+    _told()
     raise KeyboardInterrupt
+
+
+def interrupt_on_ctrl_c() -> None:
+    """SIGINT raises KeyboardInterrupt as Python's own handler does (and tells
+    the test hook); main thread only."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupt)
 
 
 def term_as_interrupt() -> contextlib.AbstractContextManager:

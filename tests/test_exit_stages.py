@@ -74,10 +74,11 @@ class Tandem:
         return line
 
     def end(self, sig: int | None = None) -> int:
-        """Send `sig` (if any), then let the held thread go on; its exit code."""
+        """Send `sig` (if any), then let the held thread go on (once the
+        process has handled the signal: engine/runtime/pauses.py); its exit code."""
         if sig is not None:
             self.proc.send_signal(sig)
-        os.write(self._release, b"x")
+        os.write(self._release, b"s" if sig is not None else b"x")
         try:
             code = self.proc.wait(WAIT_S)
         finally:
