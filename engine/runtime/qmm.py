@@ -1,0 +1,102 @@
+"""Tandem's quantized matmul for MLX's CPU stream (issue 51): the kernels in
+native/tandem_kernels, built into this folder by `make kernels`
+(tools/build_kernels.py), or MLX's own `mx.quantized_matmul` where they are
+not built or do not fit this MLX. Nothing here runs on a GPU stream.
+
+`status()` says which and why, once a process has asked. The module is only
+trusted after it has proved itself at load: built for this MLX version,
+linked to the libmlx this process runs, taking MLX's arrays (a nanobind of
+another ABI refuses every call), and agreeing with MLX's op on a small case.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import mlx.core as mx
+
+HERE = Path(__file__).resolve().parent
+STATUS_FILE = HERE / "_tandem_kernels.status"
+FORMATS = {(bits, group) for bits in (4, 8) for group in (32, 64, 128)}  # affine
+SMOKE_ERROR = 0.05  # the smoke case's largest error, relative to its largest output
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _load():
+    """(the module, None) or (None, why not)."""
+    forced = os.environ.get("TANDEM_CPU_MATMUL", "").strip().lower()
+    if forced in ("mlx", "float32"):
+        return None, f"TANDEM_CPU_MATMUL={forced}"
+    try:
+        from . import _tandem_kernels as ext
+    except ImportError as e:
+        said = STATUS_FILE.read_text(encoding="utf-8").strip() if STATUS_FILE.exists() else ""
+        why = said if said.startswith("not built") else f"not built ({e})"
+        return None, why
+    if ext.MLX_VERSION != mx.__version__ or ext.runtime_mlx_version() != mx.__version__:
+        return None, (f"built for MLX {ext.MLX_VERSION}, this is MLX {mx.__version__}: "
+                      "make kernels rebuilds it")
+    try:
+        ext.abi_probe(mx.zeros((1,)))
+    except TypeError:
+        return None, (f"its nanobind ({ext.NANOBIND_VERSION}) cannot take this MLX's arrays: "
+                      "make kernels rebuilds it")
+    problem = _smoke(ext)
+    if problem:
+        return None, problem
+    return ext, None
+
+
+def _smoke(ext) -> str | None:
+    """A 4-bit and an 8-bit case against MLX's op; the problem, if any."""
+    key = mx.random.key(7)
+    x = mx.random.normal((3, 128), key=key)
+    w = mx.random.normal((40, 128), key=mx.random.split(key)[0])
+    for bits in (4, 8):
+        q, s, b = mx.quantize(w, group_size=32, bits=bits)
+        with mx.stream(mx.cpu):
+            ours = ext.quantized_matmul(x, q, s, b, 32, bits)
+            theirs = mx.quantized_matmul(x, q, s, b, transpose=True, group_size=32, bits=bits)
+            error = (mx.abs(ours - theirs).max() / mx.abs(theirs).max()).item()
+        if not error <= SMOKE_ERROR:
+            return f"its {bits}-bit result is off by {error:.3f} of MLX's: not used"
+    return None
+
+
+def kernels():
+    """The loaded module, or None (then `status()` says why)."""
+    with _lock:
+        if "ext" not in _state:
+            _state["ext"], _state["why"] = _load()
+        return _state["ext"]
+
+
+def status() -> tuple[str, str]:
+    """("tandem", "avx2 kernels") or ("mlx", why the kernels are not used)."""
+    ext = kernels()
+    if ext is not None:
+        return "tandem", f"{ext.isa()} kernels"
+    return "mlx", _state["why"]
+
+
+def fits(bits: int, group_size: int, mode: str = "affine") -> bool:
+    """Whether the kernels take this format (others run MLX's op)."""
+    return mode == "affine" and (bits, group_size) in FORMATS
+
+
+def quantized_matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array | None,
+                     transpose: bool = True, group_size: int = 64, bits: int = 4,
+                     mode: str = "affine") -> mx.array:
+    """`mx.quantized_matmul`, run by Tandem's kernels where they apply: a CPU
+    stream, an affine format they take, transposed weights (as
+    QuantizedLinear keeps them)."""
+    ext = kernels()
+    if (ext is not None and biases is not None and transpose and fits(bits, group_size, mode)
+            and mx.default_device() == mx.cpu):
+        return ext.quantized_matmul(x, w, scales, biases, group_size, bits)
+    return mx.quantized_matmul(x, w, scales, biases, transpose=transpose,
+                               group_size=group_size, bits=bits, mode=mode)

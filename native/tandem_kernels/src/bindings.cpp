@@ -1,0 +1,42 @@
+// The Python module engine.runtime._tandem_kernels (engine/runtime/qmm.py loads it).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+
+#include "mlx/version.h"
+#include "primitive.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+#define TK_STR2(x) #x
+#define TK_STR(x) TK_STR2(x)
+
+NB_MODULE(_tandem_kernels, m) {
+  m.doc() = "Tandem's quantized matmul for MLX's CPU stream";
+  m.attr("MLX_VERSION") = TK_STR(MLX_VERSION_MAJOR) "." TK_STR(MLX_VERSION_MINOR) "." TK_STR(
+      MLX_VERSION_PATCH);
+  m.attr("NANOBIND_VERSION") = TK_STR(NB_VERSION_MAJOR) "." TK_STR(NB_VERSION_MINOR) "." TK_STR(
+      NB_VERSION_PATCH);
+  m.def("runtime_mlx_version", [] { return mx::version(); },
+        "The version of the libmlx this module runs against.");
+  m.def("isa", [] { return std::string(tandem::isa_name(tandem::isa())); },
+        "The kernels this process runs: 'avx2' or 'generic'.");
+  m.def(
+      "force_isa",
+      [](const std::string& name) {
+        if (name == "generic") {
+          tandem::force_isa(tandem::Isa::Generic);
+        } else if (name == "avx2") {
+          tandem::force_isa(tandem::Isa::Avx2);
+        } else {
+          throw std::invalid_argument("unknown instruction set: " + name);
+        }
+      },
+      "name"_a, "Run these kernels from now on (never more than the CPU has).");
+  m.def("abi_probe", [](const mx::array& a) { return static_cast<int64_t>(a.size()); }, "a"_a,
+        "Takes an mx.array: fails where this module's nanobind cannot see MLX's arrays.");
+  m.def("quantized_matmul", &tandem::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
+        "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "x @ dequantize(w, scales, biases).T for MLX's affine 4- and 8-bit formats.");
+}

@@ -1,0 +1,172 @@
+// The MLX primitive: Tandem's quantized matmul on MLX's CPU stream. The op
+// checks its arguments as mx.quantized_matmul does, hands a GPU stream to
+// MLX's own op, and otherwise builds a TandemQuantizedMatmul node whose
+// eval_cpu quantizes the activations and runs the kernels for this CPU.
+#include "primitive.h"
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
+#include "mlx/types/half_types.h"
+#include "qmm_kernels.h"
+
+namespace tandem {
+
+namespace {
+
+std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
+
+Isa detect() { return tk::cpu_has_avx2() ? Isa::Avx2 : Isa::Generic; }
+
+tk::ScaleType scale_type(mx::Dtype t) {
+  if (t == mx::float16) return tk::ScaleType::F16;
+  if (t == mx::bfloat16) return tk::ScaleType::BF16;
+  return tk::ScaleType::F32;
+}
+
+void to_float(const mx::array& x, float* out, size_t n) {
+  if (x.dtype() == mx::float32) {
+    std::memcpy(out, x.data<float>(), n * sizeof(float));
+  } else if (x.dtype() == mx::float16) {
+    const auto* p = x.data<mx::float16_t>();
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
+  } else {
+    const auto* p = x.data<mx::bfloat16_t>();
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
+  }
+}
+
+void from_float(const float* y, mx::array& out, size_t n) {
+  if (out.dtype() == mx::float32) {
+    std::memcpy(out.data<float>(), y, n * sizeof(float));
+  } else if (out.dtype() == mx::float16) {
+    auto* p = out.data<mx::float16_t>();
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<mx::float16_t>(y[i]);
+  } else {
+    auto* p = out.data<mx::bfloat16_t>();
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<mx::bfloat16_t>(y[i]);
+  }
+}
+
+bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw std::invalid_argument("[tandem.quantized_matmul] " + what);
+}
+
+}  // namespace
+
+Isa isa() {
+  int now = chosen.load();
+  if (now < 0) {
+    now = static_cast<int>(detect());
+    chosen.store(now);
+  }
+  return static_cast<Isa>(now);
+}
+
+void force_isa(Isa wanted) {
+  if (static_cast<int>(wanted) > static_cast<int>(detect())) {
+    throw std::invalid_argument("this CPU cannot run that instruction set");
+  }
+  chosen.store(static_cast<int>(wanted));
+}
+
+const char* isa_name(Isa i) { return i == Isa::Avx2 ? "avx2" : "generic"; }
+
+void run(const mx::array& x, const mx::array& w, const mx::array& scales,
+         const mx::array& biases, mx::array& out, int group_size, int bits, Isa use) {
+  const int K = x.shape(-1), N = w.shape(0);
+  const int M = static_cast<int>(x.size() / K), blocks = K / tk::BLOCK;
+  std::vector<float> xf(size_t(M) * K), y(size_t(M) * N);
+  std::vector<int8_t> q(size_t(M) * K);
+  std::vector<float> sx(size_t(M) * blocks), xs(size_t(M) * blocks);
+  std::vector<int32_t> qsum(size_t(M) * blocks);
+  std::vector<uint8_t> bad(M);
+  to_float(x, xf.data(), xf.size());
+  tk::quantize_rows(xf.data(), M, K, bits, q.data(), sx.data(), xs.data(), qsum.data(),
+                    bad.data());
+  tk::QuantizedRows rows{M, K, bits, q.data(), sx.data(), xs.data(), qsum.data(), bad.data()};
+  tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
+                      biases.data<void>(), scale_type(scales.dtype())};
+#ifdef TK_X86
+  if (use == Isa::Avx2) {
+    tk::qmm_avx2(rows, weights, y.data(), 0, N);
+  } else
+#endif
+  {
+    tk::qmm_generic(rows, weights, y.data(), 0, N);
+  }
+  from_float(y.data(), out, y.size());
+}
+
+void TandemQuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  auto& encoder = mx::cpu::get_command_encoder(stream());
+  for (const auto& a : inputs) encoder.set_input_array(a);
+  encoder.set_output_array(out);
+  encoder.dispatch([x = mx::array::unsafe_weak_copy(inputs[0]),
+                    w = mx::array::unsafe_weak_copy(inputs[1]),
+                    s = mx::array::unsafe_weak_copy(inputs[2]),
+                    b = mx::array::unsafe_weak_copy(inputs[3]),
+                    out = mx::array::unsafe_weak_copy(out), group = group_, bits = bits_,
+                    use = isa()]() mutable { run(x, w, s, b, out, group, bits, use); });
+}
+
+void TandemQuantizedMatmul::eval_gpu(const std::vector<mx::array>&, mx::array&) {
+  throw std::runtime_error("[tandem.quantized_matmul] runs on the CPU only");
+}
+
+bool TandemQuantizedMatmul::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const TandemQuantizedMatmul&>(other);
+  return group_ == o.group_ && bits_ == o.bits_;
+}
+
+std::vector<mx::Shape> TandemQuantizedMatmul::output_shapes(
+    const std::vector<mx::array>& inputs) {
+  auto shape = inputs[0].shape();
+  shape.back() = inputs[1].shape(0);
+  return {shape};
+}
+
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits,
+                           mx::StreamOrDevice s) {
+  if (bits != 4 && bits != 8) refuse("bits must be 4 or 8, not " + std::to_string(bits));
+  if (group_size != 32 && group_size != 64 && group_size != 128) {
+    refuse("group_size must be 32, 64 or 128, not " + std::to_string(group_size));
+  }
+  if (x.ndim() < 1 || !is_float(x.dtype())) refuse("x must be a float array");
+  if (w.ndim() != 2 || w.dtype() != mx::uint32) refuse("w must be a 2-D uint32 array");
+  const int K = x.shape(-1), N = w.shape(0);
+  if (int64_t(w.shape(1)) * 32 / bits != K) {
+    refuse("w packs " + std::to_string(int64_t(w.shape(1)) * 32 / bits) +
+           " values a row, x has " + std::to_string(K));
+  }
+  if (K % group_size != 0) refuse("x's last axis is not a whole number of groups");
+  const mx::Shape groups{N, K / group_size};
+  if (scales.shape() != groups || !is_float(scales.dtype())) {
+    refuse("scales must be a float array of shape (N, K / group_size)");
+  }
+  if (biases.shape() != groups || biases.dtype() != scales.dtype()) {
+    refuse("biases must have the scales' shape and dtype");
+  }
+  auto stream = mx::to_stream(s);
+  if (stream.device.type != mx::Device::DeviceType::cpu) {  // the GPU keeps MLX's kernels
+    return mx::quantized_matmul(x, w, scales, biases, true, group_size, bits, "affine", stream);
+  }
+  auto shape = x.shape();
+  shape.back() = N;
+  return mx::array(shape, x.dtype(),
+                   std::make_shared<TandemQuantizedMatmul>(stream, group_size, bits),
+                   {mx::contiguous(x, false, stream), mx::contiguous(w, false, stream),
+                    mx::contiguous(scales, false, stream), mx::contiguous(biases, false, stream)});
+}
+
+}  // namespace tandem

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <vector>
+
+#include "mlx/array.h"
+#include "mlx/primitives.h"
+#include "mlx/utils.h"
+
+namespace mx = mlx::core;
+
+namespace tandem {
+
+enum class Isa : int { Generic = 0, Avx2 = 1 };
+
+Isa isa();                 // the kernels this process runs (detected at first use)
+void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allows
+const char* isa_name(Isa isa);
+
+class TandemQuantizedMatmul : public mx::UnaryPrimitive {
+ public:
+  TandemQuantizedMatmul(mx::Stream stream, int group_size, int bits)
+      : mx::UnaryPrimitive(stream), group_(group_size), bits_(bits) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  const char* name() const override { return "TandemQuantizedMatmul"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  int group_, bits_;
+};
+
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits,
+                           mx::StreamOrDevice s = {});
+
+}  // namespace tandem

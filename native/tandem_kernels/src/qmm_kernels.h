@@ -1,0 +1,55 @@
+// Tandem's quantized matmul kernels for MLX's CPU stream: plain C++, no MLX.
+//
+// y[m, n] = sum_k x[m, k] * (scales[n, g] * q[n, k] + biases[n, g]),  g = k / group
+//
+// q is MLX's affine format as QuantizedLinear stores it (transpose=True): row n
+// of `w` packs K values, `bits` each, low bits first, into uint32 words.
+// Activations are quantized to int8 per 32-element block (s = amax / 127,
+// q = round(x / s)); each block's integer dot product with the weights is
+// scaled by s * scales[n, g], and biases[n, g] meets the exact float sum of
+// the block's activations. A row holding NaN or +-inf gives NaN in every
+// output of that row (a float matmul would give NaN or inf there too).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tk {
+
+constexpr int BLOCK = 32;  // activations per int8 scale
+
+enum class ScaleType : int { F32 = 0, F16 = 1, BF16 = 2 };
+
+// One row block of quantized activations (what the kernels read).
+struct QuantizedRows {
+  int M = 0, K = 0, bits = 4;
+  const int8_t* q = nullptr;   // M x K, per block: 4-bit weights' order (evens, then odds)
+  const float* scale = nullptr;  // M x K/32
+  const float* sum = nullptr;    // M x K/32: exact float sum of each block's x
+  const int32_t* qsum = nullptr; // M x K/32: sum of the block's q (8-bit kernels)
+  const uint8_t* bad = nullptr;  // M: the row held NaN or inf
+};
+
+struct Weights {
+  int N = 0, K = 0, bits = 4, group = 64;
+  const uint32_t* w = nullptr;   // N x K*bits/32
+  const void* scales = nullptr;  // N x K/group
+  const void* biases = nullptr;  // N x K/group
+  ScaleType type = ScaleType::F32;
+};
+
+// Quantize M rows of K float activations (K a multiple of 32) into the
+// caller's buffers, laid out for `bits`.
+void quantize_rows(const float* x, int M, int K, int bits, int8_t* q, float* scale,
+                   float* sum, int32_t* qsum, uint8_t* bad);
+
+// y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
+void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+
+// The float64 reference, for tests: the dequantized weights times x exactly.
+void qmm_reference(const float* x, int M, const Weights& w, double* y);
+
+bool cpu_has_avx2();  // AVX2, FMA and F16C, with the OS saving their registers
+
+}  // namespace tk

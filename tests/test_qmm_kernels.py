@@ -1,0 +1,203 @@
+"""Tandem's quantized matmul kernels (native/tandem_kernels, engine/runtime/qmm.py;
+issue 51) against a float64 reference of the dequantized weights: every
+instruction set this CPU runs, 4 and 8 bits, groups of 32, 64 and 128,
+float32/float16/bfloat16, 1 to 300 rows, odd column counts, hostile values.
+
+The kernels quantize activations to int8 per 32-element block (s = amax/127),
+so each output's error is bounded by what that rounding can do:
+|y - ref| <= sum_k |scale[n, k] * q[n, k]| * s(block of k) / 2 (the biases
+meet the exact sum of each block's activations), plus float rounding
+(the accumulation, and the output's dtype). Skipped, with the reason, where
+the kernels were not built (make kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mlx.core as mx
+
+from engine.runtime import qmm
+
+try:  # the module itself, whether or not qmm's checks accept it
+    from engine.runtime import _tandem_kernels as EXT
+except ImportError:
+    EXT = None
+BUILT = qmm.STATUS_FILE.exists() and qmm.STATUS_FILE.read_text().startswith("built")
+pytestmark = pytest.mark.skipif(EXT is None, reason=f"kernels not built: {qmm.status()[1]}")
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
+def isas() -> list[str]:
+    return ["generic"] + (["avx2"] if EXT is not None and EXT.isa() == "avx2" else [])
+
+
+@pytest.fixture(autouse=True)
+def _restore_isa():
+    first = EXT.isa() if EXT is not None else None
+    yield
+    if first:
+        EXT.force_isa(first)
+
+
+def unpack(w: mx.array, bits: int, K: int) -> np.ndarray:
+    """MLX's packed uint32 rows as integers (low bits first)."""
+    words = np.array(w).astype(np.uint64)
+    per = 32 // bits
+    shifts = (np.arange(per, dtype=np.uint64) * bits)
+    values = (words[..., None] >> shifts) & ((1 << bits) - 1)
+    return values.reshape(w.shape[0], -1)[:, :K].astype(np.float64)
+
+
+def reference(x, w, scales, biases, group, bits):
+    """(float64 y, the int8 rounding bound per output, the size of its terms)."""
+    K = x.shape[-1]
+    q = unpack(w, bits, K)
+    s = np.repeat(np.array(scales.astype(mx.float32), dtype=np.float64), group, axis=1)
+    b = np.repeat(np.array(biases.astype(mx.float32), dtype=np.float64), group, axis=1)
+    w_hat = s * q + b
+    x64 = np.array(x.astype(mx.float32), dtype=np.float64).reshape(-1, K)
+    step = np.abs(x64).reshape(len(x64), K // 32, 32).max(axis=2) / 127.0
+    rounding = (np.repeat(step, 32, axis=1) / 2) @ np.abs(s * q).T  # the biases meet exact x
+    # What float32 sums can lose: the terms' size (an 8-bit kernel sums (q - 128)
+    # products and adds 128 * sum(q) back, terms up to |scale| * 2^bits each).
+    terms = np.abs(x64) @ (np.abs(w_hat) + np.abs(s) * 2 ** bits).T
+    return x64 @ w_hat.T, rounding, terms
+
+
+def check(x, w, scales, biases, group, bits, dtype_name, isa):
+    EXT.force_isa(isa)
+    with mx.stream(mx.cpu):
+        y = EXT.quantized_matmul(x, w, scales, biases, group, bits)
+    assert y.dtype == x.dtype and y.shape == (*x.shape[:-1], w.shape[0])
+    got = np.array(y.astype(mx.float32), dtype=np.float64).reshape(-1, w.shape[0])
+    ref, rounding, size = reference(x, w, scales, biases, group, bits)
+    bound = rounding * 1.001 + size * 1e-5 + np.abs(ref) * EPS[dtype_name] + 1e-6
+    worst = np.max(np.abs(got - ref) - bound)
+    assert worst <= 0, (isa, bits, group, dtype_name, x.shape, worst)
+
+
+def weights(rng, N, K, group, bits, dtype):
+    W = mx.array(rng.standard_normal((N, K)).astype(np.float32)).astype(dtype)
+    return mx.quantize(W, group_size=group, bits=bits)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_every_format_and_row_count_within_the_rounding_bound(bits, group, dtype_name):
+    rng = np.random.default_rng(bits * 1000 + group)
+    dtype = DTYPES[dtype_name]
+    for M, N, K in ((1, 67, 4 * group), (2, 3, group), (3, 1, 2 * group), (5, 67, 4 * group),
+                    (16, 33, 2 * group), (33, 3, group), (65, 17, 2 * group),
+                    (300, 5, group)):
+        w, s, b = weights(rng, N, K, group, bits, dtype)
+        x = mx.array(rng.standard_normal((M, K)).astype(np.float32) * 3).astype(dtype)
+        for isa in isas():
+            check(x, w, s, b, group, bits, dtype_name, isa)
+
+
+def test_batched_rows_and_the_isas_agree():
+    """(batch, sequence, K) inputs; every ISA gives the same numbers within
+    float rounding (the same int8 products, summed in another order)."""
+    rng = np.random.default_rng(3)
+    w, s, b = weights(rng, 96, 256, 64, 4, mx.float16)
+    x = mx.array(rng.standard_normal((2, 7, 256)).astype(np.float32)).astype(mx.float16)
+    outs = []
+    for isa in isas():
+        check(x, w, s, b, 64, 4, "float16", isa)
+        EXT.force_isa(isa)
+        with mx.stream(mx.cpu):
+            outs.append(np.array(EXT.quantized_matmul(x, w, s, b, 64, 4).astype(mx.float32)))
+    for other in outs[1:]:
+        np.testing.assert_allclose(other, outs[0], rtol=2e-3, atol=2e-3)
+
+
+def test_hostile_values():
+    """Zero activation blocks and zero weight groups are exact; the largest
+    float16 scales stay finite; a NaN or an inf in a row makes that row's
+    outputs NaN and leaves the other rows alone."""
+    rng = np.random.default_rng(5)
+    K, N = 128, 9
+    for isa in isas():
+        for bits in (4, 8):
+            W = rng.standard_normal((N, K)).astype(np.float32)
+            W[2] = 0.0  # a row of zero weights
+            w, s, b = mx.quantize(mx.array(W), group_size=32, bits=bits)
+            x = rng.standard_normal((4, K)).astype(np.float32)
+            x[0, :32] = 0.0  # an all-zero block
+            x[1] = 0.0
+            check(mx.array(x), w, s, b, 32, bits, "float32", isa)
+            big = mx.full(s.shape, 65504.0, dtype=mx.float16)
+            xh = mx.array(rng.uniform(-1e-5, 1e-5, (2, K)).astype(np.float32)).astype(mx.float16)
+            check(xh, w, big, b.astype(mx.float16), 32, bits, "float16", isa)
+            for poison in (np.nan, np.inf, -np.inf):
+                bad = x.copy()
+                bad[2, 70] = poison
+                EXT.force_isa(isa)
+                with mx.stream(mx.cpu):
+                    y = np.array(EXT.quantized_matmul(mx.array(bad), w, s, b, 32, bits))
+                assert np.isnan(y[2]).all(), (isa, bits, poison)
+                clean = np.delete(bad, 2, axis=0)
+                check(mx.array(clean), w, s, b, 32, bits, "float32", isa)
+                assert np.isfinite(np.delete(y, 2, axis=0)).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(M=st.integers(1, 70), N=st.integers(1, 40), blocks=st.integers(1, 8),
+       bits=st.sampled_from([4, 8]), group=st.sampled_from([32, 64, 128]),
+       seed=st.integers(0, 2 ** 16))
+def test_any_shape(M, N, blocks, bits, group, seed):
+    rng = np.random.default_rng(seed)
+    K = group * blocks
+    w, s, b = weights(rng, N, K, group, bits, mx.float32)
+    x = mx.array((rng.standard_normal((M, K)) * rng.uniform(0.01, 100)).astype(np.float32))
+    for isa in isas():
+        check(x, w, s, b, group, bits, "float32", isa)
+
+
+def test_wrong_arguments_are_refused_by_name():
+    rng = np.random.default_rng(9)
+    w, s, b = weights(rng, 8, 128, 32, 4, mx.float32)
+    x = mx.ones((2, 128))
+    cases = [((mx.ones((2, 96)), w, s, b, 32, 4), "packs 128 values a row, x has 96"),
+             ((x, w, s[:, :2], b, 32, 4), "scales must be"),
+             ((x, w, s, b.astype(mx.float16), 32, 4), "biases must"),
+             ((x, w.astype(mx.int32), s, b, 32, 4), "w must be a 2-D uint32"),
+             ((x, w, s, b, 48, 4), "group_size must be"),
+             ((x, w, s, b, 32, 3), "bits must be 4 or 8"),
+             ((mx.ones((2, 128), dtype=mx.int32), w, s, b, 32, 4), "x must be a float")]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=message):
+            EXT.quantized_matmul(*args)
+    with pytest.raises(ValueError):
+        EXT.force_isa("avx512-from-the-future")
+
+
+def test_the_wrapper_falls_back_to_mlx_where_the_kernels_do_not_apply(monkeypatch):
+    rng = np.random.default_rng(11)
+    w, s, b = weights(rng, 16, 128, 32, 4, mx.float32)
+    x = mx.array(rng.standard_normal((3, 128)).astype(np.float32))
+    with mx.stream(mx.cpu):
+        ours = qmm.quantized_matmul(x, w, s, b, group_size=32, bits=4)
+        mlx = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=32, bits=4)
+        assert not np.array_equal(np.array(ours), np.array(mlx))  # int8 activations: ours
+        w3, s3, b3 = mx.quantize(mx.array(rng.standard_normal((16, 128)).astype(np.float32)),
+                                 group_size=32, bits=3)
+        three = qmm.quantized_matmul(x, w3, s3, b3, group_size=32, bits=3)
+        assert np.array_equal(np.array(three), np.array(
+            mx.quantized_matmul(x, w3, s3, b3, transpose=True, group_size=32, bits=3)))
+    monkeypatch.setenv("TANDEM_CPU_MATMUL", "mlx")
+    ext, why = qmm._load()
+    assert ext is None and why == "TANDEM_CPU_MATMUL=mlx"
+    assert qmm.status() == ("tandem", f"{EXT.isa()} kernels")  # this process chose already
+
+
+def test_kernels_that_were_built_are_the_ones_used():
+    """A build that qmm refuses (another MLX, another nanobind, a wrong
+    answer on its smoke case) falls back to MLX's op at run time, and fails
+    here: the suite says so instead of running slower."""
+    assert not BUILT or qmm.status()[0] == "tandem", qmm.status()
