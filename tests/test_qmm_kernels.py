@@ -201,3 +201,24 @@ def test_kernels_that_were_built_are_the_ones_used():
     answer on its smoke case) falls back to MLX's op at run time, and fails
     here: the suite says so instead of running slower."""
     assert not BUILT or qmm.status()[0] == "tandem", qmm.status()
+
+
+def test_threads_split_the_columns_and_change_no_bit():
+    """Large products run on the pool (the caller and its workers, columns
+    in fixed chunks): the same bits on 1, 2 or 3 threads, call after call."""
+    rng = np.random.default_rng(13)
+    w, s, b = weights(rng, 1030, 512, 64, 4, mx.float32)  # 4 x 1030 x 512 > 2^21: the pool
+    xs = [mx.array(rng.standard_normal((4, 512)).astype(np.float32)) for _ in range(3)]
+    first = EXT.threads()
+    try:
+        outs = {}
+        for n in (1, 2, 3):
+            EXT.set_threads(n)
+            with mx.stream(mx.cpu):
+                outs[n] = [np.array(EXT.quantized_matmul(x, w, s, b, 64, 4)) for x in xs * 40]
+        for n in (2, 3):
+            for got, want in zip(outs[n], outs[1]):
+                assert np.array_equal(got, want)
+        check(xs[0], w, s, b, 64, 4, "float32", EXT.isa())
+    finally:
+        EXT.set_threads(first)

@@ -4,6 +4,7 @@
 #include <nanobind/stl/variant.h>
 
 #include "mlx/version.h"
+#include "pool.h"
 #include "primitive.h"
 
 namespace nb = nanobind;
@@ -34,6 +35,9 @@ NB_MODULE(_tandem_kernels, m) {
         }
       },
       "name"_a, "Run these kernels from now on (never more than the CPU has).");
+  m.def("set_threads", &tk::set_threads, "n"_a,
+        "The threads a matmul may use, the caller included (the lane's cores).");
+  m.def("threads", &tk::threads, "The threads a matmul may use.");
   m.def("abi_probe", [](const mx::array& a) { return static_cast<int64_t>(a.size()); }, "a"_a,
         "Takes an mx.array: fails where this module's nanobind cannot see MLX's arrays.");
   m.def("quantized_matmul", &tandem::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,

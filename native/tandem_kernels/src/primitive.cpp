@@ -4,6 +4,7 @@
 // eval_cpu quantizes the activations and runs the kernels for this CPU.
 #include "primitive.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -14,11 +15,14 @@
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
 #include "mlx/types/half_types.h"
+#include "pool.h"
 #include "qmm_kernels.h"
 
 namespace tandem {
 
 namespace {
+
+constexpr int64_t PARALLEL_WORK = 1 << 21;  // rows x columns x K below which one thread runs
 
 std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
 
@@ -95,13 +99,22 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
   tk::QuantizedRows rows{M, K, bits, q.data(), sx.data(), xs.data(), qsum.data(), bad.data()};
   tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
                       biases.data<void>(), scale_type(scales.dtype())};
+  auto columns = [&](int n0, int n1) {
 #ifdef TK_X86
-  if (use == Isa::Avx2) {
-    tk::qmm_avx2(rows, weights, y.data(), 0, N);
-  } else
+    if (use == Isa::Avx2) return tk::qmm_avx2(rows, weights, y.data(), n0, n1);
 #endif
-  {
-    tk::qmm_generic(rows, weights, y.data(), 0, N);
+    tk::qmm_generic(rows, weights, y.data(), n0, n1);
+  };
+  // Columns in fixed chunks (a column is computed the same on any thread);
+  // small products stay on this thread (waking the pool costs more).
+  const int64_t work = int64_t(M) * N * K;
+  const int threads = work < PARALLEL_WORK ? 1 : tk::threads();
+  if (threads <= 1) {
+    columns(0, N);
+  } else {
+    const int width = std::max(8, N / (threads * 4));
+    const int chunks = (N + width - 1) / width;
+    tk::parallel_for(chunks, [&](int i) { columns(i * width, std::min(N, (i + 1) * width)); });
   }
   from_float(y.data(), out, y.size());
 }

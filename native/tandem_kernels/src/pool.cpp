@@ -1,0 +1,124 @@
+#include "pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace tk {
+
+namespace {
+
+int available_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+#endif
+  const unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr int SPIN = 4000;  // polls (~20-50 us) before a worker sleeps
+
+class Pool {
+ public:
+  void run(int chunks, const std::function<void(int)>& fn) {
+    std::lock_guard<std::mutex> one_job(job_mutex_);  // two CPU streams: one at a time
+    const int want = std::min(threads_.load(), chunks);
+    if (want <= 1) {
+      for (int i = 0; i < chunks; ++i) fn(i);
+      return;
+    }
+    grow(want - 1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fn_ = &fn;
+      chunks_ = chunks;
+      next_.store(0);
+      helpers_ = want - 1;
+      pending_.store(want - 1);
+      generation_.fetch_add(1);
+    }
+    wake_.notify_all();
+    work();
+    for (int spins = 0; pending_.load() != 0; ++spins) {
+      if (spins > SPIN) std::this_thread::yield();
+      relax();
+    }
+  }
+
+  std::atomic<int> threads_{available_cpus()};
+
+ private:
+  void work() {
+    for (int i = next_.fetch_add(1); i < chunks_; i = next_.fetch_add(1)) (*fn_)(i);
+  }
+
+  void grow(int helpers) {
+    while (static_cast<int>(workers_.size()) < helpers) {
+      const int index = static_cast<int>(workers_.size());
+      // It starts from the generation before this job's: a thread that
+      // begins after the job was posted must still see it as new.
+      workers_.emplace_back([this, index, seen = generation_.load()] { loop(index, seen); });
+      workers_.back().detach();
+    }
+  }
+
+  void loop(int index, unsigned long seen) {
+    while (true) {
+      int spins = 0;
+      while (generation_.load() == seen && spins++ < SPIN) relax();
+      if (generation_.load() == seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load() != seen; });
+      }
+      int wanted;
+      {  // the job and its generation together: one turn per job, never two
+        std::lock_guard<std::mutex> lock(mutex_);
+        seen = generation_.load();
+        wanted = helpers_;
+      }
+      if (index < wanted) {  // the job counts on this worker (pending_)
+        work();
+        pending_.fetch_sub(1);
+      }
+    }
+  }
+
+  std::mutex job_mutex_, mutex_;
+  std::condition_variable wake_;
+  std::vector<std::thread> workers_;
+  std::atomic<unsigned long> generation_{0};
+  std::atomic<int> next_{0}, pending_{0};
+  const std::function<void(int)>* fn_ = nullptr;
+  int chunks_ = 0, helpers_ = 0;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // leaked: never destroyed while threads may wait on it
+  return *p;
+}
+
+}  // namespace
+
+void set_threads(int n) { pool().threads_.store(n < 1 ? 1 : n); }
+
+int threads() { return pool().threads_.load(); }
+
+void parallel_for(int chunks, const std::function<void(int)>& fn) { pool().run(chunks, fn); }
+
+}  // namespace tk
