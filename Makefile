@@ -38,13 +38,13 @@ $(STAMP): pyproject.toml Makefile | system
 kernels: $(STAMP)
 	-$(PY) tools/build_kernels.py
 
-run: $(STAMP)
+run: $(STAMP) kernels
 	$(PY) -m app
 
 # One pytest-xdist worker a core (`make test JOBS=1` runs it serially); a file's
 # tests stay on one worker, so its module fixtures (models, servers) are built once.
 JOBS ?= auto
-test: $(STAMP)
+test: $(STAMP) kernels
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not bundle" \
 	    $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
