@@ -1,0 +1,124 @@
+// The kernels and the pool without MLX or Python, for the sanitizers
+// (tests/test_kernel_sanitizers.py builds it with -fsanitize=address,undefined
+// and with -fsanitize=thread): random shapes against the float64 reference
+// within the int8 rounding bound, every ISA this CPU runs, and the pool
+// driven from two threads at once (two CPU streams) many times.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "../src/pool.h"
+#include "../src/qmm_kernels.h"
+
+namespace {
+
+struct Case {
+  int M, N, K, bits, group;
+  std::vector<float> x, scales, biases;
+  std::vector<uint32_t> w;
+};
+
+Case make(std::mt19937& rng, int M, int N, int K, int bits, int group) {
+  Case c{M, N, K, bits, group, {}, {}, {}, {}};
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<uint32_t> word;
+  c.x.resize(size_t(M) * K);
+  for (auto& v : c.x) v = normal(rng);
+  c.w.resize(size_t(N) * K * bits / 32);
+  for (auto& v : c.w) v = word(rng);
+  c.scales.resize(size_t(N) * K / group);
+  c.biases.resize(c.scales.size());
+  for (auto& v : c.scales) v = normal(rng) * 0.05f;
+  for (auto& v : c.biases) v = normal(rng) * 0.1f;
+  return c;
+}
+
+using Kernel = void (*)(const tk::QuantizedRows&, const tk::Weights&, float*, int, int);
+
+// The kernel's output, the columns over the pool in chunks of 5.
+std::vector<float> run(const Case& c, Kernel kernel) {
+  const int blocks = c.K / tk::BLOCK;
+  std::vector<int8_t> q(size_t(c.M) * c.K);
+  std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
+  std::vector<int32_t> qsum(sx.size());
+  std::vector<uint8_t> bad(c.M);
+  tk::quantize_rows(c.x.data(), c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), qsum.data(),
+                    bad.data());
+  tk::QuantizedRows rows{c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), qsum.data(), bad.data()};
+  tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
+                tk::ScaleType::F32};
+  const int chunks = (c.N + 4) / 5;
+  tk::parallel_for(chunks, [&](int i) { kernel(rows, w, y.data(), i * 5, std::min(c.N, i * 5 + 5)); });
+  return y;
+}
+
+bool check(const Case& c, const std::vector<float>& y, const char* what) {
+  std::vector<double> ref(size_t(c.M) * c.N);
+  tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
+                tk::ScaleType::F32};
+  tk::qmm_reference(c.x.data(), c.M, w, ref.data());
+  for (int m = 0; m < c.M; ++m) {
+    for (int n = 0; n < c.N; ++n) {
+      double bound = 1e-5;
+      for (int k = 0; k < c.K; ++k) {
+        const float* xb = c.x.data() + size_t(m) * c.K + (k / 32) * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const double s = c.scales[size_t(n) * (c.K / c.group) + k / c.group];
+        bound += std::fabs(s) * ((1 << c.bits) - 1) * (amax / 127.0 / 2 + 1e-5 * std::fabs(c.x[size_t(m) * c.K + k]))
+                 + 1e-5 * std::fabs(c.biases[size_t(n) * (c.K / c.group) + k / c.group] * c.x[size_t(m) * c.K + k]);
+      }
+      const double err = std::fabs(y[size_t(m) * c.N + n] - ref[size_t(m) * c.N + n]);
+      if (!(err <= bound)) {
+        std::printf("%s: M=%d N=%d K=%d bits=%d group=%d at (%d, %d): error %g > bound %g\n", what,
+                    c.M, c.N, c.K, c.bits, c.group, m, n, err, bound);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(1234);
+  std::vector<std::pair<Kernel, const char*>> kernels{{tk::qmm_generic, "generic"}};
+#ifdef TK_X86
+  if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
+#endif
+  tk::set_threads(3);
+  const int groups[] = {32, 64, 128};
+  int cases = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int bits = trial % 2 ? 8 : 4, group = groups[trial % 3];
+    const int M = 1 + int(rng() % 20), N = 1 + int(rng() % 40), K = group * (1 + int(rng() % 4));
+    const Case c = make(rng, M, N, K, bits, group);
+    for (auto& [kernel, name] : kernels) {
+      if (!check(c, run(c, kernel), name)) return 1;
+      ++cases;
+    }
+  }
+  // Two streams calling into the pool at once, many small jobs each.
+  const Case c = make(rng, 3, 97, 256, 4, 64);
+  const std::vector<float> want = run(c, kernels.back().first);
+  bool same = true;
+  auto hammer = [&] {
+    for (int i = 0; i < 200; ++i) {
+      if (run(c, kernels.back().first) != want) same = false;
+    }
+  };
+  std::thread other(hammer);
+  hammer();
+  other.join();
+  if (!same) {
+    std::printf("the pool changed a result\n");
+    return 1;
+  }
+  std::printf("ok: %d cases, %zu kernels, 400 pooled runs from two threads\n", cases, kernels.size());
+  return 0;
+}
