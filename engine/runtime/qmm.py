@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 
 HERE = Path(__file__).resolve().parent
 STATUS_FILE = HERE / "_tandem_kernels.status"
@@ -100,3 +101,40 @@ def quantized_matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.arra
         return ext.quantized_matmul(x, w, scales, biases, group_size, bits)
     return mx.quantized_matmul(x, w, scales, biases, transpose=transpose,
                                group_size=group_size, bits=bits, mode=mode)
+
+
+class _KernelLinear(nn.QuantizedLinear):
+    """A QuantizedLinear whose product runs Tandem's kernels on a CPU stream."""
+
+    def __call__(self, x):
+        x = quantized_matmul(x, self["weight"], self["scales"], self.get("biases"),
+                             group_size=self.group_size, bits=self.bits, mode=self.mode)
+        return x + self["bias"] if "bias" in self else x
+
+
+class _KernelEmbedding(nn.QuantizedEmbedding):
+    """A QuantizedEmbedding whose tied output head runs Tandem's kernels."""
+
+    def as_linear(self, x):
+        return quantized_matmul(x, self["weight"], self["scales"], self.get("biases"),
+                                group_size=self.group_size, bits=self.bits, mode=self.mode)
+
+
+def install(model: nn.Module) -> int:
+    """Route `model`'s quantized layers through `quantized_matmul` (the same
+    arrays: a GPU lane sharing them keeps MLX's kernels, chosen per call by
+    the stream's device); how many layers now can. Nothing where the kernels
+    are not used."""
+    if kernels() is None:
+        return 0
+    count = 0
+    for _, module in model.named_modules():
+        if type(module) is nn.QuantizedLinear and fits(module.bits, module.group_size,
+                                                        module.mode):
+            module.__class__ = _KernelLinear
+            count += 1
+        elif type(module) is nn.QuantizedEmbedding and fits(module.bits, module.group_size,
+                                                             module.mode):
+            module.__class__ = _KernelEmbedding
+            count += 1
+    return count
