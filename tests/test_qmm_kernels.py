@@ -222,3 +222,29 @@ def test_threads_split_the_columns_and_change_no_bit():
         check(xs[0], w, s, b, 64, 4, "float32", EXT.isa())
     finally:
         EXT.set_threads(first)
+
+
+def test_a_model_installed_runs_its_layers_through_the_kernels(tiny_model_dir):
+    """qmm.install on a real (tiny) llama quantized the way mlx-lm does:
+    every fitting layer routed, logits near MLX's op on the same weights
+    (int8 activations), a layer of another format (3-bit) left on MLX's op."""
+    import mlx.nn as nn
+
+    from engine.models.loader import load_model
+
+    model = load_model(str(tiny_model_dir)).model
+    nn.quantize(model, group_size=32, bits=4,
+                class_predicate=lambda path, m: isinstance(m, nn.Linear) and "down_proj" not in path)
+    nn.quantize(model, group_size=32, bits=3,
+                class_predicate=lambda path, m: isinstance(m, nn.Linear))
+    tokens = mx.array([[1, 5, 9, 30, 2, 77, 12, 4]])
+    with mx.stream(mx.cpu):
+        before = model(tokens)
+        routed = qmm.install(model)
+        after = model(tokens)
+    kinds = [type(m).__name__ for _, m in model.named_modules()]
+    assert routed == kinds.count("_KernelLinear") > 0 and "QuantizedLinear" in kinds  # 3-bit
+    scale = mx.abs(before).max().item()
+    assert mx.abs(after - before).max().item() > 0  # it ran other code
+    assert mx.abs(after - before).max().item() < 0.1 * scale  # MLX's op, the same weights
+    assert (after.argmax(-1) == before.argmax(-1)).mean().item() >= 0.75
