@@ -39,18 +39,16 @@ def test_the_sum_counts_requests_that_used_the_cpu_against_their_estimate():
 
 def test_when_the_router_left_the_cpu_idle_the_summary_says_why():
     """Hybrid on, nothing sent to the CPU: the summary says why, from the
-    router's own reason (engine/core/policies.py), or that the GPU was the
+    router's own decision (Routed.left_idle, engine/core/policies.py), or that the GPU was the
     faster place for each request when nothing was kept out."""
     ledger = HybridLedger()
-    ledger.routed("a", 2.0, {"gpu": 2.0}, GPU, "0/40 tokens cached; GPU done in 2.0 s", at=1)
+    ledger.routed("a", 2.0, {"gpu": 2.0}, GPU, at=1)
     ledger.finished("a", "stop", 2.0, 3, (("prefill", "gpu"), ("decode", "gpu")), GPU)
     assert ledger.describe(now=4) == (
         "Over the last 5 minutes, all 1 requests stayed on the GPU: the router predicted "
         "each would finish sooner there than on the CPU.")
     ledger.routed("b", 3.0, {"gpu": 3.0}, GPU,
-                  "0/40 tokens cached; GPU done in 3.0 s (all on one lane: GPU 3.0 s vs CPU "
-                  "9.1 s); CPU left idle: it would slow GPU more than it adds (contention 0.2)",
-                  at=5)
+                  (("cpu", "it would slow GPU more than it adds (contention 0.2)"),), at=5)
     ledger.finished("b", "stop", 3.0, 8, (("prefill", "gpu"), ("decode", "gpu")), GPU)
     assert ledger.describe(now=9) == (
         "Over the last 5 minutes, all 2 requests stayed on the GPU: the router left the CPU "

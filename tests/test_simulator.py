@@ -212,6 +212,8 @@ def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
     placement = CostAwarePolicy().place(request, lanes(1.0))
     assert placement.lane == placement.decode_lane == "gpu"
     assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
+    assert placement.left_idle == (("cpu", "it would slow GPU more than it adds "
+                                           "(contention 1.0)"),)  # what the dock reads
 
 
 def test_a_lane_that_never_ran_beside_the_other_is_believed_as_contended_as_it():

@@ -13,15 +13,11 @@ predicted: |real - predicted| / real for the plan it chose.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import deque
 from dataclasses import dataclass
 
 WINDOW_S = 300.0
-# The router's reason when it kept a lane out ("CPU left idle: it would slow
-# the others more than it adds (contention 0.2)", engine/core/policies.py).
-_LEFT_IDLE = re.compile(r"\b([A-Z0-9_-]+) left idle: ([^;]+)")
 
 
 @dataclass(frozen=True)
@@ -60,12 +56,13 @@ class HybridLedger:
         self.left_idle: tuple[float, str, str] | None = None
 
     def routed(self, request_id: str, predicted_done_s: float | None,
-               predicted_s: dict[str, float], gpu_lanes: set[str], reason: str = "",
-               at: float | None = None) -> None:
-        """A new request's placement (its first Routed event)."""
-        idle = _LEFT_IDLE.search(reason)
-        if idle is not None and at is not None:
-            self.left_idle = (at, idle.group(1), idle.group(2).strip())
+               predicted_s: dict[str, float], gpu_lanes: set[str],
+               left_idle: tuple[tuple[str, str], ...] = (), at: float | None = None) -> None:
+        """A new request's placement (its first Routed event); `left_idle`: the
+        lanes the router kept out and why (Routed.left_idle)."""
+        if left_idle and at is not None:
+            name, why = left_idle[0]
+            self.left_idle = (at, name.upper(), why)
         if request_id in self._routed:
             return
         gpu = [predicted_s[name] for name in gpu_lanes if name in predicted_s]

@@ -25,7 +25,7 @@ class RequestFeed(QObject):
         dock = self._dock
         if event.phase == "prefill":
             dock.ledger.routed(event.request_id, event.predicted_done_s, event.predicted_s,
-                               dock.gpu_lanes, event.reason, event.time)
+                               dock.gpu_lanes, getattr(event, "left_idle", ()), event.time)
         dock.timeline.routed(event.request_id, self._label(event) or event.request_id,
                              event.phase, event.lane, event.time, event.reason,
                              row=event.tab_id or event.request_id,

@@ -122,7 +122,8 @@ class Director:
         event = Routed(request.request_id, request.tab_id, phase="prefill", lane=placement.lane,
                        reason=f"{why}; {placement.reason}" if why else placement.reason,
                        predicted_s=placement.predicted_s, cached_tokens=request.cached_tokens,
-                       time=self.clock(), predicted_done_s=placement.predicted_done_s)
+                       time=self.clock(), predicted_done_s=placement.predicted_done_s,
+                       left_idle=placement.left_idle)
         return self.lanes[placement.lane], event
 
     def cancel_waiting(self, request: Request) -> bool:
@@ -198,7 +199,8 @@ class Director:
             return current, Routed(request.request_id, request.tab_id, phase="decode",
                                    lane=current, reason=placement.reason,
                                    predicted_s=placement.predicted_s,
-                                   cached_tokens=request.cached_tokens, time=self.clock())
+                                   cached_tokens=request.cached_tokens, time=self.clock(),
+                                   left_idle=placement.left_idle)
         return placement.lane, self._migrated(request, current, placement)
 
     def reconsider(self, request: Request, current: str) -> tuple[str | None, object]:

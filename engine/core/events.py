@@ -44,6 +44,7 @@ class Routed(Event):
     restored_tokens: int = 0
     restore_s: float | None = None
     images: int = 0  # images its prefill encodes (a vision model's request)
+    left_idle: tuple[tuple[str, str], ...] = ()  # lanes kept out and why (Placement.left_idle)
 
 
 @dataclass(slots=True, frozen=True)

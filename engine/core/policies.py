@@ -1,50 +1,15 @@
-"""Routing policies beyond least-loaded: the reference warm-prefix rule and the
-cost-aware router. Plain Python over `LaneView` / `RequestView` snapshots."""
+"""The cost-aware router (the reference warm-prefix rule: warm_prefix.py).
+Plain Python over `LaneView` / `RequestView` snapshots."""
 
 from __future__ import annotations
 
 import math
 
 from .costmodel import CostModel
-from .router import LaneView, Placement, RequestView, _leave_if_not_allowed, _stay
+from .router import LaneView, Placement, RequestView, _stay
+from .warm_prefix import WarmPrefixPolicy  # noqa: F401  (the reference rule, named here too)
 
 GPU_ONLY_POLICY = "gpu-only"
-
-
-def _gpu(lanes: list[LaneView]) -> LaneView | None:
-    return next((lane for lane in lanes if lane.device == "gpu"), None)
-
-
-def _cpu(lanes: list[LaneView]) -> LaneView | None:
-    return next((lane for lane in lanes if lane.device == "cpu"), None)
-
-
-class WarmPrefixPolicy:
-    """The reference engine's rule: while the GPU is busy, a request whose
-    uncached suffix is short runs wholly on the CPU; everything else on the GPU."""
-
-    name = "warm-prefix"
-
-    def __init__(self, max_uncached_tokens: int = 128):
-        self.max_uncached_tokens = max_uncached_tokens
-
-    def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
-        gpu, cpu = _gpu(lanes), _cpu(lanes)
-        if gpu is None or cpu is None:
-            lane = (gpu or cpu or lanes[0])
-            return Placement(lane.name, f"only {lane.device.upper()} allowed", decode_lane=lane.name)
-        warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
-        if gpu.is_busy and request.uncached_tokens <= self.max_uncached_tokens:
-            return Placement(cpu.name, f"warm prefix {warm}; GPU busy (batch {gpu.batch_size}, "
-                             f"{gpu.queue_depth} queued)", decode_lane=cpu.name)
-        why = "GPU idle" if not gpu.is_busy else f"{request.uncached_tokens} uncached tokens"
-        return Placement(gpu.name, f"{why}; {warm}", decode_lane=gpu.name)
-
-    def place_decode(self, request, current, lanes):
-        return _stay(current, lanes)
-
-    def reconsider(self, request, current, lanes):
-        return _leave_if_not_allowed(current, lanes)
 
 
 class CostAwarePolicy:
@@ -237,18 +202,24 @@ class CostAwarePolicy:
         in_flight = sum(d.decode_batch + d.queue_depth for d in local) + (current is None)
         return [max(local, key=lambda d: self._rate(d, in_flight, d.mean_context or context))]
 
-    def _skipped(self, lanes: list[LaneView], kept: list[LaneView]) -> str:
-        """'; CPU left idle: it would slow GPU more than it adds (contention
-        0.2)' for lanes the pays test kept out."""
+    def _left_idle(self, lanes: list[LaneView],
+                   kept: list[LaneView]) -> tuple[tuple[str, str], ...]:
+        """(lane, why) for each lane the pays test kept out: ("cpu", "it would
+        slow GPU more than it adds (contention 0.2)")."""
         names = {d.name for d in kept}
         out = []
         for d in lanes:
             if d.name not in names:
                 others = ", ".join(o.name.upper() for o in lanes
                                    if o.name != d.name and o.is_busy) or "the others"
-                out.append(f"{d.name.upper()} left idle: it would slow {others} more than "
-                           f"it adds (contention {self._c(d, lanes):.1f})")
-        return "".join(f"; {line}" for line in out)
+                out.append((d.name, f"it would slow {others} more than it adds "
+                                    f"(contention {self._c(d, lanes):.1f})"))
+        return tuple(out)
+
+    @staticmethod
+    def _said(left_idle: tuple[tuple[str, str], ...]) -> str:
+        """'; CPU left idle: it would slow GPU ...' for the reason text."""
+        return "".join(f"; {name.upper()} left idle: {why}" for name, why in left_idle)
 
     # ---- decisions ----------------------------------------------------------
     def _remote(self, lane: LaneView, request: RequestView,
@@ -299,7 +270,7 @@ class CostAwarePolicy:
                 if score < best_score:
                     best, best_score = (p, d, own), score
         p, d, own = best
-        return best_score, own, p, d, self._skipped(lanes, paying)
+        return best_score, own, p, d, self._left_idle(lanes, paying)
 
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
         if len(lanes) == 1:
@@ -311,9 +282,9 @@ class CostAwarePolicy:
             from .router import LeastLoadedPolicy
             return LeastLoadedPolicy().place(request, lanes)
         own_by_lane: dict[str, float] = {}
-        best, skipped = None, ""
+        best, idle = None, ()
         if local:
-            score, own, p, d, skipped = self._local_plan(request, local, own_by_lane)
+            score, own, p, d, idle = self._local_plan(request, local, own_by_lane)
             best = (score, own, p, d)
         sticky = ""
         for r in (lane for lane in lanes if lane.is_remote):
@@ -331,10 +302,11 @@ class CostAwarePolicy:
         warm = f"{request.cached_tokens}/{request.prompt_tokens} tokens cached"
         times = " vs ".join(f"{n.upper()} {t:.1f} s" for n, t in own_by_lane.items())
         plan = p.name.upper() if p.name == d.name else f"{p.name.upper()} -> decode {d.name.upper()}"
+        idle = idle if not p.is_remote else ()
         reason = (f"{warm}{sticky}; {plan} done in {own:.1f} s (all on one lane: {times})"
-                  + (skipped if not p.is_remote else ""))
+                  + self._said(idle))
         return Placement(p.name, reason, predicted_s=own_by_lane, decode_lane=d.name,
-                         predicted_done_s=own)
+                         predicted_done_s=own, left_idle=idle)
 
     def place_decode(self, request: RequestView, current: str,
                      lanes: list[LaneView]) -> Placement:
@@ -350,9 +322,10 @@ class CostAwarePolicy:
             scored[d.name] = (own + move + self.imposed_weight * imposed, own + move)
         choice = min(scored, key=lambda n: scored[n][0])
         times = " vs ".join(f"{n.upper()} {v[1]:.1f} s" for n, v in scored.items())
+        idle = self._left_idle(lanes, paying)
         return Placement(choice, f"decode {request.expected_output} tokens: {times}"
-                         + self._skipped(lanes, paying),
-                         predicted_s={n: v[1] for n, v in scored.items()})
+                         + self._said(idle), predicted_s={n: v[1] for n, v in scored.items()},
+                         left_idle=idle)
 
     def reconsider(self, request: RequestView, current: str,
                    lanes: list[LaneView]) -> Placement | None:

@@ -71,6 +71,9 @@ class Placement:
     # The chosen plan's predicted seconds to finish (its prefill lane, then
     # its decode lane): what the app measures the predictor's error against.
     predicted_done_s: float | None = None
+    # Lanes the policy kept out, and why: (("cpu", "it would slow GPU more
+    # than it adds (contention 0.2)"),), also said in `reason`.
+    left_idle: tuple[tuple[str, str], ...] = ()
 
 
 class Policy(Protocol):
