@@ -20,6 +20,7 @@ import mlx.core as mx
 from ..core.laneconfig import LaneConfig, LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
+from . import qmm
 from .cachekinds import CacheProfile, cache_profile
 from .prefix import PrefixCache
 from .weights import dense_faster_on_cpu, machine_budget, model_shape
@@ -75,8 +76,12 @@ def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
         fmt = spec.weight_format
         slots = (spec.config or LaneConfig()).max_batch
         if fmt == "auto":
-            if spec.device == "cpu" and quantized:
-                out.append(LaneRequest(spec.name, spec.device, "float32", probe(), slots))
+            forced = qmm.forced() if spec.device == "cpu" and quantized else None
+            if forced in ("tandem", "mlx"):  # the quantized weights, no float32 copy
+                out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
+            elif spec.device == "cpu" and quantized:
+                out.append(LaneRequest(spec.name, spec.device, "float32",
+                                       True if forced == "float32" else probe(), slots))
             else:
                 out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
         elif fmt == loaded.weight_format:
@@ -127,6 +132,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
             continue
         if lane is first or lane.weight_format == "shared":
             models[lane.name] = loaded.model
+            if lane.device == "cpu" and qmm.forced() == "tandem":
+                qmm.install(loaded.model)  # per call: a GPU lane sharing it keeps MLX's
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
             models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device)
@@ -137,7 +144,10 @@ def _own_copy(source, weight_format: str, device: str):
     """A lane's own copy of the weights, built on that lane's thread as it
     starts (Engine() returns at once; a 1-8B conversion takes seconds)."""
     with _on(device):
-        return load_model(source, weight_format).model
+        model = load_model(source, weight_format).model
+    if device == "cpu" and qmm.forced() == "tandem":
+        qmm.install(model)
+    return model
 
 
 def _on(device: str):

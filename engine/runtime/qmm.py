@@ -27,11 +27,24 @@ _lock = threading.Lock()
 _state: dict = {}
 
 
+PATHS = ("tandem", "mlx", "float32")  # TANDEM_CPU_MATMUL's values
+
+
+def forced() -> str | None:
+    """The CPU lane's matmul path TANDEM_CPU_MATMUL forces (benchmarks,
+    bisecting): "tandem" (the kernels on the quantized weights), "mlx" (MLX's
+    op on them) or "float32" (a float32 copy); None: the load-time probe's
+    choice (engine/runtime/weights.py; the kernels join it once their
+    accuracy is measured on the lanes, issue 51)."""
+    value = os.environ.get("TANDEM_CPU_MATMUL", "").strip().lower()
+    return value if value in PATHS else None
+
+
 def _load():
     """(the module, None) or (None, why not)."""
-    forced = os.environ.get("TANDEM_CPU_MATMUL", "").strip().lower()
-    if forced in ("mlx", "float32"):
-        return None, f"TANDEM_CPU_MATMUL={forced}"
+    forced_path = forced()
+    if forced_path in ("mlx", "float32"):
+        return None, f"TANDEM_CPU_MATMUL={forced_path}"
     try:
         from . import _tandem_kernels as ext
     except ImportError as e:

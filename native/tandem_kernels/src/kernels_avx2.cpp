@@ -28,21 +28,28 @@ inline float scale_at(const void* data, ScaleType type, size_t i) {
   return static_cast<const float*>(data)[i];
 }
 
-// 32 4-bit weights (16 bytes): the low nibbles (even k) in the low lane, the
-// high nibbles (odd k) in the high lane, as quantize_rows orders activations.
-inline __m256i unpack4(const uint8_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
+// 32 weights of a block as two vectors of 16 int16: for 4 bits (16 bytes)
+// the low nibbles (even k) then the high nibbles (odd k), the order
+// quantize_rows gives activations; for 8 bits (32 bytes) k in order.
+template <int BITS>
+inline void unpack(const uint8_t* p, __m256i& first, __m256i& second) {
+  if constexpr (BITS == 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    first = _mm256_cvtepu8_epi16(_mm_and_si128(v, mask));
+    second = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mask));
+  } else {
+    first = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    second = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
 }
 
-// R rows from m0, columns [n0, n1): each weight block is unpacked once for R rows.
+// R rows from m0, columns [n0, n1): each weight block is unpacked once for R
+// rows; a block's 32 products are summed exactly in int32 (madd), then scaled.
 template <int R, int BITS>
 void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, int n1) {
   const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
   const size_t row_bytes = size_t(w.K) * BITS / 8;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int n = n0; n < n1; ++n) {
     const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
     __m256 acc[R];
@@ -55,23 +62,16 @@ void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, in
       const float sw = scale_at(w.scales, w.type, size_t(n) * groups + g);
       const float bw = scale_at(w.biases, w.type, size_t(n) * groups + g);
       for (int b = g * per; b < (g + 1) * per; ++b) {
-        __m256i wv, wabs;
-        if constexpr (BITS == 4) {
-          wv = wabs = unpack4(wr + b * 16);
-        } else {  // w - 128 as int8; |w - 128| meets sign-adjusted activations
-          wv = _mm256_xor_si256(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + b * 32)), flip);
-          wabs = _mm256_abs_epi8(wv);
-        }
+        __m256i w0, w1;
+        unpack<BITS>(wr + b * BLOCK * BITS / 8, w0, w1);
         for (int r = 0; r < R; ++r) {
           const size_t at = size_t(m0 + r) * blocks + b;
-          __m256i qv = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(x.q + size_t(m0 + r) * w.K + b * BLOCK));
-          if constexpr (BITS == 8) qv = _mm256_sign_epi8(qv, wv);
-          const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, qv), ones);
-          const float d = x.scale[at] * sw;
-          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[r]);
-          if constexpr (BITS == 8) rest[r] += d * 128.0f * float(x.qsum[at]);
+          const int16_t* q = x.q + size_t(m0 + r) * w.K + b * BLOCK;
+          const __m256i dot = _mm256_add_epi32(
+              _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+              _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(x.scale[at] * sw),
+                                   acc[r]);
           rest[r] += bw * x.sum[at];
         }
       }

@@ -64,8 +64,8 @@ int weight_at(const uint8_t* row, int k, int bits) {
 
 }  // namespace
 
-void quantize_rows(const float* x, int M, int K, int bits, int8_t* q, float* scale,
-                   float* sum, int32_t* qsum, uint8_t* bad) {
+void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* scale,
+                   float* sum, uint8_t* bad) {
   const int blocks = K / BLOCK;
   for (int m = 0; m < M; ++m) {
     const float* row = x + size_t(m) * K;
@@ -79,19 +79,16 @@ void quantize_rows(const float* x, int M, int K, int bits, int8_t* q, float* sca
         s += xb[j];
       }
       const size_t at = size_t(m) * blocks + b;
-      const float d = amax / 127.0f;
+      const float d = amax / QMAX;
       const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-      int8_t* qb = q + size_t(m) * K + b * BLOCK;
-      int32_t total = 0;
+      int16_t* qb = q + size_t(m) * K + b * BLOCK;
       for (int j = 0; j < BLOCK; ++j) {
         float v = std::nearbyint(xb[source(j, bits)] * inv);
-        v = std::fmin(std::fmax(v, -127.0f), 127.0f);
-        qb[j] = bad[m] ? 0 : static_cast<int8_t>(v);
-        total += qb[j];
+        v = std::fmin(std::fmax(v, -QMAX), QMAX);
+        qb[j] = bad[m] ? 0 : static_cast<int16_t>(v);
       }
       scale[at] = bad[m] ? 0.0f : d;
       sum[at] = bad[m] ? 0.0f : s;
-      qsum[at] = total;
     }
   }
 }
@@ -106,7 +103,7 @@ void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int
         y[size_t(m) * w.N + n] = NAN;
         continue;
       }
-      const int8_t* q = x.q + size_t(m) * w.K;
+      const int16_t* q = x.q + size_t(m) * w.K;
       const float* sx = x.scale + size_t(m) * blocks;
       const float* xs = x.sum + size_t(m) * blocks;
       float acc = 0.0f;

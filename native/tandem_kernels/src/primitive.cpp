@@ -89,14 +89,13 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
   const int K = x.shape(-1), N = w.shape(0);
   const int M = static_cast<int>(x.size() / K), blocks = K / tk::BLOCK;
   std::vector<float> xf(size_t(M) * K), y(size_t(M) * N);
-  std::vector<int8_t> q(size_t(M) * K);
+  std::vector<int16_t> q(size_t(M) * K);
   std::vector<float> sx(size_t(M) * blocks), xs(size_t(M) * blocks);
-  std::vector<int32_t> qsum(size_t(M) * blocks);
   std::vector<uint8_t> bad(M);
   to_float(x, xf.data(), xf.size());
-  tk::quantize_rows(xf.data(), M, K, bits, q.data(), sx.data(), xs.data(), qsum.data(),
+  tk::quantize_rows(xf.data(), M, K, bits, q.data(), sx.data(), xs.data(),
                     bad.data());
-  tk::QuantizedRows rows{M, K, bits, q.data(), sx.data(), xs.data(), qsum.data(), bad.data()};
+  tk::QuantizedRows rows{M, K, bits, q.data(), sx.data(), xs.data(), bad.data()};
   tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
                       biases.data<void>(), scale_type(scales.dtype())};
   auto columns = [&](int n0, int n1) {

@@ -4,8 +4,10 @@
 //
 // q is MLX's affine format as QuantizedLinear stores it (transpose=True): row n
 // of `w` packs K values, `bits` each, low bits first, into uint32 words.
-// Activations are quantized to int8 per 32-element block (s = amax / 127,
-// q = round(x / s)); each block's integer dot product with the weights is
+// Activations are quantized to int16 per 32-element block (s = amax / 32767,
+// q = round(x / s): int8 lost too much of small models' heavy-tailed
+// activations, where a block's median value is a hundredth of its largest);
+// each block's integer dot product with the weights (exact in int32) is
 // scaled by s * scales[n, g], and biases[n, g] meets the exact float sum of
 // the block's activations. A row holding NaN or +-inf gives NaN in every
 // output of that row (a float matmul would give NaN or inf there too).
@@ -16,17 +18,17 @@
 
 namespace tk {
 
-constexpr int BLOCK = 32;  // activations per int8 scale
+constexpr int BLOCK = 32;      // activations per scale
+constexpr float QMAX = 32767.0f;  // activations' integer range
 
 enum class ScaleType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
 // One row block of quantized activations (what the kernels read).
 struct QuantizedRows {
   int M = 0, K = 0, bits = 4;
-  const int8_t* q = nullptr;   // M x K, per block: 4-bit weights' order (evens, then odds)
+  const int16_t* q = nullptr;  // M x K, per block: 4-bit weights' order (evens, then odds)
   const float* scale = nullptr;  // M x K/32
   const float* sum = nullptr;    // M x K/32: exact float sum of each block's x
-  const int32_t* qsum = nullptr; // M x K/32: sum of the block's q (8-bit kernels)
   const uint8_t* bad = nullptr;  // M: the row held NaN or inf
 };
 
@@ -40,8 +42,8 @@ struct Weights {
 
 // Quantize M rows of K float activations (K a multiple of 32) into the
 // caller's buffers, laid out for `bits`.
-void quantize_rows(const float* x, int M, int K, int bits, int8_t* q, float* scale,
-                   float* sum, int32_t* qsum, uint8_t* bad);
+void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* scale,
+                   float* sum, uint8_t* bad);
 
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
