@@ -106,7 +106,14 @@ def main() -> None:
                    **{f"{mode}": v for mode, v in got.items()}}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    learned = {}
+    for factor, path in stores.items():
+        try:
+            learned[factor] = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            learned[factor] = None  # nothing contended for long enough to keep
     print(json.dumps({"machine": f"{platform.machine()} {platform.node()}", "pace": args.pace,
+                      "learned_contention": learned,
                       "date": time.strftime("%Y-%m-%d %H:%M"), "gpu_lane_step_s": step,
                       "per_factor": {f: {"throughput_ratio": statistics.fmean(
                           r["throughput_ratio"] for r in rows if r["factor"] == f),
