@@ -68,7 +68,7 @@ def _optional_parts(report: dict) -> str | None:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine import EngineError, Grammar, SamplingParams, loaded_blas
+    from engine import EngineError, Grammar, SamplingParams, cpu_matmul, loaded_blas
 
     report = _platform_report()
     try:
@@ -90,6 +90,7 @@ def engine_check(model: str = "default") -> int:
         report["model"] = engine.model_info.label
         report["lanes"] = {lane.name: lane.device for lane in engine.lane_info()}
         report["blas"] = loaded_blas or "bundled with mlx"
+        report["cpu_matmul"] = cpu_matmul()  # Tandem's kernels, or why not (issue 51)
         handle = engine.submit([{"role": "user", "content": PROMPT}],
                                SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0))
         done = handle.result(timeout=120)

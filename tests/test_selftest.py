@@ -24,6 +24,8 @@ def test_self_test_passes_on_a_model_and_reports_it(tiny_model_dir):
     assert report["output_tokens"] > 0 and report["lanes_used"][0].startswith("prefill")
     assert report["gpu"] in ("none", "ok") or report["gpu"].startswith("unusable: ")
     assert "Tandem self-test passed." in proc.stdout
+    # What a CPU lane's quantized layers run (issue 51): the kernels or why not.
+    assert report["cpu_matmul"].startswith(("Tandem's", "MLX's op or a float32 copy ("))
 
 
 def test_gui_self_test_answers_on_a_model(tiny_model_dir):

@@ -97,6 +97,23 @@ def status() -> tuple[str, str]:
     return "mlx", _state["why"]
 
 
+def cpu_matmul() -> str:
+    """What a CPU lane's quantized layers run, in words (the self-test and
+    `tandem generate` say it): "Tandem's avx2 kernels (forced)", "Tandem's
+    avx2 kernels ready (the probe picks float32 or MLX's op; TANDEM_CPU_MATMUL=
+    tandem uses them)", or "MLX's op: <why the kernels are not used>"."""
+    choice, detail = status()
+    path = forced()
+    if path == "float32":
+        return "a float32 copy (forced)"
+    if choice != "tandem":
+        return f"MLX's op or a float32 copy ({detail})"
+    if path == "tandem":
+        return f"Tandem's {detail} (forced)"
+    return (f"Tandem's {detail} ready (the probe picks a float32 copy or MLX's op; "
+            "TANDEM_CPU_MATMUL=tandem uses them)")
+
+
 def fits(bits: int, group_size: int, mode: str = "affine") -> bool:
     """Whether the kernels take this format (others run MLX's op)."""
     return mode == "affine" and (bits, group_size) in FORMATS
