@@ -183,9 +183,13 @@ def test_tandem_generate_drafts_and_says_so(copier):
 
 
 def _together(engine, prompts, **params):
-    """Submit every prompt at once (they decode in one batch); their results."""
-    handles = [engine.submit([{"role": "user", "content": p}], SamplingParams(**params))
-               for p in prompts]
+    """Submit every prompt at once (they decode in one batch); their results.
+    The lanes plan under the director's lock: held while submitting, no step
+    starts until all are queued (else a loaded machine's lane stepped between
+    submits, and the step counts compared below depended on when)."""
+    with engine.director.lock:
+        handles = [engine.submit([{"role": "user", "content": p}], SamplingParams(**params))
+                   for p in prompts]
     return [h.result(120) for h in handles], handles
 
 
