@@ -42,8 +42,8 @@ class CostModel:
     learn_contention: bool = True  # False: contended steps refine the base (ablation)
     max_contention: float = 3.0
     contention_stored: bool = False  # `contention` came from the last run (coststore.py)
-    # The same while another lane prefills (it computes flat out: on shared
-    # cores it slows this lane more than its decodes do); learned apart.
+    # The same while another lane prefills (it computes flat out, so it can
+    # slow this lane more than its decodes do); learned apart.
     prefill_contention: float = 0.0
     prefill_contended_samples: int = 0
     prefill_contention_stored: bool = False
