@@ -325,3 +325,24 @@ def test_a_slowed_lane_is_believed_slower_in_every_phase():
     assert fast.slowed(1.0) is fast
     with pytest.raises(ValueError, match="slowdown"):
         LaneConfig(slowdown=0.5)
+
+
+def test_where_no_lane_pays_the_gpu_keeps_its_decodes_unless_another_is_clearly_faster():
+    """Two lanes on the same cores (neither pays beside the other): a CPU lane
+    predicted a little faster alone does not take the GPU's decodes (the
+    models are not that sure: a paced lane believed faster was 6% slower for
+    real); one predicted much faster does."""
+    def lanes(cpu_tps):
+        gpu = CostModel(prefill_tps=300, decode_points=[(0, 20)], batch_alpha=0.3,
+                        contention=1.0)
+        cpu = CostModel(prefill_tps=300, decode_points=[(0, cpu_tps)], batch_alpha=0.3,
+                        contention=1.0)
+        return [_view("gpu", gpu, batch_size=2, decode_batch=2, mean_context=300,
+                      remaining_tokens=60),
+                _view("cpu", cpu, batch_size=1, decode_batch=1, mean_context=300,
+                      remaining_tokens=30)]
+
+    request = RequestView("r10", 300, 288, expected_output=100, output_tokens=40)
+    slightly = CostAwarePolicy().place_decode(request, "cpu", lanes(21.0))
+    assert slightly.lane == "gpu" and slightly.left_idle[0][0] == "cpu"
+    assert CostAwarePolicy().place_decode(request, "gpu", lanes(30.0)).lane == "cpu"
