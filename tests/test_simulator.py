@@ -346,3 +346,20 @@ def test_where_no_lane_pays_the_gpu_keeps_its_decodes_unless_another_is_clearly_
     slightly = CostAwarePolicy().place_decode(request, "cpu", lanes(21.0))
     assert slightly.lane == "gpu" and slightly.left_idle[0][0] == "cpu"
     assert CostAwarePolicy().place_decode(request, "gpu", lanes(30.0)).lane == "cpu"
+
+
+def test_a_gpu_left_idle_beside_a_lane_that_holds_the_decodes_takes_them_back():
+    """Once a CPU lane holds every decode, the GPU "does not pay" beside it;
+    unless the CPU is predicted clearly faster, its decodes go back to the
+    GPU (a paced lane kept them all, 6% slower than the GPU alone)."""
+    gpu = CostModel(prefill_tps=300, decode_points=[(0, 20)], batch_alpha=0.3, contention=1.0)
+    cpu = CostModel(prefill_tps=300, decode_points=[(0, 21)], batch_alpha=0.3, contention=1.0)
+    views = [_view("gpu", gpu), _view("cpu", cpu, batch_size=3, decode_batch=3,
+                                       mean_context=300, remaining_tokens=90)]
+    request = RequestView("r11", 300, 288, expected_output=100, output_tokens=40)
+    move = CostAwarePolicy().reconsider(request, "cpu", views)
+    assert move is not None and move.lane == "gpu"
+    fast = CostModel(prefill_tps=300, decode_points=[(0, 40)], batch_alpha=0.3, contention=1.0)
+    views[1] = _view("cpu", fast, batch_size=3, decode_batch=3, mean_context=300,
+                     remaining_tokens=90)
+    assert CostAwarePolicy().reconsider(request, "cpu", views) is None

@@ -194,26 +194,34 @@ class CostAwarePolicy:
         """The lanes worth decoding on. Where none pays beside the others (two
         lanes that only take turns on the same cores), the one lane that
         carries every decode in flight fastest on its own: the others drain
-        into it, never it into them. A GPU lane keeps them unless another is
-        predicted clearly faster (FALLBACK_MARGIN): where the models are
-        uncertain, hybrid does what GPU-only does (a paced CPU lane's model,
-        believed 5-10% faster at a batch of 3-4, was 6% slower for real)."""
+        into it, never it into them. A GPU lane keeps them unless the others
+        are predicted clearly faster (FALLBACK_MARGIN), also where they pay
+        beside each other but not beside it: where the models are uncertain,
+        hybrid does what GPU-only does (a paced CPU lane's model, believed
+        5-10% faster at a batch of 3-4, took every decode and was 6% slower
+        for real; once it held them, the GPU "did not pay" beside it)."""
         paying = [d for d in lanes
                   if self._pays(d, lanes, context, joining=d.name != current)]
         local = [d for d in lanes if not d.is_remote]
-        if paying or not local:
+        if not local:
             return paying or lanes
         in_flight = sum(d.decode_batch + d.queue_depth for d in local) + (current is None)
 
-        def rate(d: LaneView) -> float:
-            return self._rate(d, in_flight, d.mean_context or context)
+        def rate(d: LaneView, streams: float = in_flight) -> float:
+            return self._rate(d, streams, d.mean_context or context)
 
-        fastest = max(local, key=rate)
         gpus = [d for d in local if d.device == "gpu"]
-        if gpus:
-            gpu = max(gpus, key=rate)
-            if rate(fastest) < rate(gpu) * (1 + FALLBACK_MARGIN):
-                return [gpu]
+        gpu = max(gpus, key=rate) if gpus else None
+        if paying and (gpu is None or any(d.device == "gpu" for d in paying)):
+            return paying
+        if paying:  # a GPU left idle while others decode: only if clearly faster
+            share = in_flight / len(paying)
+            together = (rate(paying[0]) if len(paying) == 1 else
+                        sum(rate(d, share) / (1 + self._c(d, lanes)) for d in paying))
+            return [gpu] if together < rate(gpu) * (1 + FALLBACK_MARGIN) else paying
+        fastest = max(local, key=rate)
+        if gpu is not None and rate(fastest) < rate(gpu) * (1 + FALLBACK_MARGIN):
+            return [gpu]
         return [fastest]
 
     def _left_idle(self, lanes: list[LaneView],
