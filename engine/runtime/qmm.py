@@ -98,10 +98,10 @@ def status() -> tuple[str, str]:
 
 
 def cpu_matmul() -> str:
-    """What a CPU lane's quantized layers run, in words (the self-test and
-    `tandem generate` say it): "Tandem's avx2 kernels (forced)", "Tandem's
-    avx2 kernels ready (the probe picks float32 or MLX's op; TANDEM_CPU_MATMUL=
-    tandem uses them)", or "MLX's op: <why the kernels are not used>"."""
+    """What a CPU lane's quantized layers run, in words (the self-test says
+    it): "Tandem's avx2 kernels (forced)", "Tandem's avx2 kernels ready (the
+    probe picks ...)", "a float32 copy (forced)" or "MLX's op or a float32
+    copy (<why the kernels are not used>)"."""
     choice, detail = status()
     path = forced()
     if path == "float32":
