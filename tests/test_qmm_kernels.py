@@ -1,7 +1,9 @@
 """Tandem's quantized matmul kernels (native/tandem_kernels, engine/runtime/qmm.py;
 issue 51) against a float64 reference of the dequantized weights: every
 instruction set this CPU runs, 4 and 8 bits, groups of 32, 64 and 128,
-float32/float16/bfloat16, 1 to 300 rows, odd column counts, hostile values.
+float32/float16/bfloat16, 1 to 300 rows, odd column counts, hostile values;
+both paths (few rows: int16 activations and integer dot products; many rows:
+panels of dequantized weights and sgemm), each forced on the same inputs.
 
 The kernels quantize activations to int16 per 32-element block (s = amax/32767),
 so each output's error is bounded by what that rounding can do:
@@ -33,6 +35,14 @@ EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 def isas() -> list[str]:
     return ["generic"] + (["avx2"] if EXT is not None and EXT.isa() == "avx2" else [])
+
+
+@pytest.fixture(autouse=True)
+def _restore_sgemm_rows():
+    first = EXT.sgemm_rows() if EXT is not None else None
+    yield
+    if first:
+        EXT.set_sgemm_rows(first)
 
 
 @pytest.fixture(autouse=True)
@@ -116,10 +126,37 @@ def test_batched_rows_and_the_isas_agree():
         np.testing.assert_allclose(other, outs[0], rtol=2e-3, atol=2e-3)
 
 
-def test_hostile_values():
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group", [32, 128])
+def test_the_two_paths_agree_within_the_rounding_bound(bits, group):
+    """The same rows through the integer kernels and through dequantized
+    panels + sgemm (a panel is 4 MiB of floats: K = 8192 takes 128 columns a
+    panel, so 300 columns take three, the last one short)."""
+    rng = np.random.default_rng(bits + group)
+    for M, N, K in ((1, 300, 8192), (9, 67, 4 * group), (40, 33, 2 * group)):
+        w, s, b = weights(rng, N, K, group, bits, mx.bfloat16)
+        x = mx.array(rng.standard_normal((M, K)).astype(np.float32)).astype(mx.bfloat16)
+        outs = []
+        for rows in (1, 10 ** 9):  # every product through sgemm; none
+            EXT.set_sgemm_rows(rows)
+            for isa in isas():
+                check(x, w, s, b, group, bits, "bfloat16", isa)
+                with mx.stream(mx.cpu):
+                    outs.append(np.array(EXT.quantized_matmul(x, w, s, b, group, bits)
+                                         .astype(mx.float32)))
+        ref, rounding, _ = reference(x, w, s, b, group, bits)
+        sgemm_error = np.abs(outs[0] - ref)
+        # The float path has no activation rounding: its error is float32's.
+        assert (sgemm_error <= np.abs(ref) * 2 ** -7 + 1e-3).all(), (M, N, K)
+
+
+@pytest.mark.parametrize("sgemm_rows", [1, 10 ** 9])
+def test_hostile_values(sgemm_rows):
     """Zero activation blocks and zero weight groups are exact; the largest
     float16 scales stay finite; a NaN or an inf in a row makes that row's
-    outputs NaN and leaves the other rows alone."""
+    outputs NaN (inf or NaN where sgemm multiplies it) and leaves the other
+    rows alone, on either path."""
+    EXT.set_sgemm_rows(sgemm_rows)
     rng = np.random.default_rng(5)
     K, N = 128, 9
     for isa in isas():
@@ -140,7 +177,10 @@ def test_hostile_values():
                 EXT.force_isa(isa)
                 with mx.stream(mx.cpu):
                     y = np.array(EXT.quantized_matmul(mx.array(bad), w, s, b, 32, bits))
-                assert np.isnan(y[2]).all(), (isa, bits, poison)
+                if sgemm_rows == 1:  # a float product: inf times weights, or NaN
+                    assert not np.isfinite(y[2]).any(), (isa, bits, poison)
+                else:
+                    assert np.isnan(y[2]).all(), (isa, bits, poison)
                 clean = np.delete(bad, 2, axis=0)
                 check(mx.array(clean), w, s, b, 32, bits, "float32", isa)
                 assert np.isfinite(np.delete(y, 2, axis=0)).all()
@@ -203,12 +243,14 @@ def test_kernels_that_were_built_are_the_ones_used():
     assert not BUILT or qmm.status()[0] == "tandem", qmm.status()
 
 
-def test_threads_split_the_columns_and_change_no_bit():
+@pytest.mark.parametrize("M", [4, 12])
+def test_threads_split_the_columns_and_change_no_bit(M):
     """Large products run on the pool (the caller and its workers, columns
-    in fixed chunks): the same bits on 1, 2 or 3 threads, call after call."""
+    in fixed chunks; on the sgemm path the panel's dequantizing): the same
+    bits on 1, 2 or 3 threads, call after call."""
     rng = np.random.default_rng(13)
     w, s, b = weights(rng, 1030, 512, 64, 4, mx.float32)  # 4 x 1030 x 512 > 2^21: the pool
-    xs = [mx.array(rng.standard_normal((4, 512)).astype(np.float32)) for _ in range(3)]
+    xs = [mx.array(rng.standard_normal((M, 512)).astype(np.float32)) for _ in range(3)]
     first = EXT.threads()
     try:
         outs = {}

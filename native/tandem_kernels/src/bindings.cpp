@@ -35,6 +35,10 @@ NB_MODULE(_tandem_kernels, m) {
         }
       },
       "name"_a, "Run these kernels from now on (never more than the CPU has).");
+  m.def("sgemm_rows", &tandem::sgemm_rows,
+        "Rows from which a product dequantizes panels of weights and runs sgemm.");
+  m.def("set_sgemm_rows", &tandem::set_sgemm_rows, "rows"_a,
+        "Tests and benchmarks: the rows from which the sgemm path runs.");
   m.def("set_threads", &tk::set_threads, "n"_a,
         "The threads a matmul may use, the caller included (the lane's cores).");
   m.def("threads", &tk::threads, "The threads a matmul may use.");

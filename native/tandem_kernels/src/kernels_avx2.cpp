@@ -95,7 +95,45 @@ void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
   }
 }
 
+// One row's K weights as floats, 16 at a time (a group is 32 or more).
+template <int BITS>
+void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, float* o) {
+  const int groups = w.K / w.group;
+  for (int g = 0; g < groups; ++g) {
+    const __m256 sw = _mm256_set1_ps(scale_at(w.scales, w.type, first_group + g));
+    const __m256 bw = _mm256_set1_ps(scale_at(w.biases, w.type, first_group + g));
+    for (int k = g * w.group; k < (g + 1) * w.group; k += 16) {
+      __m128i v;
+      if constexpr (BITS == 4) {  // 8 bytes: low nibble is k, high nibble k + 1
+        const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + k / 2));
+        const __m128i mask = _mm_set1_epi8(0x0f);
+        v = _mm_unpacklo_epi8(_mm_and_si128(packed, mask),
+                              _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+      } else {
+        v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + k));
+      }
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+      _mm256_storeu_ps(o + k, _mm256_fmadd_ps(sw, lo, bw));
+      _mm256_storeu_ps(o + k + 8, _mm256_fmadd_ps(sw, hi, bw));
+    }
+  }
+}
+
 }  // namespace
+
+void dequantize_avx2(const Weights& w, int n0, int n1, float* out) {
+  const size_t row_bytes = size_t(w.K) * w.bits / 8, groups = w.K / w.group;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
+    float* o = out + size_t(n - n0) * w.K;
+    if (w.bits == 4) {
+      dequantize_row<4>(wr, w, size_t(n) * groups, o);
+    } else {
+      dequantize_row<8>(wr, w, size_t(n) * groups, o);
+    }
+  }
+}
 
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
   if (w.bits == 4) {

@@ -126,6 +126,22 @@ void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int
   }
 }
 
+void dequantize_generic(const Weights& w, int n0, int n1, float* out) {
+  const int groups = w.K / w.group;
+  const size_t row_bytes = size_t(w.K) * w.bits / 8;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
+    float* o = out + size_t(n - n0) * w.K;
+    for (int g = 0; g < groups; ++g) {
+      const float sw = scalar_at(w.scales, w.type, size_t(n) * groups + g);
+      const float bw = scalar_at(w.biases, w.type, size_t(n) * groups + g);
+      for (int k = g * w.group; k < (g + 1) * w.group; ++k) {
+        o[k] = sw * float(weight_at(wr, k, w.bits)) + bw;
+      }
+    }
+  }
+}
+
 void qmm_reference(const float* x, int M, const Weights& w, double* y) {
   const int groups = w.K / w.group;
   const size_t row_bytes = size_t(w.K) * w.bits / 8;

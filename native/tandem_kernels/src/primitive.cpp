@@ -18,11 +18,23 @@
 #include "pool.h"
 #include "qmm_kernels.h"
 
+// The BLAS MLX's own matmul calls (the system OpenBLAS engine/runtime/blas.py
+// loads first, else the reference BLAS libmlx.so brings): resolved at load.
+extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k,
+                            float alpha, const float* a, int lda, const float* b, int ldb,
+                            float beta, float* c, int ldc);
+
 namespace tandem {
 
 namespace {
 
 constexpr int64_t PARALLEL_WORK = 1 << 21;  // rows x columns x K below which one thread runs
+constexpr int PANEL_FLOATS = 1 << 20;  // the many-rows path's float panel: 4 MiB
+constexpr int SGEMM_ROWS = 8;          // rows from which the many-rows path runs
+
+std::atomic<int> sgemm_rows_now{SGEMM_ROWS};
+
+constexpr int CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
 std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
 
@@ -64,7 +76,71 @@ bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t ==
   throw std::invalid_argument("[tandem.quantized_matmul] " + what);
 }
 
+
+// Few rows (decode steps): activations quantized to int16 blocks, integer
+// dot products with the packed weights, columns in fixed chunks over the
+// pool (a column is computed the same on any thread).
+void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int threads,
+              Isa use) {
+  const int K = weights.K, N = weights.N, blocks = K / tk::BLOCK;
+  std::vector<int16_t> q(size_t(M) * K);
+  std::vector<float> sx(size_t(M) * blocks), xs(size_t(M) * blocks);
+  std::vector<uint8_t> bad(M);
+  tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+  tk::QuantizedRows rows{M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data()};
+  auto columns = [&](int n0, int n1) {
+#ifdef TK_X86
+    if (use == Isa::Avx2) return tk::qmm_avx2(rows, weights, y, n0, n1);
+#endif
+    tk::qmm_generic(rows, weights, y, n0, n1);
+  };
+  if (threads <= 1) {
+    columns(0, N);
+  } else {
+    const int width = std::max(8, N / (threads * 4));
+    const int chunks = (N + width - 1) / width;
+    tk::parallel_for(chunks, [&](int i) { columns(i * width, std::min(N, (i + 1) * width)); });
+  }
+}
+
+// Many rows (a prefill chunk, a wide batch): there the integer kernels lose
+// to BLAS, whose sgemm reuses each weight across rows from cache. A panel of
+// columns at a time is dequantized to float32 (over the pool), then
+// multiplied by sgemm (the BLAS MLX uses, with its threads); the panel
+// buffer is the only float copy, a few MiB, never the matrix.
+void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int threads,
+               Isa use) {
+  const int K = weights.K, N = weights.N;
+  const int panel = std::min(N, std::max(16, PANEL_FLOATS / K / 16 * 16));
+  std::vector<float> wp(size_t(panel) * K);
+  auto dequantize = [&](int n0, int n1) {
+    float* at = wp.data() + size_t(n0 % panel) * K;
+#ifdef TK_X86
+    if (use == Isa::Avx2) return tk::dequantize_avx2(weights, n0, n1, at);
+#endif
+    tk::dequantize_generic(weights, n0, n1, at);
+  };
+  for (int p0 = 0; p0 < N; p0 += panel) {
+    const int p1 = std::min(N, p0 + panel), width = p1 - p0;
+    if (threads <= 1) {
+      dequantize(p0, p1);
+    } else {
+      const int rows = std::max(1, width / (threads * 2));
+      const int chunks = (width + rows - 1) / rows;
+      tk::parallel_for(chunks, [&](int i) {
+        dequantize(p0 + i * rows, std::min(p1, p0 + (i + 1) * rows));
+      });
+    }
+    cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, M, width, K, 1.0f, xf, K,
+                wp.data(), K, 0.0f, y + p0, N);
+  }
+}
+
 }  // namespace
+
+int sgemm_rows() { return sgemm_rows_now.load(); }
+
+void set_sgemm_rows(int rows) { sgemm_rows_now.store(std::max(1, rows)); }
 
 Isa isa() {
   int now = chosen.load();
@@ -87,35 +163,30 @@ const char* isa_name(Isa i) { return i == Isa::Avx2 ? "avx2" : "generic"; }
 void run(const mx::array& x, const mx::array& w, const mx::array& scales,
          const mx::array& biases, mx::array& out, int group_size, int bits, Isa use) {
   const int K = x.shape(-1), N = w.shape(0);
-  const int M = static_cast<int>(x.size() / K), blocks = K / tk::BLOCK;
-  std::vector<float> xf(size_t(M) * K), y(size_t(M) * N);
-  std::vector<int16_t> q(size_t(M) * K);
-  std::vector<float> sx(size_t(M) * blocks), xs(size_t(M) * blocks);
-  std::vector<uint8_t> bad(M);
-  to_float(x, xf.data(), xf.size());
-  tk::quantize_rows(xf.data(), M, K, bits, q.data(), sx.data(), xs.data(),
-                    bad.data());
-  tk::QuantizedRows rows{M, K, bits, q.data(), sx.data(), xs.data(), bad.data()};
+  const int M = static_cast<int>(x.size() / K);
+  // float32 in and out: read and write MLX's buffers in place.
+  std::vector<float> xf_copy, y_copy;
+  const float* xf = x.dtype() == mx::float32 ? x.data<float>() : nullptr;
+  if (xf == nullptr) {
+    xf_copy.resize(size_t(M) * K);
+    to_float(x, xf_copy.data(), xf_copy.size());
+    xf = xf_copy.data();
+  }
+  float* y = out.dtype() == mx::float32 ? out.data<float>() : nullptr;
+  if (y == nullptr) {
+    y_copy.resize(size_t(M) * N);
+    y = y_copy.data();
+  }
   tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
                       biases.data<void>(), scale_type(scales.dtype())};
-  auto columns = [&](int n0, int n1) {
-#ifdef TK_X86
-    if (use == Isa::Avx2) return tk::qmm_avx2(rows, weights, y.data(), n0, n1);
-#endif
-    tk::qmm_generic(rows, weights, y.data(), n0, n1);
-  };
-  // Columns in fixed chunks (a column is computed the same on any thread);
-  // small products stay on this thread (waking the pool costs more).
   const int64_t work = int64_t(M) * N * K;
   const int threads = work < PARALLEL_WORK ? 1 : tk::threads();
-  if (threads <= 1) {
-    columns(0, N);
+  if (M >= sgemm_rows_now.load()) {
+    many_rows(xf, M, weights, y, threads, use);
   } else {
-    const int width = std::max(8, N / (threads * 4));
-    const int chunks = (N + width - 1) / width;
-    tk::parallel_for(chunks, [&](int i) { columns(i * width, std::min(N, (i + 1) * width)); });
+    few_rows(xf, M, weights, y, threads, use);
   }
-  from_float(y.data(), out, y.size());
+  if (!y_copy.empty()) from_float(y, out, y_copy.size());
 }
 
 void TandemQuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {

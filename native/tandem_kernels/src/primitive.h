@@ -15,6 +15,8 @@ enum class Isa : int { Generic = 0, Avx2 = 1 };
 Isa isa();                 // the kernels this process runs (detected at first use)
 void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allows
 const char* isa_name(Isa isa);
+int sgemm_rows();              // rows from which the many-rows path (dequantized panels, sgemm) runs
+void set_sgemm_rows(int rows); // tests and benchmarks
 
 class TandemQuantizedMatmul : public mx::UnaryPrimitive {
  public:

@@ -49,6 +49,13 @@ void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* sc
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 
+// Many rows (a prefill chunk, a wide batch): the weights of columns [n0, n1)
+// dequantized to float32, row n - n0 of `out` (K floats each), exactly
+// scales * q + biases; the caller multiplies them with sgemm. Only a panel of
+// columns at a time: never a float32 copy of the whole matrix.
+void dequantize_generic(const Weights& w, int n0, int n1, float* out);
+void dequantize_avx2(const Weights& w, int n0, int n1, float* out);
+
 // The float64 reference, for tests: the dequantized weights times x exactly.
 void qmm_reference(const float* x, int M, const Weights& w, double* y);
 

@@ -82,6 +82,36 @@ bool check(const Case& c, const std::vector<float>& y, const char* what) {
   return true;
 }
 
+using Dequantize = void (*)(const tk::Weights&, int, int, float*);
+
+// A panel of columns dequantized, against scales * q + biases in double.
+bool check_dequantize(const Case& c, Dequantize dequantize, const char* what) {
+  tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
+                tk::ScaleType::F32};
+  const int n0 = c.N / 3, n1 = c.N;  // a panel starting inside the matrix
+  std::vector<float> out(size_t(n1 - n0) * c.K);
+  dequantize(w, n0, n1, out.data());
+  std::vector<double> one(c.K);
+  for (int n = n0; n < n1; ++n) {
+    for (int k = 0; k < c.K; ++k) {  // the reference's weight: its product with a one-hot x
+      std::vector<float> x(c.K, 0.0f);
+      x[k] = 1.0f;
+      tk::Weights col{1, c.K, c.bits, c.group, c.w.data() + size_t(n) * c.K * c.bits / 32,
+                      c.scales.data() + size_t(n) * (c.K / c.group),
+                      c.biases.data() + size_t(n) * (c.K / c.group), tk::ScaleType::F32};
+      double want;
+      tk::qmm_reference(x.data(), 1, col, &want);
+      const double got = out[size_t(n - n0) * c.K + k];
+      if (std::fabs(got - want) > 1e-6 * (std::fabs(want) + 1.0)) {
+        std::printf("%s dequantize: N=%d K=%d bits=%d at (%d, %d): %g != %g\n", what, c.N, c.K,
+                    c.bits, n, k, got, want);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -89,6 +119,11 @@ int main() {
   std::vector<std::pair<Kernel, const char*>> kernels{{tk::qmm_generic, "generic"}};
 #ifdef TK_X86
   if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
+#endif
+  std::vector<std::pair<Dequantize, const char*>> dequantizers{
+      {tk::dequantize_generic, "generic"}};
+#ifdef TK_X86
+  if (tk::cpu_has_avx2()) dequantizers.push_back({tk::dequantize_avx2, "avx2"});
 #endif
   tk::set_threads(3);
   const int groups[] = {32, 64, 128};
@@ -100,6 +135,11 @@ int main() {
     for (auto& [kernel, name] : kernels) {
       if (!check(c, run(c, kernel), name)) return 1;
       ++cases;
+    }
+    if (trial < 6) {
+      for (auto& [dequantize, name] : dequantizers) {
+        if (!check_dequantize(c, dequantize, name)) return 1;
+      }
     }
   }
   // Two streams calling into the pool at once, many small jobs each.
@@ -118,6 +158,6 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels, 400 pooled runs from two threads\n", cases, kernels.size());
+  std::printf("ok: %d cases, %zu kernels, dequantized panels, 400 pooled runs from two threads\n", cases, kernels.size());
   return 0;
 }
