@@ -16,7 +16,7 @@ from app import tool_cli
 from app.cli_engine import kv_cache_dir, load_engine
 from app.cli_exit import (INTERRUPTED, close_engine, crash_stacks, end_now, handled,
                           interrupt_on_ctrl_c, term_as_interrupt)
-from app.ui.answer_stats import stats_line
+from app.ui.answer_stats import matmul_note, stats_line
 from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
 # error, a client's request path) goes through it: no escape code reaches the terminal.
@@ -319,13 +319,13 @@ def generate(args) -> int:
             with handled(lambda *_: None):  # a second Ctrl+C: its end is on its way
                 done = handle.result(10)
         if done is None or done.reason in ("cancelled", "error"):
-            return _said(done, INTERRUPTED)
+            return _said(done, INTERRUPTED, engine)
         # It had ended on its own before the cancel reached it (Ctrl+C as its
         # last events were on their way): the answer is whole, said whole.
         _rest(done.text, "".join(shown))
     finally:
         close_engine(engine)  # whole: its last KV save written, its threads parked
-    return _said(done, 1 if done.reason == "error" else 0)
+    return _said(done, 1 if done.reason == "error" else 0, engine)
 
 
 def _rest(text: str, shown: str) -> None:
@@ -335,12 +335,14 @@ def _rest(text: str, shown: str) -> None:
         sys.stdout.flush()
 
 
-def _said(done, code: int) -> int:
-    """The answer's last line and its stats (if it was queued); `code`."""
+def _said(done, code: int, engine=None) -> int:
+    """The answer's last line and its stats (if it was queued), with what the
+    CPU lanes it ran on multiplied with (issue 51); `code`."""
     if done is not None:
         print(flush=True)
-        print(terminal_text(stats_line(done)), file=sys.stderr)
+        print(terminal_text(stats_line(done) + matmul_note(engine, done)), file=sys.stderr)
     return code
+
 
 
 def main(argv: list[str] | None = None) -> int:

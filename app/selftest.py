@@ -90,7 +90,9 @@ def engine_check(model: str = "default") -> int:
         report["model"] = engine.model_info.label
         report["lanes"] = {lane.name: lane.device for lane in engine.lane_info()}
         report["blas"] = loaded_blas or "bundled with mlx"
-        report["cpu_matmul"] = cpu_matmul()  # Tandem's kernels, or why not (issue 51)
+        report["cpu_kernels"] = cpu_matmul()  # Tandem's kernels, or why not (issue 51)
+        report["cpu_matmul"] = (engine.memory_plan.cpu_matmul_why  # what the CPU lane runs
+                                or "not probed: the weights are not quantized")
         handle = engine.submit([{"role": "user", "content": PROMPT}],
                                SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0))
         done = handle.result(timeout=120)

@@ -131,6 +131,10 @@ def test_prompt_from_stdin_end_to_end():
     assert "stopped: length; prompt" in err and "output 3 tokens" in err
     assert "Traceback" not in err
     assert out.strip()
+    # The 4-bit default model's CPU lane: what its matmuls ran (issue 51).
+    from engine.runtime import qmm
+    said = "; CPU matmul: Tandem's kernels" if qmm.kernels() is not None else "; CPU matmul: "
+    assert said in err.splitlines()[-1], err
 
 
 # 2b. sampling: the model's own defaults, as in the app and the API

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.memory import (LaneRequest, ModelShape, format_bytes, plan_memory,
-                                shape_from_config)
+from engine.core.memory import (LaneRequest, ModelShape, format_bytes, lane_request,
+                                plan_memory, shape_from_config)
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -79,6 +79,34 @@ def test_no_float32_copy_of_a_7b_model_on_16_gib(config):
     assert plan.shared_weight_bytes == shape.weight_bytes
     assert plan.prefix_cache_bytes > 0
     assert plan.planned_bytes <= plan.budget_bytes
+
+
+@pytest.mark.parametrize("config", [LLAMA3_8B_4BIT, QWEN25_7B_4BIT])
+@pytest.mark.parametrize("unified", [True, False])
+def test_a_7b_models_cpu_lane_keeps_the_quantized_size_on_24_gib(config, unified):
+    """Issue 51: a CPU lane on Tandem's kernels (or MLX's op) asks for the
+    weights as loaded. Unified memory (Apple silicon): the GPU lane's arrays,
+    no byte more; separate memories (a CUDA machine): one copy of its own,
+    at the quantized size, never the float32 one (28-32 GB)."""
+    shape = shape_from_config(config)
+    for matmul in ("tandem", "mlx"):
+        lanes = [lane_request("gpu", "gpu", True, None),
+                 lane_request("cpu", "cpu", True, matmul)]
+        plan = plan_memory(shape, lanes, 24 * GIB, unified_memory=unified)
+        gpu, cpu_lane = plan.lane("gpu"), plan.lane("cpu")
+        assert gpu.enabled and cpu_lane.enabled
+        assert shape.weight_bytes < 6e9 < 28e9 < shape.dense_bytes(4)
+        if unified:
+            assert (cpu_lane.weight_format, cpu_lane.weight_bytes) == ("shared", 0)
+        else:
+            assert (cpu_lane.weight_format, cpu_lane.weight_bytes) == ("quantized",
+                                                                       shape.weight_bytes)
+        cpu_bytes = cpu_lane.weight_bytes or plan.shared_weight_bytes
+        assert cpu_bytes <= 1.3 * shape.weight_bytes  # the issue's bound on the lane's weights
+        assert plan.planned_bytes <= plan.budget_bytes
+    # Only a probe that chose a float32 copy (no kernels here) asks for one.
+    assert lane_request("cpu", "cpu", True, "float32").own_format == "float32"
+    assert lane_request("cpu", "cpu", False, "float32").own_format is None
 
 
 def test_small_model_gets_a_float32_copy_only_when_measured_faster():

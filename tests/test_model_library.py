@@ -278,5 +278,5 @@ def test_the_verdict_for_the_loaded_model_is_the_plan_the_engine_made():
         engine.close()
     entry = describe_gguf(default_model_path(), "bundled", "SmolLM2")
     judge(entry, plan.budget_bytes, any(lp.device == "gpu" for lp in plan.lanes),
-          dense_faster_on_cpu=plan.dense_faster_on_cpu)
+          cpu_matmul=plan.cpu_matmul)
     assert entry.verdict_detail == "; ".join(plan.describe())

@@ -311,3 +311,35 @@ def test_the_tokens_axis_moves_in_round_steps():
 
     assert [nice_top(v) for v in (0.0, 0.3, 1.0, 1.15, 2.5, 23.0, 101.0)] == \
         [1.0, 1.0, 1.0, 2.0, 5.0, 50.0, 200.0]
+
+
+def _quantized_two_lanes(source, config: LaneConfig | None = None):
+    return Engine(load_model(source), lanes=[LaneSpec("gpu", "cpu", acts_as="gpu"),
+                                             LaneSpec("cpu", "cpu")], mode="hybrid")
+
+
+def test_a_cpu_lane_card_says_what_its_quantized_layers_run(qtbot, tiny_model_dir, tmp_path):
+    """Issue 51: the probe's choice on each CPU lane's card (its timings in
+    the tooltip), from the plan the engine made; not on a lane of float
+    weights, where nothing was chosen."""
+    from mlx_lm import convert
+
+    quantized = tmp_path / "tiny-4bit"
+    convert(str(tiny_model_dir), mlx_path=str(quantized), quantize=True, q_group_size=32,
+            q_bits=4)
+    w = open_window(qtbot, quantized, tmp_path / "t.db", _quantized_two_lanes)
+    try:
+        plan, cards = w.engine.memory_plan, w.scheduler.cards
+        assert plan.cpu_matmul in ("tandem", "mlx", "float32")
+        for name in ("gpu", "cpu"):  # both run on the CPU here
+            assert cards[name].matmul.isVisibleTo(cards[name])
+            assert cards[name].matmul.text() == f"matmul: {plan.matmul(name)}"
+            assert cards[name].matmul.toolTip() == plan.cpu_matmul_why
+            assert "measured" in plan.cpu_matmul_why or "forced" in plan.cpu_matmul_why
+    finally:
+        w.close()
+
+
+def test_float_weights_show_no_matmul_choice(qtbot, window):
+    assert window.engine.memory_plan.cpu_matmul is None
+    assert not any(card.matmul.isVisibleTo(card) for card in window.scheduler.cards.values())

@@ -25,7 +25,8 @@ def test_self_test_passes_on_a_model_and_reports_it(tiny_model_dir):
     assert report["gpu"] in ("none", "ok") or report["gpu"].startswith("unusable: ")
     assert "Tandem self-test passed." in proc.stdout
     # What a CPU lane's quantized layers run (issue 51): the kernels or why not.
-    assert report["cpu_matmul"].startswith(("Tandem's", "MLX's op or a float32 copy ("))
+    assert report["cpu_kernels"].startswith(("Tandem's", "MLX's op or a float32 copy, as measured"))
+    assert report["cpu_matmul"] == "not probed: the weights are not quantized"  # float16
 
 
 def test_gui_self_test_answers_on_a_model(tiny_model_dir):

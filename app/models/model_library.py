@@ -57,12 +57,12 @@ class ModelLibrary(QDialog):
 
     def __init__(self, store, budget_bytes: int, has_gpu: bool, default_path: Path | None,
                  parent: QWidget | None = None, hub_cache: str | None = None,
-                 hub_endpoint: str | None = None, dense_faster_on_cpu: bool | None = None):
+                 hub_endpoint: str | None = None, cpu_matmul: str | None = None):
         super().__init__(parent)
         self.setWindowTitle("Model library")
         self.resize(980, 460)
         self.store, self.budget_bytes, self.has_gpu = store, budget_bytes, has_gpu
-        self.dense_faster_on_cpu = dense_faster_on_cpu  # the loaded engine's probe
+        self.cpu_matmul = cpu_matmul  # the loaded engine's probe
         self.default_path, self.hub_cache = default_path, hub_cache
         self.entries: list[ModelEntry] = []
         self.table = self._models_table()
@@ -153,7 +153,7 @@ class ModelLibrary(QDialog):
         entries = library_entries(self.store, self.default_path, self.hub_cache)
         for entry in entries:
             judge(entry, self.budget_bytes, self.has_gpu,
-                  dense_faster_on_cpu=self.dense_faster_on_cpu)
+                  cpu_matmul=self.cpu_matmul)
         self.entries = entries
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
@@ -290,18 +290,18 @@ def library_for(parent, store, session, **kwargs) -> ModelLibrary:
     from engine.models.loader import default_model_path
 
     budget, has_gpu, engine = psutil.virtual_memory().available, False, session.engine
-    dense = None
+    cpu_matmul = None
     if engine is not None:
         plan = engine.memory_plan
         budget += plan.shared_weight_bytes + sum(lp.weight_bytes for lp in plan.lanes)
         has_gpu = any(lp.device == "gpu" for lp in plan.lanes)
-        dense = plan.dense_faster_on_cpu
+        cpu_matmul = plan.cpu_matmul
     try:
         default = default_model_path()
     except Exception:  # this copy has no bundled model
         default = None
     library = ModelLibrary(store, budget, has_gpu, default, parent,
-                           dense_faster_on_cpu=dense, **kwargs)
+                           cpu_matmul=cpu_matmul, **kwargs)
     library.load_requested.connect(session.load)
     library.download_requested.connect(lambda repo_id: session.download(repo_id, parent))
     if engine is not None:

@@ -48,10 +48,21 @@ class LaneCard(QFrame):
         self.title = QLabel(f"<b style='color:{color}'>{name.upper()}</b> lane ({kind})")
         self.numbers = QLabel("idle")
         self.numbers.setWordWrap(True)  # a long line wraps; it never widens the window
+        self.matmul = QLabel()  # a CPU lane's: what its quantized layers run
+        self.matmul.setWordWrap(True)
+        self.matmul.hide()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addWidget(self.title)
         layout.addWidget(self.numbers)
+        layout.addWidget(self.matmul)
+
+    def show_matmul(self, what: str, why: str) -> None:
+        """A CPU lane's matmul ("Tandem's kernels", "MLX's op", "a float32
+        copy"), and why the probe chose it (the tooltip: its timings)."""
+        self.matmul.setText(f"matmul: {what}")
+        self.matmul.setToolTip(why)
+        self.matmul.show()
 
     def show_off(self, why: str) -> None:
         """The lane does not run (no memory for it, or it failed): say why."""

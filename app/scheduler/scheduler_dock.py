@@ -244,6 +244,13 @@ class SchedulerDock(QWidget):
             [(lane.name, lane.kind) for lane in lanes if lane.name not in off], engine.mode,
             engine.describe_lanes(), off=off)
         self.show_memory_plan(engine.memory_plan)
+        for name, card in self.cards.items():
+            try:
+                matmul = engine.memory_plan.matmul(name)
+            except KeyError:  # a remote lane: not in the plan
+                continue
+            if matmul:
+                card.show_matmul(matmul, engine.memory_plan.cpu_matmul_why)
         for lane in lanes:
             if lane.failed:
                 self.show_lane_failed(lane.name, lane.failed)

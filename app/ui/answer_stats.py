@@ -27,6 +27,22 @@ def stats_line(done, rounds: str = "") -> str:
             + (f"; no drafts: {done.draft_note}" if done.draft_note else ""))
 
 
+def matmul_note(engine, done) -> str:
+    """'; CPU matmul: Tandem's kernels' where a CPU lane of quantized weights
+    ran a phase of this answer, as the engine's memory plan says (issue 51);
+    '' elsewhere (GPU lanes, remote lanes, float weights)."""
+    plan = getattr(engine, "memory_plan", None)
+    said = []
+    for _, lane in done.lanes if plan is not None else ():
+        try:
+            what = plan.matmul(lane)
+        except KeyError:  # a remote lane
+            continue
+        if what and what not in said:
+            said.append(what)
+    return f"; CPU matmul: {', '.join(said)}" if said else ""
+
+
 def summed(answers: list):
     """A tool loop's answers (one `Finished` a round) as one: tokens, drafts
     and times added up (a round's prompt counted each round, its cached part

@@ -77,6 +77,18 @@ class LaneRequest:
     max_sequences: int | None = None  # its batch slots: KV beyond slots x context is never used
 
 
+def lane_request(name: str, device: str, quantized: bool, cpu_matmul: str | None,
+                 max_sequences: int | None = None) -> LaneRequest:
+    """A lane's ask for the weights as loaded; a CPU lane of a quantized model
+    asks for a float32 copy only where the load-time probe chose one
+    (engine/runtime/cpu_matmul.py: only without Tandem's kernels), and gets
+    it only where it fits. The engine's placement and the model library's
+    verdicts ask the same way."""
+    if device == "cpu" and quantized and cpu_matmul == "float32":
+        return LaneRequest(name, device, "float32", True, max_sequences)
+    return LaneRequest(name, device, max_sequences=max_sequences)
+
+
 @dataclass(slots=True, frozen=True)
 class LanePlan:
     """One lane's part of the plan: on or off, weight format, KV budget, and why."""
@@ -97,10 +109,12 @@ class MemoryPlan:
     shared_weight_bytes: int
     prefix_cache_bytes: int
     lanes: tuple[LanePlan, ...]
-    # What the load-time probe measured on this machine: does a float32 copy
-    # decode faster on the CPU than quantized weights (None: not probed).
-    # The model library judges other models with it (catalog.judge).
-    dense_faster_on_cpu: bool | None = None
+    # What a CPU lane's quantized layers run, as the load-time probe chose
+    # on this machine (engine/runtime/cpu_matmul.py): "tandem" (Tandem's
+    # kernels), "mlx" (MLX's op) or "float32" (a copy; None: not probed), and
+    # why, in words. The model library judges other models with it.
+    cpu_matmul: str | None = None
+    cpu_matmul_why: str = ""
     context_length: int = 0  # the model's: a "full chat" in describe()
     aux: tuple[AuxModel, ...] = ()  # models beside the target (a draft model)
 
@@ -130,6 +144,17 @@ class MemoryPlan:
             return f"~{kv_bytes // self.full_chat_bytes:,} full chats"
         return f"~{kv_bytes // max(self.kv_bytes_per_token, 1):,} tokens"
 
+    def matmul(self, lane_name: str) -> str:
+        """What the lane's matmuls run, in words ("" for a GPU lane, or where
+        nothing was probed: weights that are not quantized)."""
+        lane = self.lane(lane_name)
+        if lane.device != "cpu" or self.cpu_matmul is None or not lane.enabled:
+            return ""
+        if lane.weight_format == "float32" or (lane.weight_format == "shared"
+                                               and self.lanes[0].weight_format == "float32"):
+            return "a float32 copy"
+        return "Tandem's kernels" if self.cpu_matmul == "tandem" else "MLX's op"
+
     def describe(self) -> list[str]:
         """Short lines for people: the weights, what a chat costs, each lane's
         room, and that KV is a limit memory grows to, never reserved."""
@@ -152,7 +177,9 @@ class MemoryPlan:
                 lines.append(f"{lane.name.upper()}: {lane.reason}")
                 continue
             own = f" (own copy {format_bytes(lane.weight_bytes)})" if lane.weight_bytes else ""
-            lines.append(f"{lane.name.upper()}: {lane.weight_format} weights{own}; KV up to "
+            matmul = self.matmul(lane.name)
+            lines.append(f"{lane.name.upper()}: {lane.weight_format} weights{own}"
+                         + (f", {matmul}" if matmul else "") + "; KV up to "
                          f"{format_bytes(lane.kv_budget_bytes)} "
                          f"({self.chats(lane.kv_budget_bytes)})")
         lines.append(f"Prefix cache up to {format_bytes(self.prefix_cache_bytes)}")

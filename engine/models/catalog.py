@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .vision_kinds import SERVED as VISION_SERVED
-from ..core.memory import LaneRequest, format_bytes, plan_memory
+from ..core.memory import LaneRequest, format_bytes, lane_request, plan_memory
 from ..core.model_shape import ModelShape, shape_from_config
 
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1,
@@ -96,6 +96,7 @@ def describe_gguf(path: Path, origin: str = "added", name: str | None = None) ->
     """A GGUF file: its metadata and tensor types (no tensor data is read)."""
     from .gguf.check import validate_gguf
     from .gguf.meta import read_metadata
+    from .gguf.tensors import loaded_nbytes
 
     entry = ModelEntry(str(path), name or path.name, origin=origin)
     try:
@@ -117,7 +118,7 @@ def describe_gguf(path: Path, origin: str = "added", name: str | None = None) ->
         entry.shape = ModelShape(num_layers=int(meta[f"{arch}.block_count"]),
                                  num_kv_heads=kv_heads, head_dim=head_dim,
                                  kv_dtype_bytes=kv_bytes,
-                                 weight_bytes=sum(t.nbytes for t in tensors),
+                                 weight_bytes=sum(loaded_nbytes(t) for t in tensors),
                                  dense_params=entry.parameters,
                                  context_length=entry.context_length or 4096,
                                  is_quantized=entry.quantization not in ("F32", "F16", "BF16"))
@@ -144,19 +145,21 @@ def _gguf_quantization(tensors, meta) -> str:
 
 
 def judge(entry: ModelEntry, budget_bytes: int, has_gpu: bool, unified: bool = True,
-          dense_faster_on_cpu: bool | None = None) -> None:
+          cpu_matmul: str | None = None) -> None:
     """Set the entry's verdict: runs hybrid / runs GPU-only / runs CPU-only /
     does not fit, with the plan's numbers: the plan the engine would make at
-    load, a CPU lane of a quantized model asking for its float32 copy where
-    this machine's probe (`MemoryPlan.dense_faster_on_cpu`, from the engine
-    loaded now) measured it faster, as engine/runtime/placement.py does."""
+    load, a CPU lane of a quantized model asking for a float32 copy only where
+    this machine's probe (`MemoryPlan.cpu_matmul`, from the engine loaded
+    now) chose one (no Tandem kernels here), as engine/runtime/placement.py
+    does; else the quantized weights, shared."""
     if entry.problem or entry.shape is None:
         entry.verdict, entry.verdict_detail = "cannot load", entry.problem or "unknown format"
         return
-    cpu = (LaneRequest("cpu", "cpu", "float32", True)
-           if entry.shape.is_quantized and dense_faster_on_cpu else LaneRequest("cpu", "cpu"))
+    cpu = lane_request("cpu", "cpu", entry.shape.is_quantized, cpu_matmul)
     lanes = [LaneRequest("gpu", "gpu"), cpu] if has_gpu else [cpu]
     plan = plan_memory(entry.shape, lanes, budget_bytes, unified_memory=unified)
+    if entry.shape.is_quantized:  # its CPU lane's matmul, as the engine would run it
+        plan = replace(plan, cpu_matmul=cpu_matmul)
     on = [lp for lp in plan.lanes if lp.enabled]
     needed = entry.shape.weight_bytes + 512 * 2**20
     if not on or needed > budget_bytes:

@@ -18,12 +18,13 @@ from typing import NamedTuple
 import mlx.core as mx
 
 from ..core.laneconfig import LaneConfig, LaneSpec
-from ..core.memory import LaneRequest, MemoryPlan, plan_memory
+from ..core.memory import LaneRequest, MemoryPlan, lane_request, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
 from . import qmm
+from .cpu_matmul import CpuMatmul, choose
 from .cachekinds import CacheProfile, cache_profile
 from .prefix import PrefixCache
-from .weights import dense_faster_on_cpu, machine_budget, model_shape
+from .weights import machine_budget, model_shape
 
 
 def gpu_available() -> bool:
@@ -75,15 +76,9 @@ def _requests(loaded: LoadedModel, specs: list[LaneSpec], quantized: bool,
     for spec in specs:
         fmt = spec.weight_format
         slots = (spec.config or LaneConfig()).max_batch
-        if fmt == "auto":
-            forced = qmm.forced() if spec.device == "cpu" and quantized else None
-            if forced in ("tandem", "mlx"):  # the quantized weights, no float32 copy
-                out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
-            elif spec.device == "cpu" and quantized:
-                out.append(LaneRequest(spec.name, spec.device, "float32",
-                                       True if forced == "float32" else probe(), slots))
-            else:
-                out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
+        if fmt == "auto":  # a CPU lane of quantized weights: the probe's choice
+            matmul = probe().path if spec.device == "cpu" and quantized else None
+            out.append(lane_request(spec.name, spec.device, quantized, matmul, slots))
         elif fmt == loaded.weight_format:
             out.append(LaneRequest(spec.name, spec.device, max_sequences=slots))
         else:  # asked for by name: no probe needed, only room
@@ -101,11 +96,11 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
     budget, unified = machine_budget(shape.weight_bytes)
     if budget_bytes is not None:
         budget = budget_bytes
-    probed: list[bool | None] = []
+    probed: list[CpuMatmul] = []
 
-    def probe() -> bool | None:
+    def probe() -> CpuMatmul:
         if not probed:
-            probed.append(dense_faster_on_cpu(loaded.model))
+            probed.append(choose(loaded.model) or CpuMatmul("mlx", "nothing is quantized"))
         return probed[0]
 
     requests = _requests(loaded, specs, shape.is_quantized, probe)
@@ -121,7 +116,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
         if converted.lanes[0].weight_format == wanted:
             plan = converted
     if probed:
-        plan = dataclasses.replace(plan, dense_faster_on_cpu=probed[0])
+        plan = _with_matmul(plan, probed[0])
+    kernels = plan.cpu_matmul == "tandem"
     models: dict[str, object] = {}
     first = plan.lanes[0]
     if first.weight_format not in ("shared", loaded.weight_format):
@@ -132,20 +128,37 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
             continue
         if lane is first or lane.weight_format == "shared":
             models[lane.name] = loaded.model
-            if lane.device == "cpu" and qmm.forced() == "tandem":
+            if lane.device == "cpu" and kernels:
                 qmm.install(loaded.model)  # per call: a GPU lane sharing it keeps MLX's
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
-            models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device)
+            models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device,
+                                                  kernels)
     return plan, models
 
 
-def _own_copy(source, weight_format: str, device: str):
+def _with_matmul(plan: MemoryPlan, choice: CpuMatmul) -> MemoryPlan:
+    """The plan with what its CPU lanes run: the probe's choice, or MLX's op
+    where it chose a float32 copy the plan had no room for, or forced
+    kernels that are not built."""
+    path, why = choice.path, choice.why
+    cpu = [lane for lane in plan.lanes if lane.device == "cpu" and lane.enabled]
+    copied = [lane for lane in cpu if "float32" in (
+        lane.weight_format, plan.lanes[0].weight_format if lane.weight_format == "shared" else "")]
+    if path == "float32" and cpu and not copied:
+        path, why = "mlx", f"MLX's op: a float32 copy was wanted ({why}) but has no room"
+    elif path == "tandem" and qmm.kernels() is None:
+        path, why = "mlx", f"MLX's op: Tandem's kernels were forced but are not used " \
+                           f"({qmm.status()[1]})"
+    return dataclasses.replace(plan, cpu_matmul=path, cpu_matmul_why=why)
+
+
+def _own_copy(source, weight_format: str, device: str, kernels: bool = False):
     """A lane's own copy of the weights, built on that lane's thread as it
     starts (Engine() returns at once; a 1-8B conversion takes seconds)."""
     with _on(device):
         model = load_model(source, weight_format).model
-    if device == "cpu" and qmm.forced() == "tandem":
+    if device == "cpu" and kernels:
         qmm.install(model)
     return model
 

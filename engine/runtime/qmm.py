@@ -34,8 +34,7 @@ def forced() -> str | None:
     """The CPU lane's matmul path TANDEM_CPU_MATMUL forces (benchmarks,
     bisecting): "tandem" (the kernels on the quantized weights), "mlx" (MLX's
     op on them) or "float32" (a float32 copy); None: the load-time probe's
-    choice (engine/runtime/weights.py; the kernels join it once their
-    accuracy is measured on the lanes, issue 51)."""
+    choice (engine/runtime/cpu_matmul.py)."""
     value = os.environ.get("TANDEM_CPU_MATMUL", "").strip().lower()
     return value if value in PATHS else None
 
@@ -98,20 +97,21 @@ def status() -> tuple[str, str]:
 
 
 def cpu_matmul() -> str:
-    """What a CPU lane's quantized layers run, in words (the self-test says
-    it): "Tandem's avx2 kernels (forced)", "Tandem's avx2 kernels ready (the
-    probe picks ...)", "a float32 copy (forced)" or "MLX's op or a float32
-    copy (<why the kernels are not used>)"."""
+    """Whether a CPU lane's quantized layers can run Tandem's kernels, in
+    words (the self-test says it): "Tandem's avx2 kernels (forced)",
+    "Tandem's avx2 kernels (...measured against MLX's op at each load)",
+    "a float32 copy (forced)" or "MLX's op or a float32 copy (<why the
+    kernels are not used>)". What a loaded model's lane runs is its memory
+    plan's `cpu_matmul` (engine/runtime/cpu_matmul.py chooses)."""
     choice, detail = status()
     path = forced()
     if path == "float32":
         return "a float32 copy (forced)"
     if choice != "tandem":
-        return f"MLX's op or a float32 copy ({detail})"
+        return f"MLX's op or a float32 copy, as measured at load ({detail})"
     if path == "tandem":
         return f"Tandem's {detail} (forced)"
-    return (f"Tandem's {detail} ready (the probe picks a float32 copy or MLX's op; "
-            "TANDEM_CPU_MATMUL=tandem uses them)")
+    return f"Tandem's {detail} (measured against MLX's op at each model's load)"
 
 
 def fits(bits: int, group_size: int, mode: str = "affine") -> bool:

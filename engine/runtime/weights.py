@@ -1,12 +1,9 @@
 """What the memory plan needs to know of a loaded model, measured with MLX:
-its shape and bytes, the machine's budget, and whether a dense float32 copy
-runs faster on the CPU than the weights as loaded (a short probe on the
-model's own layer shapes: MLX's CPU quantized kernels are scalar on x86 but
-use NEON on Apple silicon, so this is measured, never assumed)."""
+its shape and bytes and the machine's budget (what a CPU lane's matmuls
+run is measured apart: engine/runtime/cpu_matmul.py)."""
 
 from __future__ import annotations
 
-import time
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -70,34 +67,3 @@ def machine_budget(loaded_bytes: int) -> tuple[int, bool]:
     except Exception:
         pass
     return budget, unified
-
-
-def dense_faster_on_cpu(model: nn.Module, reps: int = 6) -> bool | None:
-    """Does a float32 copy of the model's largest quantized layer decode faster
-    on the CPU than the layer as loaded? None when nothing is quantized.
-
-    Times one-token products (decode's shape) through the real layer, a few
-    repetitions each, on the CPU stream: well under a second."""
-    layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
-    if not layers:
-        return None
-    layer = max(layers, key=lambda m: m.weight.size)
-    with mx.stream(mx.cpu):
-        dense = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size,
-                              layer.bits).astype(mx.float32)
-        x32 = mx.random.normal((1, dense.shape[1]))
-        xq = x32.astype(layer.scales.dtype)
-        mx.eval(dense, x32, xq)
-
-        def timed(fn) -> float:
-            mx.eval(fn())  # warm-up
-            best = float("inf")
-            for _ in range(reps):
-                t = time.perf_counter()
-                mx.eval(fn())
-                best = min(best, time.perf_counter() - t)
-            return best
-
-        quantized_s = timed(lambda: layer(xq))
-        dense_s = timed(lambda: x32 @ dense.T)
-    return dense_s < quantized_s * 0.9

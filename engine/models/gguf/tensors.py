@@ -29,6 +29,7 @@ Float tensors stay dense in their own dtype (BF16 as mx.bfloat16). A quantized
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,6 +58,19 @@ DENSE_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 QUANT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5,
               "Q8_0": 8, "Q6_K": 8}
 assert set(DENSE_TYPES) | set(QUANT_BITS) == SUPPORTED_TENSOR_TYPES
+
+
+def loaded_nbytes(info: TensorInfo) -> int:
+    """The bytes a tensor takes once loaded (what `read_tensor` makes of it):
+    float tensors as they are, a quantized matrix as MLX's affine format
+    (its bits a value, a float16 scale and bias per group of 32), a
+    quantized vector dequantized to float32."""
+    count = math.prod(info.dims)
+    if info.type in DENSE_TYPES:
+        return info.nbytes
+    if len(info.dims) == 1:
+        return count * 4
+    return count * QUANT_BITS[info.type] // 8 + count // GROUP_SIZE * 4
 
 
 def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
