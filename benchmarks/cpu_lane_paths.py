@@ -49,7 +49,8 @@ def one(tokens: int) -> dict:
         prefill = (paste.prompt_tokens - paste.cached_tokens) / paste.ttft_s
         return {"decode_1": single, "decode_16": many, "prefill": prefill,
                 "weights": engine.memory_plan.lane("cpu").weight_format,
-                "cpu_matmul": cpu_matmul(), "answer": done.text[:60]}
+                "cpu_matmul": cpu_matmul(), "plan_matmul": engine.memory_plan.cpu_matmul,
+                "answer": done.text[:60]}
     finally:
         engine.close()
 

@@ -3,9 +3,14 @@ bundled model's perplexity on a fixed slice of real text (the first
 `--tokens` tokens of the Python standard library's own documentation,
 pydoc_data/topics.py, which every Python ships), run through the float32
 copy (the reference), MLX's quantized matmul and Tandem's kernels, on the
-CPU, 512-token chunks. Also prints each path's wall time (noisy: one pass).
+CPU, 512-token chunks (rows enough for the kernels' sgemm path); then the
+greedy answers of the float32 copy and Tandem's kernels to `--prompts` chat
+prompts (`--answer` tokens each, a decode row at a time: the int16 path),
+their agreement: how many answers are the same, and the share of tokens
+before the first difference. Also prints each path's wall time (noisy: one
+pass).
 
-Run: .venv/bin/python benchmarks/cpu_matmul_accuracy.py [--tokens 2048]
+Run: .venv/bin/python benchmarks/cpu_matmul_accuracy.py [--tokens 2048] [--prompts 20]
 """
 
 from __future__ import annotations
@@ -40,25 +45,75 @@ def perplexity(model, ids: list[int], chunk: int = 512) -> float:
     return math.exp(nll / n)
 
 
+PROMPTS = [
+    "What is the capital of France?", "Write a haiku about autumn.",
+    "Explain what a hash table is.", "Give me three tips for better sleep.",
+    "What does the Python keyword yield do?", "Translate 'good morning' into Spanish.",
+    "Summarise the plot of Romeo and Juliet.", "Why is the sky blue?",
+    "Write a short email asking for a day off.", "What is 17 times 23?",
+    "Name five fruits that are red.", "How do vaccines work?",
+    "Describe a cat to someone who has never seen one.", "What is a prime number?",
+    "Suggest a name for a coffee shop.", "How do I reverse a list in Python?",
+    "What causes the seasons on Earth?", "Tell me a joke about computers.",
+    "What is the difference between weather and climate?", "List the planets in order.",
+]
+
+
+def greedy(model, tokenizer, prompt: str, tokens: int) -> list[int]:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                        add_generation_prompt=True)
+    cache = make_prompt_cache(model)
+    out: list[int] = []
+    with mx.stream(mx.cpu):
+        logits = model(mx.array([ids]), cache=cache)
+        for _ in range(tokens):
+            token = int(mx.argmax(logits[0, -1]).item())
+            out.append(token)
+            if token in tokenizer.eos_token_ids:
+                break
+            logits = model(mx.array([[token]]), cache=cache)
+    return out
+
+
+def agreement(reference: list[list[int]], other: list[list[int]]) -> dict:
+    same, prefix = 0, []
+    for a, b in zip(reference, other):
+        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        same += a == b
+        prefix.append(common / max(len(a), 1))
+    return {"same_answers": f"{same}/{len(reference)}",
+            "tokens_before_first_difference": round(sum(prefix) / len(prefix), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--answer", type=int, default=48)
+    parser.add_argument("--no-mlx", action="store_true", help="skip MLX's op (minutes here)")
     args = parser.parse_args()
     if qmm.kernels() is None:
         sys.exit(f"the kernels are not used: {qmm.status()[1]}")
     loaded = load_model("default")
     text = "\n".join(topics.topics[k] for k in sorted(topics.topics))
     ids = loaded.tokenizer.encode(text)[:args.tokens]
-    out = {}
-    for name in ("float32", "mlx", "tandem"):
-        model = load_model("default", "float32").model if name == "float32" else loaded.model
+    out, answers = {}, {}
+    dense = load_model("default", "float32").model
+    for name in ("float32", "tandem") if args.no_mlx else ("float32", "mlx", "tandem"):
+        model = dense if name == "float32" else loaded.model
         if name == "tandem":
             qmm.install(model)
         started = time.perf_counter()
         out[name] = {"perplexity": round(perplexity(model, ids), 4),
                      "seconds": round(time.perf_counter() - started, 1)}
+        if name != "mlx":  # MLX's op: seconds a token here
+            answers[name] = [greedy(model, loaded.tokenizer, p, args.answer)
+                             for p in PROMPTS[:args.prompts]]
         print(json.dumps({name: out[name]}), flush=True)
-    for name in ("mlx", "tandem"):
+    out["greedy_tandem_vs_float32"] = agreement(answers["float32"], answers["tandem"])
+    for name in [n for n in ("mlx", "tandem") if n in out]:
         out[name]["vs_float32"] = round(out[name]["perplexity"] / out["float32"]["perplexity"], 4)
     print(json.dumps({"tokens": len(ids), "isa": qmm.kernels().isa(),
                       "date": time.strftime("%Y-%m-%d %H:%M"), **out}))

@@ -100,7 +100,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
 
     def probe() -> CpuMatmul:
         if not probed:
-            probed.append(choose(loaded.model) or CpuMatmul("mlx", "nothing is quantized"))
+            probed.append(choose(loaded.model) or CpuMatmul(
+                "mlx", "MLX's op (no quantized projection to time: only an embedding)"))
         return probed[0]
 
     requests = _requests(loaded, specs, shape.is_quantized, probe)
