@@ -16,6 +16,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from ..core.errors import EngineError
 from .bundle import bundle_dir
 from .config_check import check_config, check_finite, check_fits
+from .quantized_check import check_quantized, check_quantized_files
 from .gendefaults import GenerationDefaults, from_folder, from_gguf
 from .gguf import convert as gguf
 
@@ -146,6 +147,7 @@ def _load_gguf(path: Path, label: str) -> LoadedModel:
                           "corrupt-model") from e
     mx.eval(model.parameters())
     model.eval()
+    check_quantized(model, path.name)
     check_finite(model, path.name)
     from .gguf.tokenizer import build_tokenizer
 
@@ -201,6 +203,7 @@ def _check_folder(path: Path) -> None:
                           "corrupt-model") from None
     check_config(config, path.name)
     check_fits(sum(f.stat().st_size for f in path.glob("*.safetensors")), path.name)
+    check_quantized_files(path, config)
 
 
 def _folder_defaults(source: str) -> GenerationDefaults:
@@ -241,6 +244,7 @@ def _load_mlx_lm(source: str, label: str) -> LoadedModel:
         if kind is not None and "not supported" in str(e):
             raise refusal(kind) from e
         raise _folder_error(source, e) from e
+    check_quantized(model, path.name or source)
     check_finite(model, path.name or source)
     stop_ids = set(tokenizer.eos_token_ids or ())
     vocab = tokenizer.get_vocab()

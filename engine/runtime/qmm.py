@@ -159,12 +159,19 @@ def install(model: nn.Module) -> int:
         return 0
     count = 0
     for _, module in model.named_modules():
-        if type(module) is nn.QuantizedLinear and fits(module.bits, module.group_size,
-                                                        module.mode):
-            module.__class__ = _KernelLinear
-            count += 1
-        elif type(module) is nn.QuantizedEmbedding and fits(module.bits, module.group_size,
-                                                             module.mode):
-            module.__class__ = _KernelEmbedding
-            count += 1
+        if not (type(module) in (nn.QuantizedLinear, nn.QuantizedEmbedding) and _takes(module)):
+            continue
+        module.__class__ = (_KernelLinear if type(module) is nn.QuantizedLinear
+                            else _KernelEmbedding)
+        count += 1
     return count
+
+
+def _takes(module) -> bool:
+    """The kernels' format, with arrays that agree with it (the loader
+    refuses files whose tensors do not: engine/models/quantized_check.py;
+    a layer built otherwise keeps MLX's op)."""
+    biases = module.get("biases")
+    return (fits(module.bits, module.group_size, module.mode) and biases is not None
+            and biases.dtype == module["scales"].dtype
+            and biases.shape == module["scales"].shape)
