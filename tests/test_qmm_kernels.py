@@ -243,7 +243,7 @@ def test_kernels_that_were_built_are_the_ones_used():
     assert not BUILT or qmm.status()[0] == "tandem", qmm.status()
 
 
-@pytest.mark.parametrize("M", [4, 12])
+@pytest.mark.parametrize("M", [4, 30])  # the integer path; sgemm (24 rows and up)
 def test_threads_split_the_columns_and_change_no_bit(M):
     """Large products run on the pool (the caller and its workers, columns
     in fixed chunks; on the sgemm path the panel's dequantizing): the same

@@ -30,7 +30,7 @@ namespace {
 
 constexpr int64_t PARALLEL_WORK = 1 << 21;  // rows x columns x K below which one thread runs
 constexpr int PANEL_FLOATS = 1 << 20;  // the many-rows path's float panel: 4 MiB
-constexpr int SGEMM_ROWS = 8;          // rows from which the many-rows path runs
+constexpr int SGEMM_ROWS = 24;  // rows from which the many-rows path runs (measured crossover)
 
 std::atomic<int> sgemm_rows_now{SGEMM_ROWS};
 
