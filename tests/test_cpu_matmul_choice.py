@@ -37,7 +37,8 @@ def test_the_faster_of_the_kernels_and_mlxs_op_is_chosen_by_timing(quantized_dir
     model = load_model(str(quantized_dir)).model
     choice = cpu_matmul.choose(model)
     assert set(choice.ms) == {"tandem", "mlx"}  # a float32 copy is not weighed
-    assert choice.path == min(choice.ms, key=choice.ms.get)
+    clearly = choice.ms["mlx"] * cpu_matmul.MLX_MARGIN < choice.ms["tandem"]
+    assert choice.path == ("mlx" if clearly else "tandem")
     assert all(t > 0 for t in choice.ms.values())
     assert "Tandem's kernels" in choice.why and "MLX's op" in choice.why and " ms" in choice.why
 
@@ -91,7 +92,7 @@ def test_the_default_plan_keeps_the_quantized_weights_and_says_what_runs(quantiz
     plan, models = plan_lanes(loaded, [LaneSpec("cpu", "cpu")])
     lines = "\n".join(plan.describe())
     if KERNELS:
-        assert plan.cpu_matmul in ("tandem", "mlx") and "measured" in plan.cpu_matmul_why
+        assert plan.cpu_matmul in ("tandem", "mlx") and "chosen by timing" in plan.cpu_matmul_why
         assert plan.lane("cpu").weight_format == "quantized"
         assert (routed(models["cpu"]) > 0) == (plan.cpu_matmul == "tandem")
     assert f"CPU: {plan.lane('cpu').weight_format} weights, {plan.matmul('cpu')};" in lines

@@ -61,7 +61,7 @@ def test_two_cpu_lanes_share_the_default_models_quantized_weights():
         assert plan.kv_bytes_per_token == 30 * 3 * 64 * 2 * 4  # float32 KV: the loader's dtype
         if qmm.kernels() is not None:
             assert plan.cpu_matmul == "tandem", plan.cpu_matmul_why
-            assert "measured faster at load" in plan.cpu_matmul_why
+            assert "chosen by timing at load" in plan.cpu_matmul_why
             routed = [m for _, m in engine.lanes["cpu"].model.named_modules()
                       if type(m).__name__ in ("_KernelLinear", "_KernelEmbedding")]
             assert len(routed) == 30 * 7 + 1  # every projection and the tied head

@@ -3,8 +3,8 @@ on the quantized weights (engine/runtime/qmm.py), MLX's own op on them, or a
 float32 copy of the weights. Chosen once per model load, by measurement on
 the model's own largest layer, never by assumption:
 
-- where Tandem's kernels are built and take the layer's format, the faster
-  of them and MLX's op (a future MLX whose own CPU kernel wins is then used);
+- where Tandem's kernels are built and take the layer's format, them, unless
+  MLX's op is 25% faster (a future MLX whose own CPU kernel wins is then used);
   a float32 copy is never weighed: it costs 4 bytes a parameter (a 7-8B
   model's does not fit 16-32 GB), so the lane keeps the quantized weights;
 - where they are not (no compiler at install, another MLX, a format they
@@ -26,6 +26,7 @@ from . import qmm
 
 WORDS = {"tandem": "Tandem's kernels", "mlx": "MLX's op", "float32": "a float32 copy"}
 FLOAT32_MARGIN = 0.9  # a float32 copy must decode this much faster than MLX's op
+MLX_MARGIN = 1.25  # MLX's op must be this much faster than the kernels to be chosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +47,34 @@ def _largest(model: nn.Module):
     return max(layers, key=lambda m: m.weight.size) if layers else None
 
 
-def _timed(fn, reps: int, budget_s: float = 0.25) -> float:
-    """The best of `reps` calls after a warm-up; fewer (two at least) once
-    they have taken `budget_s` (a slow path need not be timed closely)."""
-    mx.eval(fn())  # warm-up
-    best, spent = float("inf"), 0.0
-    for i in range(reps):
-        started = time.perf_counter()
+def _sample(fn, calls: int) -> float:
+    """Seconds a call, over `calls` calls in a row."""
+    started = time.perf_counter()
+    for _ in range(calls):
         mx.eval(fn())
-        took = time.perf_counter() - started
-        best, spent = min(best, took), spent + took
-        if i >= 1 and spent > budget_s:
-            break
-    return best * 1000
+    return (time.perf_counter() - started) / calls
+
+
+def _timed_together(fns: dict, reps: int, sample_s: float = 0.002,
+                    budget_s: float = 0.25) -> dict[str, float]:
+    """Each path's best sample (ms a call), the paths interleaved rep by rep,
+    so that a moment the machine is busy falls on all of them, and each
+    sample `sample_s` long at least (a 0.05 ms call timed alone measures a
+    preemption: one made the kernels lose to a 20x slower op once). A slow
+    path gets fewer reps (two at least) once it has taken `budget_s`."""
+    calls, best, spent = {}, {}, {}
+    for name, fn in fns.items():
+        first = _sample(fn, 1)  # warm-up, and the call's rough length
+        calls[name] = max(1, min(1000, int(sample_s / max(first, 1e-6))))
+        best[name], spent[name] = float("inf"), 0.0
+    for i in range(reps):
+        for name, fn in fns.items():
+            if i >= 2 and spent[name] > budget_s:
+                continue
+            took = _sample(fn, calls[name])
+            best[name] = min(best[name], took)
+            spent[name] += took * calls[name]
+    return {name: t * 1000 for name, t in best.items()}
 
 
 def _timings(layer, paths: tuple[str, ...], reps: int) -> dict[str, float]:
@@ -69,18 +85,18 @@ def _timings(layer, paths: tuple[str, ...], reps: int) -> dict[str, float]:
         K = w.shape[1] * 32 // layer.bits
         x = mx.random.normal((1, K), key=mx.random.key(0)).astype(scales.dtype)
         mx.eval(x)
-        ms = {}
+        fns = {}
         if "tandem" in paths:
-            ms["tandem"] = _timed(lambda: ext.quantized_matmul(
-                x, w, scales, biases, layer.group_size, layer.bits), reps)
-        ms["mlx"] = _timed(lambda: mx.quantized_matmul(x, w, scales, biases, transpose=True,
-                                                      mode=layer.mode, **args), reps)
+            fns["tandem"] = lambda: ext.quantized_matmul(x, w, scales, biases,
+                                                         layer.group_size, layer.bits)
+        fns["mlx"] = lambda: mx.quantized_matmul(x, w, scales, biases, transpose=True,
+                                                 mode=layer.mode, **args)
         if "float32" in paths:
             dense = mx.dequantize(w, scales, biases, mode=layer.mode, **args).astype(mx.float32)
             x32 = x.astype(mx.float32)
             mx.eval(dense, x32)
-            ms["float32"] = _timed(lambda: x32 @ dense.T, reps)
-    return ms
+            fns["float32"] = lambda: x32 @ dense.T
+        return _timed_together(fns, reps)
 
 
 def _measured(ms: dict[str, float]) -> str:
@@ -99,8 +115,10 @@ def choose(model: nn.Module, reps: int = 6) -> CpuMatmul | None:
     fits = qmm.fits(layer.bits, layer.group_size, getattr(layer, "mode", "affine"))
     if qmm.kernels() is not None and fits and layer.biases is not None:
         ms = _timings(layer, ("tandem", "mlx"), reps)
-        path = min(ms, key=ms.get)
-        why = (f"{WORDS[path]} on the quantized weights, measured faster at load "
+        # MLX's op only where it is clearly faster: a tie keeps the kernels
+        # (the same quantized weights either way; a future MLX wins outright).
+        path = "mlx" if ms["mlx"] * MLX_MARGIN < ms["tandem"] else "tandem"
+        why = (f"{WORDS[path]} on the quantized weights, chosen by timing at load "
                f"(a decode row of the largest layer: {_measured(ms)})")
         return CpuMatmul(path, why, ms)
     not_used = (qmm.status()[1] if qmm.kernels() is None else

@@ -39,6 +39,10 @@ NB_MODULE(_tandem_kernels, m) {
         "Rows from which a product dequantizes panels of weights and runs sgemm.");
   m.def("set_sgemm_rows", &tandem::set_sgemm_rows, "rows"_a,
         "Tests and benchmarks: the rows from which the sgemm path runs.");
+  m.def("parallel_work", &tandem::parallel_work,
+        "Multiply-adds (rows x columns x K) from which a product runs on the pool.");
+  m.def("set_parallel_work", &tandem::set_parallel_work, "macs"_a,
+        "Tests and benchmarks: the multiply-adds from which a product runs on the pool.");
   m.def("set_threads", &tk::set_threads, "n"_a,
         "The threads a matmul may use, the caller included (the lane's cores).");
   m.def("threads", &tk::threads, "The threads a matmul may use.");

@@ -29,6 +29,7 @@ namespace tandem {
 namespace {
 
 constexpr int64_t PARALLEL_WORK = 1 << 21;  // rows x columns x K below which one thread runs
+std::atomic<int64_t> parallel_work_now{PARALLEL_WORK};
 constexpr int PANEL_FLOATS = 1 << 20;  // the many-rows path's float panel: 4 MiB
 constexpr int SGEMM_ROWS = 24;  // rows from which the many-rows path runs (measured crossover)
 
@@ -142,6 +143,10 @@ int sgemm_rows() { return sgemm_rows_now.load(); }
 
 void set_sgemm_rows(int rows) { sgemm_rows_now.store(std::max(1, rows)); }
 
+int64_t parallel_work() { return parallel_work_now.load(); }
+
+void set_parallel_work(int64_t macs) { parallel_work_now.store(std::max<int64_t>(1, macs)); }
+
 Isa isa() {
   int now = chosen.load();
   if (now < 0) {
@@ -180,7 +185,7 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
   tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
                       biases.data<void>(), scale_type(scales.dtype())};
   const int64_t work = int64_t(M) * N * K;
-  const int threads = work < PARALLEL_WORK ? 1 : tk::threads();
+  const int threads = work < parallel_work_now.load() ? 1 : tk::threads();
   if (M >= sgemm_rows_now.load()) {
     many_rows(xf, M, weights, y, threads, use);
   } else {

@@ -17,6 +17,8 @@ void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allow
 const char* isa_name(Isa isa);
 int sgemm_rows();              // rows from which the many-rows path (dequantized panels, sgemm) runs
 void set_sgemm_rows(int rows); // tests and benchmarks
+int64_t parallel_work();       // multiply-adds from which a product runs on the pool
+void set_parallel_work(int64_t macs);
 
 class TandemQuantizedMatmul : public mx::UnaryPrimitive {
  public:
