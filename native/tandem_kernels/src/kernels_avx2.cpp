@@ -44,53 +44,72 @@ inline void unpack(const uint8_t* p, __m256i& first, __m256i& second) {
   }
 }
 
-// R rows from m0, columns [n0, n1): each weight block is unpacked once for R
-// rows; a block's 32 products are summed exactly in int32 (madd), then scaled.
-template <int R, int BITS>
+// R rows from m0, columns [n0, n1), C columns at a time: each weight block
+// is unpacked once for R rows, each activation block loaded once for C
+// columns; R x C accumulators, independent chains (one row alone was bound
+// by the latency of a single accumulator's fma chain). A block's 32
+// products are summed exactly in int32 (madd), then scaled.
+template <int R, int C, int BITS>
 void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, int n1) {
   const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
   const size_t row_bytes = size_t(w.K) * BITS / 8;
-  for (int n = n0; n < n1; ++n) {
-    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
-    __m256 acc[R];
-    float rest[R];
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_setzero_ps();
-      rest[r] = 0.0f;
+  int n = n0;
+  for (; n + C <= n1; n += C) {
+    const uint8_t* wr[C];
+    __m256 acc[R][C];
+    float rest[R][C];
+    for (int c = 0; c < C; ++c) {
+      wr[c] = reinterpret_cast<const uint8_t*>(w.w) + (n + c) * row_bytes;
+      for (int r = 0; r < R; ++r) {
+        acc[r][c] = _mm256_setzero_ps();
+        rest[r][c] = 0.0f;
+      }
     }
     for (int g = 0; g < groups; ++g) {
-      const float sw = scale_at(w.scales, w.type, size_t(n) * groups + g);
-      const float bw = scale_at(w.biases, w.type, size_t(n) * groups + g);
+      float sw[C], bw[C];
+      for (int c = 0; c < C; ++c) {
+        sw[c] = scale_at(w.scales, w.type, size_t(n + c) * groups + g);
+        bw[c] = scale_at(w.biases, w.type, size_t(n + c) * groups + g);
+      }
       for (int b = g * per; b < (g + 1) * per; ++b) {
-        __m256i w0, w1;
-        unpack<BITS>(wr + b * BLOCK * BITS / 8, w0, w1);
+        __m256i w0[C], w1[C];
+        for (int c = 0; c < C; ++c) unpack<BITS>(wr[c] + b * BLOCK * BITS / 8, w0[c], w1[c]);
         for (int r = 0; r < R; ++r) {
           const size_t at = size_t(m0 + r) * blocks + b;
           const int16_t* q = x.q + size_t(m0 + r) * w.K + b * BLOCK;
-          const __m256i dot = _mm256_add_epi32(
-              _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-              _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
-          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(x.scale[at] * sw),
-                                   acc[r]);
-          rest[r] += bw * x.sum[at];
+          const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+          const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16));
+          const float sx = x.scale[at], xs = x.sum[at];
+          for (int c = 0; c < C; ++c) {
+            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(w0[c], q0),
+                                                 _mm256_madd_epi16(w1[c], q1));
+            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sx * sw[c]),
+                                        acc[r][c]);
+            rest[r][c] += bw[c] * xs;
+          }
         }
       }
     }
     for (int r = 0; r < R; ++r) {
-      y[size_t(m0 + r) * w.N + n] =
-          x.bad[m0 + r] ? __builtin_nanf("") : hsum(acc[r]) + rest[r];
+      for (int c = 0; c < C; ++c) {
+        y[size_t(m0 + r) * w.N + n + c] =
+            x.bad[m0 + r] ? __builtin_nanf("") : hsum(acc[r][c]) + rest[r][c];
+      }
     }
+  }
+  if constexpr (C > 1) {
+    if (n < n1) rows<R, 1, BITS>(x, w, y, m0, n, n1);
   }
 }
 
 template <int BITS>
 void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
   int m = 0;
-  for (; m + 4 <= x.M; m += 4) rows<4, BITS>(x, w, y, m, n0, n1);
+  for (; m + 4 <= x.M; m += 4) rows<4, 1, BITS>(x, w, y, m, n0, n1);
   switch (x.M - m) {
-    case 3: rows<3, BITS>(x, w, y, m, n0, n1); break;
-    case 2: rows<2, BITS>(x, w, y, m, n0, n1); break;
-    case 1: rows<1, BITS>(x, w, y, m, n0, n1); break;
+    case 3: rows<3, 2, BITS>(x, w, y, m, n0, n1); break;
+    case 2: rows<2, 2, BITS>(x, w, y, m, n0, n1); break;
+    case 1: rows<1, 4, BITS>(x, w, y, m, n0, n1); break;
     default: break;
   }
 }

@@ -73,6 +73,13 @@ void from_float(const float* y, mx::array& out, size_t n) {
 
 bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
 
+// `a` itself where it is already evaluated and row-contiguous (a layer's
+// weights: no extra node a call), else MLX's contiguous copy of it.
+mx::array row_contiguous(const mx::array& a, mx::Stream stream) {
+  if (a.is_available() && a.flags().row_contiguous) return a;
+  return mx::contiguous(a, false, stream);
+}
+
 [[noreturn]] void refuse(const std::string& what) {
   throw std::invalid_argument("[tandem.quantized_matmul] " + what);
 }
@@ -253,8 +260,8 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   shape.back() = N;
   return mx::array(shape, x.dtype(),
                    std::make_shared<TandemQuantizedMatmul>(stream, group_size, bits),
-                   {mx::contiguous(x, false, stream), mx::contiguous(w, false, stream),
-                    mx::contiguous(scales, false, stream), mx::contiguous(biases, false, stream)});
+                   {row_contiguous(x, stream), row_contiguous(w, stream),
+                    row_contiguous(scales, stream), row_contiguous(biases, stream)});
 }
 
 }  // namespace tandem
