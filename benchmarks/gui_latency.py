@@ -192,9 +192,7 @@ def main() -> int:
     nice = ENGINE_NICE if args.engine_nice is None else args.engine_nice
     window = MainWindow("default", store=ChatStore(Path(tempfile.mkdtemp()) / "lat.db"),
                         engine_factory=lambda source: Engine.load(source, worker_nice=nice))
-    counted: list[int] = []
-    window.open_chat = timed("open_chat (load_history, the tab, its first slice)",
-                             window.open_chat)
+    counted: list[int] = []  # the lanes' output tokens at the start and the end
     window.resize(1500, 900)
     window.show()
     ticks: list[float] = []
