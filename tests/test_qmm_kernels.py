@@ -38,19 +38,15 @@ def isas() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _restore_sgemm_rows():
-    first = EXT.sgemm_rows() if EXT is not None else None
+def _restore_settings():
+    """The ISA and the sgemm threshold as they were: tests force them."""
+    if EXT is None:
+        yield
+        return
+    isa, rows = EXT.isa(), EXT.sgemm_rows()
     yield
-    if first:
-        EXT.set_sgemm_rows(first)
-
-
-@pytest.fixture(autouse=True)
-def _restore_isa():
-    first = EXT.isa() if EXT is not None else None
-    yield
-    if first:
-        EXT.force_isa(first)
+    EXT.force_isa(isa)
+    EXT.set_sgemm_rows(rows)
 
 
 def unpack(w: mx.array, bits: int, K: int) -> np.ndarray:
