@@ -143,10 +143,9 @@ def _with_matmul(plan: MemoryPlan, choice: CpuMatmul) -> MemoryPlan:
     where it chose a float32 copy the plan had no room for, or forced
     kernels that are not built."""
     path, why = choice.path, choice.why
-    cpu = [lane for lane in plan.lanes if lane.device == "cpu" and lane.enabled]
-    copied = [lane for lane in cpu if "float32" in (
-        lane.weight_format, plan.lanes[0].weight_format if lane.weight_format == "shared" else "")]
-    if path == "float32" and cpu and not copied:
+    chosen = dataclasses.replace(plan, cpu_matmul=path)
+    cpu = [lane.name for lane in plan.lanes if lane.device == "cpu" and lane.enabled]
+    if path == "float32" and cpu and "a float32 copy" not in map(chosen.matmul, cpu):
         path, why = "mlx", f"MLX's op: a float32 copy was wanted ({why}) but has no room"
     elif path == "tandem" and qmm.kernels() is None:
         path, why = "mlx", f"MLX's op: Tandem's kernels were forced but are not used " \
