@@ -25,9 +25,10 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
     flags = ["-std=c++20", "-O1", "-g", f"-fsanitize={sanitize}", "-fno-sanitize-recover=all",
              "-DTK_X86=1"]
     objects = []
-    for source, extra in (("src/kernels_generic.cpp", []), ("src/pool.cpp", []),
-                          ("tests/driver.cpp", []),
-                          ("src/kernels_avx2.cpp", ["-mavx2", "-mfma", "-mf16c"])):
+    avx2 = ["-mavx2", "-mfma", "-mf16c"]
+    for source, extra in (("src/kernels_generic.cpp", []), ("src/attention_generic.cpp", []),
+                          ("src/pool.cpp", []), ("tests/driver.cpp", []),
+                          ("src/kernels_avx2.cpp", avx2), ("src/attention_avx2.cpp", avx2)):
         obj = tmp_path / (Path(source).stem + ".o")
         subprocess.run([CXX, *flags, *extra, "-c", str(ROOT / source), "-o", str(obj)],
                        check=True, capture_output=True, text=True, timeout=300)
@@ -43,7 +44,7 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
 
 def test_kernels_and_pool_under_address_and_undefined_sanitizers(tmp_path):
     out = build_and_run(tmp_path, "address,undefined")
-    assert out.startswith("ok: 60 cases") and "dequantized panels" in out, out
+    assert out.startswith("ok: 60 cases") and "dequantized panels, attention" in out, out
 
 
 def test_the_pool_under_thread_sanitizer(tmp_path):

@@ -20,7 +20,7 @@ import mlx.core as mx
 from ..core.laneconfig import LaneConfig, LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, lane_request, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
-from . import qmm
+from . import attention, qmm
 from .cpu_matmul import CpuMatmul, choose
 from .cachekinds import CacheProfile, cache_profile
 from .prefix import PrefixCache
@@ -131,6 +131,8 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
             models[lane.name] = loaded.model
             if lane.device == "cpu" and kernels:
                 qmm.install(loaded.model)  # per call: a GPU lane sharing it keeps MLX's
+            if lane.device == "cpu":
+                attention.install(loaded.model)  # the same: chosen per call
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
             models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device,
@@ -160,6 +162,8 @@ def _own_copy(source, weight_format: str, device: str, kernels: bool = False):
         model = load_model(source, weight_format).model
     if device == "cpu" and kernels:
         qmm.install(model)
+    if device == "cpu":
+        attention.install(model)
     return model
 
 

@@ -40,10 +40,15 @@ def forced() -> str | None:
 
 
 def _load():
-    """(the module, None) or (None, why not)."""
+    """(the module, None) or (None, why not): for the quantized layers."""
     forced_path = forced()
     if forced_path in ("mlx", "float32"):
         return None, f"TANDEM_CPU_MATMUL={forced_path}"
+    return _state["extension"], _state["ext_why"]  # kernels() loaded it first
+
+
+def _load_extension():
+    """(the module, None) or (None, why not), whatever path is forced."""
     try:
         from . import _tandem_kernels as ext
     except ImportError as e:
@@ -80,8 +85,19 @@ def _smoke(ext) -> str | None:
     return None
 
 
+def extension():
+    """The built module where it proved itself at load, else None (its other
+    kernels, attention.py's, are used whatever TANDEM_CPU_MATMUL forces)."""
+    with _lock:
+        if "extension" not in _state:
+            _state["extension"], _state["ext_why"] = _load_extension()
+        return _state["extension"]
+
+
 def kernels():
-    """The loaded module, or None (then `status()` says why)."""
+    """The loaded module for the quantized layers, or None (then `status()`
+    says why)."""
+    extension()
     with _lock:
         if "ext" not in _state:
             _state["ext"], _state["why"] = _load()

@@ -1,6 +1,7 @@
 // The Python module engine.runtime._tandem_kernels (engine/runtime/qmm.py loads it).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/variant.h>
 
 #include "mlx/version.h"
@@ -46,8 +47,15 @@ NB_MODULE(_tandem_kernels, m) {
   m.def("set_threads", &tk::set_threads, "n"_a,
         "The threads a matmul may use, the caller included (the lane's cores).");
   m.def("threads", &tk::threads, "The threads a matmul may use.");
+  m.def("spin_us", &tk::spin_us, "How long an idle worker polls for the next job (us).");
+  m.def("set_spin_us", &tk::set_spin_us, "us"_a,
+        "Tests and benchmarks: how long an idle worker polls before it sleeps.");
   m.def("abi_probe", [](const mx::array& a) { return static_cast<int64_t>(a.size()); }, "a"_a,
         "Takes an mx.array: fails where this module's nanobind cannot see MLX's arrays.");
+  m.def("attention", &tandem::attention, "q"_a, "k"_a, "v"_a, "scale"_a, "causal"_a = false,
+        "mask"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
+        "softmax(scale * q @ k.T + mask) @ v for few queries on a CPU stream (GQA: q's heads "
+        "a multiple of k's); mask: additive float or boolean (true: attend), broadcast.");
   m.def("quantized_matmul", &tandem::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
         "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
         "x @ dequantize(w, scales, biases).T for MLX's affine 4- and 8-bit formats.");

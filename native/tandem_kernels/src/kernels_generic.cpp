@@ -11,8 +11,6 @@
 
 namespace tk {
 
-namespace {
-
 float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
@@ -36,6 +34,8 @@ float half_to_float(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+
+namespace {
 
 float scalar_at(const void* data, ScaleType type, size_t i) {
   switch (type) {

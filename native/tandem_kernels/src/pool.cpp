@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -32,7 +33,26 @@ inline void relax() {
 #endif
 }
 
-constexpr int SPIN = 4000;  // polls (~20-50 us) before a worker sleeps
+constexpr int SPIN = 4000;  // the caller's polls before it yields while helpers finish
+// How long a worker polls for the next job before it sleeps: a forward pass
+// calls back within tens of microseconds (the ops between two products), and
+// waking a sleeping thread costs about as long as a small product.
+constexpr int SPIN_US = 50;
+std::atomic<int> spin_us_now{SPIN_US};
+
+// Polls until `generation` moves on or `us` microseconds pass (the clock is
+// read every 64 polls); true if it moved.
+bool poll(const std::atomic<unsigned long>& generation, unsigned long seen, int us) {
+  if (us <= 0) return generation.load() != seen;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (generation.load(std::memory_order_acquire) != seen) return true;
+      relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return generation.load() != seen;
+  }
+}
 
 class Pool {
  public:
@@ -80,9 +100,7 @@ class Pool {
 
   void loop(int index, unsigned long seen) {
     while (true) {
-      int spins = 0;
-      while (generation_.load() == seen && spins++ < SPIN) relax();
-      if (generation_.load() == seen) {
+      if (!poll(generation_, seen, spin_us_now.load(std::memory_order_relaxed))) {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_.load() != seen; });
       }
@@ -118,6 +136,10 @@ Pool& pool() {
 void set_threads(int n) { pool().threads_.store(n < 1 ? 1 : n); }
 
 int threads() { return pool().threads_.load(); }
+
+void set_spin_us(int us) { spin_us_now.store(us < 0 ? 0 : us); }
+
+int spin_us() { return spin_us_now.load(); }
 
 void parallel_for(int chunks, const std::function<void(int)>& fn) { pool().run(chunks, fn); }
 

@@ -59,7 +59,7 @@ void to_float(const mx::array& x, float* out, size_t n) {
   }
 }
 
-void from_float(const float* y, mx::array& out, size_t n) {
+void from_float_in(const float* y, mx::array& out, size_t n) {
   if (out.dtype() == mx::float32) {
     std::memcpy(out.data<float>(), y, n * sizeof(float));
   } else if (out.dtype() == mx::float16) {
@@ -146,6 +146,8 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
 
 }  // namespace
 
+void from_float(const float* y, mx::array& out, size_t n) { from_float_in(y, out, n); }
+
 int sgemm_rows() { return sgemm_rows_now.load(); }
 
 void set_sgemm_rows(int rows) { sgemm_rows_now.store(std::max(1, rows)); }
@@ -198,7 +200,7 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
   } else {
     few_rows(xf, M, weights, y, threads, use);
   }
-  if (!y_copy.empty()) from_float(y, out, y_copy.size());
+  if (!y_copy.empty()) from_float_in(y, out, y_copy.size());
 }
 
 void TandemQuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "mlx/array.h"
@@ -34,6 +35,30 @@ class TandemQuantizedMatmul : public mx::UnaryPrimitive {
  private:
   int group_, bits_;
 };
+
+// Few-query attention (src/attention.h): q (B, Hq, L, D), k and v (B, Hkv, N, D).
+class TandemAttention : public mx::UnaryPrimitive {
+ public:
+  TandemAttention(mx::Stream stream, float scale, bool causal)
+      : mx::UnaryPrimitive(stream), scale_(scale), causal_(causal) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  const char* name() const override { return "TandemAttention"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  float scale_;
+  bool causal_;
+};
+
+mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                    bool causal, const std::optional<mx::array>& mask,
+                    mx::StreamOrDevice s = {});
+
+// float32 results into `out`'s dtype (float16, bfloat16 or float32).
+void from_float(const float* y, mx::array& out, size_t n);
 
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const mx::array& biases, int group_size, int bits,

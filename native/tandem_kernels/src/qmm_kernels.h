@@ -59,6 +59,8 @@ void dequantize_avx2(const Weights& w, int n0, int n1, float* out);
 // The float64 reference, for tests: the dequantized weights times x exactly.
 void qmm_reference(const float* x, int M, const Weights& w, double* y);
 
-bool cpu_has_avx2();  // AVX2, FMA and F16C, with the OS saving their registers
+bool cpu_has_avx2();
+
+float half_to_float(uint16_t h);  // IEEE binary16 to float, exactly (subnormals, inf, NaN)  // AVX2, FMA and F16C, with the OS saving their registers
 
 }  // namespace tk
