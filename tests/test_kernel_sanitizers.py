@@ -44,7 +44,7 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
 
 def test_kernels_and_pool_under_address_and_undefined_sanitizers(tmp_path):
     out = build_and_run(tmp_path, "address,undefined")
-    assert out.startswith("ok: 60 cases") and "dequantized panels, attention" in out, out
+    assert out.startswith("ok: 60 cases") and "dequantized panels, quantized activations, attention" in out, out
 
 
 def test_the_pool_under_thread_sanitizer(tmp_path):

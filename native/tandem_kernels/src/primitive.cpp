@@ -91,10 +91,24 @@ mx::array row_contiguous(const mx::array& a, mx::Stream stream) {
 void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int threads,
               Isa use) {
   const int K = weights.K, N = weights.N, blocks = K / tk::BLOCK;
-  std::vector<int16_t> q(size_t(M) * K);
-  std::vector<float> sx(size_t(M) * blocks), xs(size_t(M) * blocks);
-  std::vector<uint8_t> bad(M);
+  // The quantized activations, in buffers this thread keeps (a decode step
+  // makes ~200 of these calls: no allocation each).
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> sx, xs;
+  thread_local std::vector<uint8_t> bad;
+  q.resize(std::max(q.size(), size_t(M) * K));
+  sx.resize(std::max(sx.size(), size_t(M) * blocks));
+  xs.resize(std::max(xs.size(), size_t(M) * blocks));
+  bad.resize(std::max(bad.size(), size_t(M)));
+#ifdef TK_X86
+  if (use == Isa::Avx2) {
+    tk::quantize_rows_avx2(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+  } else {
+    tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+  }
+#else
   tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+#endif
   tk::QuantizedRows rows{M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data()};
   auto columns = [&](int n0, int n1) {
 #ifdef TK_X86

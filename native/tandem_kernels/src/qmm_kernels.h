@@ -44,6 +44,8 @@ struct Weights {
 // caller's buffers, laid out for `bits`.
 void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* scale,
                    float* sum, uint8_t* bad);
+void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, float* scale,
+                        float* sum, uint8_t* bad);
 
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);

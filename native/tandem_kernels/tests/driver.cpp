@@ -3,6 +3,7 @@
 // and with -fsanitize=thread): random shapes against the float64 reference
 // within the int16 rounding bound, every ISA this CPU runs, and the pool
 // driven from two threads at once (two CPU streams) many times.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,55 @@ bool check_dequantize(const Case& c, Dequantize dequantize, const char* what) {
   return true;
 }
 
+// The AVX2 activation quantizer against the portable one: the same integers
+// and scales (both round to nearest even), sums within float rounding; a row
+// holding inf or NaN flagged bad by both.
+bool check_quantize(std::mt19937& rng) {
+#ifdef TK_X86
+  if (!tk::cpu_has_avx2()) return true;
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 20; ++trial) {
+    const int M = 1 + int(rng() % 6), K = 32 * (1 + int(rng() % 40)), bits = trial % 2 ? 8 : 4;
+    std::vector<float> x(size_t(M) * K);
+    for (auto& v : x) v = normal(rng) * (rng() % 3 ? 1.0f : 300.0f);
+    if (trial % 5 == 0) x[size_t(M - 1) * K + K / 2] = trial % 10 ? INFINITY : NAN;
+    if (trial % 7 == 0) for (int k = 0; k < 32; ++k) x[k] = 0.0f;  // an all-zero block
+    const int blocks = K / 32;
+    std::vector<int16_t> q1(x.size()), q2(x.size());
+    std::vector<float> s1(size_t(M) * blocks), s2(s1.size()), u1(s1.size()), u2(s1.size());
+    std::vector<uint8_t> b1(M), b2(M);
+    tk::quantize_rows(x.data(), M, K, bits, q1.data(), s1.data(), u1.data(), b1.data());
+    tk::quantize_rows_avx2(x.data(), M, K, bits, q2.data(), s2.data(), u2.data(), b2.data());
+    if (b1 != b2) {
+      std::printf("quantize_rows_avx2: M=%d K=%d: bad rows differ\n", M, K);
+      return false;
+    }
+    for (size_t i = 0; i < s1.size(); ++i) {
+      if (b1[i / blocks]) continue;  // a bad row's outputs are NaN whatever it holds
+      double mag = 0;  // the block's sum of magnitudes bounds the sums' rounding
+      for (int j = 0; j < 32; ++j) mag += std::fabs(x[i * 32 + j]);
+      if (s1[i] != s2[i] || std::fabs(u1[i] - u2[i]) > 1e-6 * mag) {
+        std::printf("quantize_rows_avx2: block %zu: scale %g vs %g, sum %g vs %g\n", i, s1[i],
+                    s2[i], u1[i], u2[i]);
+        return false;
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      if (b1[m]) std::fill(q1.begin() + size_t(m) * K, q1.begin() + size_t(m + 1) * K, 0),
+                 std::fill(q2.begin() + size_t(m) * K, q2.begin() + size_t(m + 1) * K, 0);
+    }
+    if (q1 != q2) {
+      std::printf("quantize_rows_avx2: M=%d K=%d bits=%d: the integers differ\n", M, K,
+                  bits);
+      return false;
+    }
+  }
+#else
+  (void)rng;
+#endif
+  return true;
+}
+
 using Attention = void (*)(const tk::AttentionArgs&, int, int, float*);
 
 // Attention on a cache slice (keys and values in a buffer longer than N),
@@ -196,6 +246,7 @@ int main() {
 #ifdef TK_X86
   if (tk::cpu_has_avx2()) attentions.push_back({tk::attention_avx2, "avx2"});
 #endif
+  if (!check_quantize(rng)) return 1;
   for (auto& [attention, name] : attentions) {
     if (!check_attention(rng, attention, name)) return 1;
   }
@@ -215,6 +266,6 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels, dequantized panels, attention, 400 pooled runs from two threads\n", cases, kernels.size());
+  std::printf("ok: %d cases, %zu kernels, dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size());
   return 0;
 }
