@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/hybrid_real_sweep.py [--factors 0.3,0.5,0.7]
      [--rounds 2] [--tabs 4] [--max-answer 32] [--pace slowdown|min-step]
+     [--log decisions.jsonl]
 
 Two real lanes of the bundled model on this machine's cores: "gpu" (a CPU
 lane the router sees as the GPU, LaneSpec.acts_as) and "cpu", slowed to a
@@ -19,7 +20,10 @@ fresh engine each, the order alternated between rounds. As in the app, the
 lanes' contention comes from a cost store (runtime/coststore.py) that the runs
 before wrote: for each F a first hybrid run, not counted, learns it. Printed:
 output tokens per wall second and the mean time to finish a request, hybrid
-over gpu-only, per F and round. Measured (wall clock, both lanes sharing the
+over gpu-only, per F and round; `--log` keeps every routing decision of the
+counted hybrid runs (phase, lane, reason, predicted seconds per lane), a JSON
+line each with its F and round, to read where a losing round's time went.
+Measured (wall clock, both lanes sharing the
 cores: the contention is real and learned online), not simulated.
 """
 
@@ -39,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.chat_tabs import play  # noqa: E402
 from engine import Engine, LaneConfig, LaneSpec, SamplingParams  # noqa: E402
+from engine.core.events import Migrated, Routed  # noqa: E402
 from engine.sim import chat_workload  # noqa: E402
 
 
@@ -55,14 +60,20 @@ def one_stream_step_s() -> float:
         engine.close()
 
 
-def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str) -> dict:
+def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str,
+        log=None, label: dict | None = None) -> dict:
     engine = Engine.load("default", mode=mode, cost_store=store, lanes=[
         LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
         LaneSpec("cpu", "cpu", "float32", config=slow)])
+    unsubscribe = None
     try:
         engine.wait_ready(120, every_lane=True)
+        if log is not None:
+            unsubscribe = engine.subscribe(lambda e: _log(log, label or {}, e))
         finished, wall = play(engine, tabs, max_answer)
     finally:
+        if unsubscribe is not None:
+            unsubscribe()
         engine.close()
     tokens = sum(f.output_tokens for f in finished)
     on_cpu = sum(f.output_tokens for f in finished if f.lanes and f.lanes[-1][1] == "cpu")
@@ -72,6 +83,17 @@ def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str) -> dict:
             "requests": len(finished), "wall_s": wall}
 
 
+def _log(out, label: dict, event) -> None:
+    """One routing decision (Routed, Migrated) as a JSON line."""
+    if isinstance(event, (Routed, Migrated)):
+        out.write(json.dumps({**label, "event": type(event).__name__,
+                              "request": event.request_id,
+                              "phase": getattr(event, "phase", "migrate"),
+                              "lane": getattr(event, "lane", getattr(event, "to_lane", "")),
+                              "reason": event.reason, "predicted_s": event.predicted_s,
+                              "time": event.time}) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--factors", default="0.3,0.5,0.7")
@@ -79,7 +101,9 @@ def main() -> None:
     parser.add_argument("--tabs", type=int, default=4)
     parser.add_argument("--max-answer", type=int, default=32)
     parser.add_argument("--pace", choices=("slowdown", "min-step"), default="slowdown")
+    parser.add_argument("--log", help="a file for the counted hybrid runs' decisions")
     args = parser.parse_args()
+    log = open(args.log, "w", encoding="utf-8") if args.log else None
     step = one_stream_step_s()
 
     def slow(factor: float) -> LaneConfig:
@@ -97,7 +121,9 @@ def main() -> None:
     for round_ in range(args.rounds):
         for factor in factors:
             order = ("gpu-only", "hybrid") if round_ % 2 == 0 else ("hybrid", "gpu-only")
-            got = {mode: run(mode, slow(factor), tabs, args.max_answer, stores[factor])
+            got = {mode: run(mode, slow(factor), tabs, args.max_answer, stores[factor],
+                             log if mode == "hybrid" else None,
+                             {"factor": factor, "round": round_})
                    for mode in order}
             row = {"round": round_, "factor": factor, "order": order,
                    "throughput_ratio": got["hybrid"]["tokens_per_s"]
@@ -106,6 +132,8 @@ def main() -> None:
                    **{f"{mode}": v for mode, v in got.items()}}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    if log is not None:
+        log.close()
     learned = {}
     for factor, path in stores.items():
         try:
