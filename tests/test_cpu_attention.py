@@ -33,7 +33,7 @@ def _restore_isa():
 
 
 def isas() -> list[str]:
-    return ["generic"] + (["avx2"] if EXT is not None and EXT.isa() == "avx2" else [])
+    return ["generic"] + ([EXT.isa()] if EXT is not None and EXT.isa() != "generic" else [])
 
 
 def reference(q, k, v, scale, causal=False, mask=None) -> np.ndarray:

@@ -34,7 +34,7 @@ EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
 def isas() -> list[str]:
-    return ["generic"] + (["avx2"] if EXT is not None and EXT.isa() == "avx2" else [])
+    return ["generic"] + ([EXT.isa()] if EXT is not None and EXT.isa() != "generic" else [])
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ NB_MODULE(_tandem_kernels, m) {
   m.def("runtime_mlx_version", [] { return mx::version(); },
         "The version of the libmlx this module runs against.");
   m.def("isa", [] { return std::string(tandem::isa_name(tandem::isa())); },
-        "The kernels this process runs: 'avx2' or 'generic'.");
+        "The kernels this process runs: 'avx2', 'neon' or 'generic'.");
   m.def(
       "force_isa",
       [](const std::string& name) {
@@ -31,6 +31,8 @@ NB_MODULE(_tandem_kernels, m) {
           tandem::force_isa(tandem::Isa::Generic);
         } else if (name == "avx2") {
           tandem::force_isa(tandem::Isa::Avx2);
+        } else if (name == "neon") {
+          tandem::force_isa(tandem::Isa::Neon);
         } else {
           throw std::invalid_argument("unknown instruction set: " + name);
         }

@@ -39,7 +39,13 @@ constexpr int CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
 std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
 
-Isa detect() { return tk::cpu_has_avx2() ? Isa::Avx2 : Isa::Generic; }
+Isa detect() {
+#ifdef TK_ARM64
+  return Isa::Neon;  // the architecture's baseline
+#else
+  return tk::cpu_has_avx2() ? Isa::Avx2 : Isa::Generic;
+#endif
+}
 
 tk::ScaleType scale_type(mx::Dtype t) {
   if (t == mx::float16) return tk::ScaleType::F16;
@@ -114,6 +120,9 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
 #ifdef TK_X86
     if (use == Isa::Avx2) return tk::qmm_avx2(rows, weights, y, n0, n1);
 #endif
+#ifdef TK_ARM64
+    if (use == Isa::Neon) return tk::qmm_neon(rows, weights, y, n0, n1);
+#endif
     tk::qmm_generic(rows, weights, y, n0, n1);
   };
   if (threads <= 1) {
@@ -139,6 +148,9 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
     float* at = wp.data() + size_t(n0 % panel) * K;
 #ifdef TK_X86
     if (use == Isa::Avx2) return tk::dequantize_avx2(weights, n0, n1, at);
+#endif
+#ifdef TK_ARM64
+    if (use == Isa::Neon) return tk::dequantize_neon(weights, n0, n1, at);
 #endif
     tk::dequantize_generic(weights, n0, n1, at);
   };
@@ -180,13 +192,15 @@ Isa isa() {
 }
 
 void force_isa(Isa wanted) {
-  if (static_cast<int>(wanted) > static_cast<int>(detect())) {
+  if (wanted != Isa::Generic && wanted != detect()) {
     throw std::invalid_argument("this CPU cannot run that instruction set");
   }
   chosen.store(static_cast<int>(wanted));
 }
 
-const char* isa_name(Isa i) { return i == Isa::Avx2 ? "avx2" : "generic"; }
+const char* isa_name(Isa i) {
+  return i == Isa::Avx2 ? "avx2" : (i == Isa::Neon ? "neon" : "generic");
+}
 
 void run(const mx::array& x, const mx::array& w, const mx::array& scales,
          const mx::array& biases, mx::array& out, int group_size, int bits, Isa use) {

@@ -11,7 +11,7 @@ namespace mx = mlx::core;
 
 namespace tandem {
 
-enum class Isa : int { Generic = 0, Avx2 = 1 };
+enum class Isa : int { Generic = 0, Avx2 = 1, Neon = 2 };
 
 Isa isa();                 // the kernels this process runs (detected at first use)
 void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allows

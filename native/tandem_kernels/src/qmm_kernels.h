@@ -50,6 +50,7 @@ void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, floa
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // arm64
 
 // Many rows (a prefill chunk, a wide batch): the weights of columns [n0, n1)
 // dequantized to float32, row n - n0 of `out` (K floats each), exactly
@@ -57,6 +58,7 @@ void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
 // columns at a time: never a float32 copy of the whole matrix.
 void dequantize_generic(const Weights& w, int n0, int n1, float* out);
 void dequantize_avx2(const Weights& w, int n0, int n1, float* out);
+void dequantize_neon(const Weights& w, int n0, int n1, float* out);  // arm64
 
 // The float64 reference, for tests: the dequantized weights times x exactly.
 void qmm_reference(const float* x, int M, const Weights& w, double* y);

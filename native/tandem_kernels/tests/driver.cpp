@@ -217,13 +217,15 @@ bool check_attention(std::mt19937& rng, Attention kernel, const char* what) {
 int main() {
   std::mt19937 rng(1234);
   std::vector<std::pair<Kernel, const char*>> kernels{{tk::qmm_generic, "generic"}};
-#ifdef TK_X86
-  if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
-#endif
   std::vector<std::pair<Dequantize, const char*>> dequantizers{
       {tk::dequantize_generic, "generic"}};
 #ifdef TK_X86
+  if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
   if (tk::cpu_has_avx2()) dequantizers.push_back({tk::dequantize_avx2, "avx2"});
+#endif
+#ifdef TK_ARM64
+  kernels.push_back({tk::qmm_neon, "neon"});
+  dequantizers.push_back({tk::dequantize_neon, "neon"});
 #endif
   tk::set_threads(3);
   const int groups[] = {32, 64, 128};
@@ -266,6 +268,7 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels, dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size());
+  std::printf("ok: %d cases, %zu kernels (%s), dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size(),
+              kernels.back().second);
   return 0;
 }
