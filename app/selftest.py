@@ -68,7 +68,8 @@ def _optional_parts(report: dict) -> str | None:
 
 
 def engine_check(model: str = "default") -> int:
-    from engine import EngineError, Grammar, SamplingParams, cpu_matmul, loaded_blas
+    from engine import (EngineError, Grammar, SamplingParams, cpu_attention, cpu_matmul,
+                        loaded_blas)
 
     report = _platform_report()
     try:
@@ -91,6 +92,7 @@ def engine_check(model: str = "default") -> int:
         report["lanes"] = {lane.name: lane.device for lane in engine.lane_info()}
         report["blas"] = loaded_blas or "bundled with mlx"
         report["cpu_kernels"] = cpu_matmul()  # Tandem's kernels, or why not (issue 51)
+        report["cpu_attention"] = cpu_attention()  # the attention kernel, measured, or MLX's
         report["cpu_matmul"] = (engine.memory_plan.cpu_matmul_why  # what the CPU lane runs
                                 or "not probed: the weights are not quantized")
         handle = engine.submit([{"role": "user", "content": PROMPT}],

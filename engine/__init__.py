@@ -36,7 +36,7 @@ _PUBLIC = {
     "RequestHandle": "handle",
     "LoadedModel": "models.loader", "load_model": "models.loader",
     "openblas_advice": "runtime.blas", "loaded_blas": "runtime.blas",
-    "cpu_matmul": "runtime.qmm",
+    "cpu_matmul": "runtime.qmm", "cpu_attention": "runtime.attention",
     "release_saved_kv": "runtime.kv_owners",
     "load_embedding_model": "models.embedding",
     "strict_loads": "models.call_json", "cut_call": "models.call_json",

@@ -140,6 +140,7 @@ def test_the_wrapper_keeps_mlx_where_the_kernel_does_not_apply(monkeypatch):
     """A prefill (more than MAX_QUERIES queries), attention sinks, a mask it
     cannot broadcast, TANDEM_CPU_ATTENTION=mlx: mlx-lm's own function, bit
     for bit."""
+    monkeypatch.setenv("TANDEM_CPU_ATTENTION", "tandem")  # not the probe's timing
     rng = np.random.default_rng(9)
     L = attention.MAX_QUERIES + 1
     q = mx.array(rng.standard_normal((1, 4, L, 32)).astype(np.float32))
@@ -159,13 +160,14 @@ def test_the_wrapper_keeps_mlx_where_the_kernel_does_not_apply(monkeypatch):
             one, k, v, None, scale=0.5, mask=None)))
 
 
-def test_the_bundled_model_decodes_the_same_greedy_tokens():
+def test_the_bundled_model_decodes_the_same_greedy_tokens(monkeypatch):
     """Twenty decode steps of the bundled model after a prompt, its attention
     on the kernel (install) against MLX's own: the same tokens, logits close."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.models.loader import load_model
 
+    monkeypatch.setenv("TANDEM_CPU_ATTENTION", "tandem")  # not the probe's timing
     model = load_model("default").model
     prompt = mx.array([[1, 504, 3458, 282, 253, 1345, 28, 3151, 314, 260, 1226, 30]])
 
@@ -193,3 +195,21 @@ def test_the_bundled_model_decodes_the_same_greedy_tokens():
     assert ours[0] == theirs[0]
     for a, b in zip(ours[1], theirs[1]):
         assert np.abs(a - b).max() <= 1e-3 * (np.abs(b).max() + 1)
+
+
+def test_the_choice_follows_the_measurement_and_the_forcing(monkeypatch):
+    """MLX's path is chosen only where it is MLX_MARGIN faster (a Mac's
+    sgemms on Accelerate may be); the probe times both paths for real; the
+    environment forces either."""
+    assert attention.verdict({"tandem": 1.0, "mlx": 0.9})[0] == "tandem"
+    assert attention.verdict({"tandem": 1.0, "mlx": 1.0 / attention.MLX_MARGIN - 0.01})[0] == "mlx"
+    assert "MLX's 0.7 ms" in attention.verdict({"tandem": 1.0, "mlx": 0.7})[1]
+    ms = attention._timings(reps=2)
+    assert set(ms) == {"tandem", "mlx"} and all(t > 0 for t in ms.values())
+    monkeypatch.setenv("TANDEM_CPU_ATTENTION", "mlx")
+    assert attention.choice() == ("mlx", "MLX's attention (forced)") and not attention.enabled()
+    monkeypatch.setenv("TANDEM_CPU_ATTENTION", "tandem")
+    assert attention.choice()[0] == "tandem" and attention.enabled()
+    monkeypatch.delenv("TANDEM_CPU_ATTENTION")
+    path, why = attention.choice()  # measured once a process, then read
+    assert attention.enabled() == (path == "tandem") and "ms a call" in why

@@ -27,6 +27,7 @@ def test_self_test_passes_on_a_model_and_reports_it(tiny_model_dir):
     # What a CPU lane's quantized layers run (issue 51): the kernels or why not.
     assert report["cpu_kernels"].startswith(("Tandem's", "MLX's op or a float32 copy, as measured"))
     assert report["cpu_matmul"] == "not probed: the weights are not quantized"  # float16
+    assert report["cpu_attention"].startswith(("Tandem's attention", "MLX's attention"))
 
 
 def test_gui_self_test_answers_on_a_model(tiny_model_dir):
