@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/hybrid_real_sweep.py [--factors 0.3,0.5,0.7]
      [--rounds 2] [--tabs 4] [--max-answer 32] [--pace slowdown|min-step]
-     [--log decisions.jsonl]
+     [--log decisions.jsonl] [--gpu-floor 0]
 
 Two real lanes of the bundled model on this machine's cores: "gpu" (a CPU
 lane the router sees as the GPU, LaneSpec.acts_as) and "cpu", slowed to a
@@ -14,6 +14,11 @@ factor F of it:
 - `--pace min-step`: LaneConfig.min_step_s = the "gpu" lane's one-stream
   step / F: decode steps last at least that (a batch costs the same as one
   stream), prefill chunks longer than that run at the lane's own speed.
+- `--gpu-floor X` (X > 0): the "gpu" lane's steps last at least X times its
+  one-stream step too: a device whose batch is nearly free up to the floor
+  (a GPU's), and two lanes that compute a fraction of each step, so their
+  contention and the run-to-run spread shrink (the router's decisions, not
+  the cores' noise, set the result).
 For each F the same multi-tab chat workload (engine/sim/workload.py, scaled
 down) runs in gpu-only mode and in hybrid mode with the cost-aware router, a
 fresh engine each, the order alternated between rounds. As in the app, the
@@ -61,9 +66,9 @@ def one_stream_step_s() -> float:
 
 
 def run(mode: str, slow: LaneConfig, tabs, max_answer: int, store: str,
-        log=None, label: dict | None = None) -> dict:
+        log=None, label: dict | None = None, fast: LaneConfig | None = None) -> dict:
     engine = Engine.load("default", mode=mode, cost_store=store, lanes=[
-        LaneSpec("gpu", "cpu", "float32", acts_as="gpu"),
+        LaneSpec("gpu", "cpu", "float32", acts_as="gpu", config=fast),
         LaneSpec("cpu", "cpu", "float32", config=slow)])
     unsubscribe = None
     try:
@@ -102,9 +107,14 @@ def main() -> None:
     parser.add_argument("--max-answer", type=int, default=32)
     parser.add_argument("--pace", choices=("slowdown", "min-step"), default="slowdown")
     parser.add_argument("--log", help="a file for the counted hybrid runs' decisions")
+    parser.add_argument("--gpu-floor", type=float, default=0.0,
+                        help="the gpu lane's steps last at least this times its own step")
     args = parser.parse_args()
     log = open(args.log, "w", encoding="utf-8") if args.log else None
     step = one_stream_step_s()
+    fast = LaneConfig(min_step_s=step * args.gpu_floor) if args.gpu_floor > 0 else None
+    if fast is not None:
+        step *= args.gpu_floor  # the "gpu" lane's one-stream step, as paced
 
     def slow(factor: float) -> LaneConfig:
         return (LaneConfig(slowdown=1 / factor) if args.pace == "slowdown"
@@ -116,14 +126,14 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="tandem-costs-")
     stores = {f: os.path.join(folder, f"costs-{f}.json") for f in factors}
     for factor in factors:  # contention learned as a first session would
-        run("hybrid", slow(factor), tabs, args.max_answer, stores[factor])
+        run("hybrid", slow(factor), tabs, args.max_answer, stores[factor], fast=fast)
     rows = []
     for round_ in range(args.rounds):
         for factor in factors:
             order = ("gpu-only", "hybrid") if round_ % 2 == 0 else ("hybrid", "gpu-only")
             got = {mode: run(mode, slow(factor), tabs, args.max_answer, stores[factor],
                              log if mode == "hybrid" else None,
-                             {"factor": factor, "round": round_})
+                             {"factor": factor, "round": round_}, fast)
                    for mode in order}
             row = {"round": round_, "factor": factor, "order": order,
                    "throughput_ratio": got["hybrid"]["tokens_per_s"]
@@ -141,6 +151,7 @@ def main() -> None:
         except (OSError, ValueError):
             learned[factor] = None  # nothing contended for long enough to keep
     print(json.dumps({"machine": f"{platform.machine()} {platform.node()}", "pace": args.pace,
+                      "gpu_floor": args.gpu_floor,
                       "learned_contention": learned,
                       "date": time.strftime("%Y-%m-%d %H:%M"), "gpu_lane_step_s": step,
                       "per_factor": {f: {"throughput_ratio": statistics.fmean(
