@@ -27,11 +27,11 @@ STORY = "Tell me a long story about a lighthouse keeper and the sea."
 PASTE = " ".join(["The tide came in over the rocks while the keeper counted the ships."] * 40)
 
 
-def one(tokens: int) -> dict:
+def one(tokens: int, model: str = "default") -> dict:
     sys.path.insert(0, str(ROOT))
     from engine import Engine, LaneSpec, SamplingParams, cpu_matmul
 
-    engine = Engine.load("default", lanes=[LaneSpec("cpu", "cpu")])
+    engine = Engine.load(model, lanes=[LaneSpec("cpu", "cpu")])
     try:
         engine.wait_ready(120, every_lane=True)
         greedy = SamplingParams(max_tokens=tokens, temperature=0.0)
@@ -60,9 +60,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--one", choices=PATHS)
+    parser.add_argument("--model", default="default", help="a model path (a GGUF, a folder)")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.tokens)))
+        print(json.dumps(one(args.tokens, args.model)))
         return
     rows = []
     for round_ in range(args.rounds):
@@ -71,7 +72,7 @@ def main() -> None:
         for path in order:
             env = dict(os.environ, TANDEM_CPU_MATMUL=path, HF_HUB_OFFLINE="1")
             out = subprocess.run([sys.executable, __file__, "--one", path, "--tokens",
-                                  str(args.tokens)], env=env, capture_output=True, text=True,
+                                  str(args.tokens), "--model", args.model], env=env, capture_output=True, text=True,
                                  timeout=1800, check=True).stdout
             got[path] = json.loads(out.strip().splitlines()[-1])
         row = {"round": round_, "order": order, **got,

@@ -76,8 +76,9 @@ print(json.dumps({"peak": mx.get_peak_memory() - base, "loaded": sum(a.nbytes fo
 
 
 def build(path: Path, hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int,
-          vocab: int, seed: int = 0) -> dict:
-    """Write the Q4_K_M-like file; returns what it holds."""
+          vocab: int, seed: int = 0, chat_template: str | None = None) -> dict:
+    """Write the Q4_K_M-like file; returns what it holds. `chat_template`: one
+    for chats (benchmarks/llama_cpp_anchor.py's --shape), none by default."""
     import gguf
     import numpy as np
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -114,6 +115,8 @@ def build(path: Path, hidden: int, layers: int, intermediate: int, heads: int, k
     w.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
     w.add_eos_token_id(2)
     w.add_bos_token_id(1)
+    if chat_template:
+        w.add_chat_template(chat_template)
     shapes = {"token_embd.weight": ("Q4_K", vocab, hidden)}
     for i in range(layers):
         shapes |= {f"blk.{i}.attn_q.weight": ("Q4_K", hidden, hidden),

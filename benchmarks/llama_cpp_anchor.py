@@ -11,6 +11,13 @@ the same GGUF, the same threads, alternated round by round.
 - prefill: `llama-bench -p PROMPT -n 0` against a ~600-token prompt's TTFT.
 
 Run: .venv/bin/python benchmarks/llama_cpp_anchor.py [--rounds 3] [--model GGUF]
+     [--shape 1.5b]
+
+`--model` runs both on that GGUF; `--shape 1.5b` first writes one with a
+1.5B model's layer shapes (hidden 1536, 28 layers, MLP 8960, 12 query and 2
+key-value heads; a 32,000-token vocabulary), random K-quant blocks mixed as
+llama.cpp's Q4_K_M (benchmarks/gguf_load_memory.py's builder, with a ChatML
+template), tensor by tensor with the gguf package, into build/llama_cpp/.
 The first run builds build/llama_cpp/ (pip download of the sdist, cmake; a few
 minutes); later runs reuse it.
 """
@@ -78,12 +85,33 @@ def llama_cpp(bin_dir: Path, model: str, threads: int, tokens: int, prompt: int)
             "prefill": bench("-p", str(prompt), "-n", "0")}
 
 
-def tandem(tokens: int) -> dict:
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SHAPES = {"1.5b": dict(hidden=1536, layers=28, intermediate=8960, heads=12, kv_heads=2,
+                       vocab=32000)}
+
+
+def shaped_model(name: str) -> Path:
+    """The GGUF of a model shape, written once (random weights: speed only)."""
+    path = BUILD / f"shape-{name}.gguf"
+    if not path.exists():
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from gguf_load_memory import build as build_gguf
+
+        BUILD.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        build_gguf(partial, **SHAPES[name], chat_template=CHATML)
+        partial.rename(path)
+    return path
+
+
+def tandem(tokens: int, model: str = "default") -> dict:
     """A fresh process and engine (benchmarks/cpu_lane_paths.py's `one`)."""
     env = {k: v for k, v in os.environ.items() if k != "TANDEM_CPU_MATMUL"}
     env["HF_HUB_OFFLINE"] = "1"
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_lane_paths.py"),
-                          "--one", "tandem", "--tokens", str(tokens)], env=env,
+                          "--one", "tandem", "--tokens", str(tokens), "--model", model],
+                         env=env,
                          capture_output=True, text=True, timeout=1800, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -95,11 +123,14 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=600)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--model", default=None, help="a GGUF (default: the bundled model)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a GGUF of this shape, written")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from engine.models.loader import default_model_path
 
-    model = args.model or str(default_model_path())
+    model = args.model or (str(shaped_model(args.shape)) if args.shape else None)
+    tandem_model = model or "default"
+    model = model or str(default_model_path())
     bin_dir = build()
     rows = []
     for round_ in range(args.rounds):
@@ -107,7 +138,7 @@ def main() -> None:
         got = {}
         for who in (("llama.cpp", "tandem") if first_llama else ("tandem", "llama.cpp")):
             got[who] = (llama_cpp(bin_dir, model, args.threads, args.tokens, args.prompt)
-                        if who == "llama.cpp" else tandem(args.tokens))
+                        if who == "llama.cpp" else tandem(args.tokens, tandem_model))
         ratio = {k: round(got["tandem"][k] / got["llama.cpp"][k], 2)
                  for k in ("decode_1", "decode_16", "prefill")}
         row = {"round": round_, **got, "tandem_vs_llama_cpp": ratio}
