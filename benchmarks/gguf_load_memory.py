@@ -96,7 +96,8 @@ def build(path: Path, hidden: int, layers: int, intermediate: int, heads: int, k
         return raw
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tokens = specials + pre_tokenizers.ByteLevel.alphabet()
+    # One merge (llama.cpp refuses a byte-level vocabulary without any).
+    tokens = specials + sorted(pre_tokenizers.ByteLevel.alphabet()) + ["\u0120t"]
     tokens += [f"<unused{i}>" for i in range(vocab - len(tokens))]
     head_dim = hidden // heads
     w = gguf.GGUFWriter(str(path), "llama")
@@ -111,7 +112,7 @@ def build(path: Path, hidden: int, layers: int, intermediate: int, heads: int, k
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
-    w.add_token_merges([])
+    w.add_token_merges(["\u0120 t"])
     w.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
     w.add_eos_token_id(2)
     w.add_bos_token_id(1)
