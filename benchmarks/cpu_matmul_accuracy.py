@@ -93,6 +93,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--answer", type=int, default=48)
     parser.add_argument("--no-mlx", action="store_true", help="skip MLX's op (minutes here)")
+    parser.add_argument("--integer-path", action="store_true",
+                        help="the perplexity's chunks on the integer path (quantized "
+                             "activations, as decode steps) instead of dequantized panels")
     args = parser.parse_args()
     if qmm.kernels() is None:
         sys.exit(f"the kernels are not used: {qmm.status()[1]}")
@@ -105,6 +108,8 @@ def main() -> None:
         model = dense if name == "float32" else loaded.model
         if name == "tandem":
             qmm.install(model)
+            if args.integer_path:
+                qmm.kernels().set_sgemm_rows(1 << 30)
         started = time.perf_counter()
         out[name] = {"perplexity": round(perplexity(model, ids), 4),
                      "seconds": round(time.perf_counter() - started, 1)}
@@ -116,6 +121,7 @@ def main() -> None:
     for name in [n for n in ("mlx", "tandem") if n in out]:
         out[name]["vs_float32"] = round(out[name]["perplexity"] / out["float32"]["perplexity"], 4)
     print(json.dumps({"tokens": len(ids), "isa": qmm.kernels().isa(),
+                      "path": "integer" if args.integer_path else "by rows",
                       "date": time.strftime("%Y-%m-%d %H:%M"), **out}))
 
 
