@@ -66,6 +66,13 @@ def test_self_test_loads_the_bundled_model_and_generates(bundle_env):
     assert "Tandem self-test passed." in stdout
     if sys.platform.startswith("linux"):
         assert "_internal" in report["blas"]  # the bundle's own OpenBLAS
+    # The bundle ships Tandem's CPU kernels where this checkout built them (issue 51):
+    # loaded and trusted there, the CPU lane on the quantized weights, its attention too.
+    status = ROOT / "engine" / "runtime" / "_tandem_kernels.status"
+    if status.exists() and status.read_text().startswith("built"):
+        assert report["cpu_kernels"].startswith("Tandem's"), report["cpu_kernels"]
+        assert "on the quantized weights" in report["cpu_matmul"], report["cpu_matmul"]
+        assert "kernels are not used" not in report["cpu_attention"], report["cpu_attention"]
 
 
 def test_bundled_gui_answers_a_message(bundle_env):
