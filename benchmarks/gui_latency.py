@@ -1,6 +1,10 @@
 """Event-loop latency of the main window while four tabs stream.
 
 Run: QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/gui_latency.py [--seconds 15]
+     [--tabs 4]
+
+`--tabs N`: N tabs stream at once instead of four (16: the CPU lane decodes
+16 streams, issue 51's case), their prompts taken in turn.
 
 A 10 ms QTimer records how late each tick arrives (lateness = interval between
 ticks - 10 ms) on the GUI thread while four chats stream answers from the
@@ -169,6 +173,7 @@ def open_chat(count: int, code: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--tabs", type=int, default=4, help="tabs streaming at once")
     parser.add_argument("--open-chat", type=int, default=None, metavar="N",
                         help="measure opening an imported N-message chat instead")
     parser.add_argument("--code", default=str(Path(__file__).resolve().parents[1]),
@@ -213,8 +218,10 @@ def main() -> int:
 
     def start():
         counted.append(output_tokens())
-        tabs = [window.chat_tabs()[0]] + [window.new_chat() for _ in range(3)]
-        for tab, prompt in zip(tabs, PROMPTS):
+        tabs = [window.chat_tabs()[0]] + [window.new_chat() for _ in range(args.tabs - 1)]
+        for k, tab in enumerate(tabs):
+            prompt = PROMPTS[k % len(PROMPTS)] + (f" (version {k // len(PROMPTS) + 1})"
+                                                  if k >= len(PROMPTS) else "")
             tab.composer.setPlainText(prompt)
             tab.send()
         timer.timeout.connect(tick)
@@ -235,7 +242,7 @@ def main() -> int:
     print(json.dumps({
         "machine": f"{platform.machine()} 2 cores, offscreen Qt",
         "date": time.strftime("%Y-%m-%d"),
-        "engine_nice": nice,
+        "engine_nice": nice, "tabs": args.tabs,
         "ticks_while_streaming": len(late),
         "output_tokens_per_s": (counted[1] - counted[0]) / args.seconds,
         "lateness_ms": {"p50": pick(0.5), "p99": pick(0.99), "max": late[-1]},
