@@ -34,10 +34,12 @@ inline void relax() {
 }
 
 constexpr int SPIN = 4000;  // the caller's polls before it yields while helpers finish
-// How long a worker polls for the next job before it sleeps: a forward pass
-// calls back within tens of microseconds (the ops between two products), and
-// waking a sleeping thread costs about as long as a small product.
-constexpr int SPIN_US = 50;
+// How long a worker polls for the next job before it sleeps: not at all by
+// default. Polling 50 us made decode no faster (the bundled model and a 1.5B
+// shape) and the GUI's p99 lateness ~1.3x worse with 16 streams; 1 ms made
+// decode slower (on two cores a polling worker takes the core the stream and
+// Python threads need). benchmarks/RESULTS.md.
+constexpr int SPIN_US = 0;
 std::atomic<int> spin_us_now{SPIN_US};
 
 // Polls until `generation` moves on or `us` microseconds pass (the clock is

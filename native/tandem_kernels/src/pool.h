@@ -1,8 +1,7 @@
 // The kernels' threads: a pool sized to the cores the lane may use. The
 // calling thread (MLX's CPU stream thread) works too; workers start from it
-// on first use, so they inherit its nice level (the lane's), spin briefly
-// after a job (a forward pass calls back within microseconds: spin_us), then
-// sleep.
+// on first use, so they inherit its nice level (the lane's), and sleep once
+// a job is done (spin_us: 0 unless a benchmark sets it).
 // They never exit: the pool is leaked on purpose, so nothing joins or
 // destroys it while the process ends.
 #pragma once
