@@ -44,7 +44,8 @@ def _load():
     forced_path = forced()
     if forced_path in ("mlx", "float32"):
         return None, f"TANDEM_CPU_MATMUL={forced_path}"
-    return _state["extension"], _state["ext_why"]  # kernels() loaded it first
+    ext = extension()
+    return ext, _state["ext_why"]
 
 
 def _load_extension():
@@ -97,11 +98,12 @@ def extension():
 def kernels():
     """The loaded module for the quantized layers, or None (then `status()`
     says why)."""
-    extension()
-    with _lock:
-        if "ext" not in _state:
-            _state["ext"], _state["why"] = _load()
-        return _state["ext"]
+    if "ext" not in _state:
+        ext, why = _load()  # outside the lock: extension() takes it
+        with _lock:
+            if "ext" not in _state:  # the first choice stands for the process
+                _state["ext"], _state["why"] = ext, why
+    return _state["ext"]
 
 
 def status() -> tuple[str, str]:
