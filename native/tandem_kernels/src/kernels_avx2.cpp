@@ -1,5 +1,5 @@
 // The AVX2 kernels (compiled with -mavx2 -mfma -mf16c; called only where
-// cpu_has_avx2() says the CPU and the OS support them). Only this header and
+// cpu_has_avx2() says the CPU and the OS support them). Only our headers and
 // the intrinsics are included: no inline library code compiled with these
 // flags can be the copy the linker keeps for the rest of the program.
 #include <immintrin.h>
@@ -102,18 +102,6 @@ void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, in
   }
 }
 
-template <int BITS>
-void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  int m = 0;
-  for (; m + 4 <= x.M; m += 4) rows<4, 1, BITS>(x, w, y, m, n0, n1);
-  switch (x.M - m) {
-    case 3: rows<3, 2, BITS>(x, w, y, m, n0, n1); break;
-    case 2: rows<2, 2, BITS>(x, w, y, m, n0, n1); break;
-    case 1: rows<1, 4, BITS>(x, w, y, m, n0, n1); break;
-    default: break;
-  }
-}
-
 // One row's K weights as floats, 16 at a time (a group is 32 or more).
 template <int BITS>
 void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, float* o) {
@@ -138,6 +126,8 @@ void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, flo
     }
   }
 }
+
+#include "qmm_impl.h"
 
 }  // namespace
 
@@ -200,24 +190,11 @@ void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, floa
 }
 
 void dequantize_avx2(const Weights& w, int n0, int n1, float* out) {
-  const size_t row_bytes = size_t(w.K) * w.bits / 8, groups = w.K / w.group;
-  for (int n = n0; n < n1; ++n) {
-    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
-    float* o = out + size_t(n - n0) * w.K;
-    if (w.bits == 4) {
-      dequantize_row<4>(wr, w, size_t(n) * groups, o);
-    } else {
-      dequantize_row<8>(wr, w, size_t(n) * groups, o);
-    }
-  }
+  dequantize_columns(w, n0, n1, out);
 }
 
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  if (w.bits == 4) {
-    all_rows<4>(x, w, y, n0, n1);
-  } else {
-    all_rows<8>(x, w, y, n0, n1);
-  }
+  qmm_rows(x, w, y, n0, n1);
 }
 
 }  // namespace tk

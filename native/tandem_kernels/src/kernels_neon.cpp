@@ -105,18 +105,6 @@ void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, in
   }
 }
 
-template <int BITS>
-void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  int m = 0;
-  for (; m + 4 <= x.M; m += 4) rows<4, 1, BITS>(x, w, y, m, n0, n1);
-  switch (x.M - m) {
-    case 3: rows<3, 2, BITS>(x, w, y, m, n0, n1); break;
-    case 2: rows<2, 2, BITS>(x, w, y, m, n0, n1); break;
-    case 1: rows<1, 4, BITS>(x, w, y, m, n0, n1); break;
-    default: break;
-  }
-}
-
 // 16 weights (k in order) as floats: scales * q + biases.
 template <int BITS>
 void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, float* o) {
@@ -143,27 +131,16 @@ void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, flo
   }
 }
 
+#include "qmm_impl.h"
+
 }  // namespace
 
 void dequantize_neon(const Weights& w, int n0, int n1, float* out) {
-  const size_t row_bytes = size_t(w.K) * w.bits / 8, groups = w.K / w.group;
-  for (int n = n0; n < n1; ++n) {
-    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
-    float* o = out + size_t(n - n0) * w.K;
-    if (w.bits == 4) {
-      dequantize_row<4>(wr, w, size_t(n) * groups, o);
-    } else {
-      dequantize_row<8>(wr, w, size_t(n) * groups, o);
-    }
-  }
+  dequantize_columns(w, n0, n1, out);
 }
 
 void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  if (w.bits == 4) {
-    all_rows<4>(x, w, y, n0, n1);
-  } else {
-    all_rows<8>(x, w, y, n0, n1);
-  }
+  qmm_rows(x, w, y, n0, n1);
 }
 
 }  // namespace tk
