@@ -363,3 +363,39 @@ def test_a_gpu_left_idle_beside_a_lane_that_holds_the_decodes_takes_them_back():
     views[1] = _view("cpu", fast, batch_size=3, decode_batch=3, mean_context=300,
                      remaining_tokens=90)
     assert CostAwarePolicy().reconsider(request, "cpu", views) is None
+
+
+def test_contention_is_charged_only_while_the_other_lane_stays_busy():
+    """A GPU lane decoding 8 streams, a CPU lane busy with a short prefill
+    the router put there: the GPU's next 64 steps are slowed only while that
+    prefill lasts. Charging all of them (the learned contention 0.81 times
+    64 steps) once made the GPU look slower than the CPU lane and drew its
+    decodes there ("decode 64 tokens: GPU 16.2 s vs CPU 11.6 s"; the real
+    sweep lost 22%)."""
+    gpu_cost = CostModel(prefill_tps=900, decode_points=[(0, 9.4)], batch_alpha=0.05,
+                         contention=0.81, contended_samples=40,
+                         prefill_contention=0.81, prefill_contended_samples=40)
+    cpu_cost = CostModel(prefill_tps=900, decode_points=[(0, 4.7)], batch_alpha=0.0,
+                         contention=0.9, contended_samples=40)
+    gpu = _view("gpu", gpu_cost, batch_size=8, decode_batch=8, mean_context=300,
+                remaining_tokens=8 * 64)
+    prefilling = _view("cpu", cpu_cost, batch_size=1, pending_prompt_tokens=90)
+    policy = CostAwarePolicy()
+    request = RequestView("r1", prompt_tokens=300, cached_tokens=0, expected_output=64,
+                          output_tokens=1)
+    alone = 64 * gpu_cost.decode_step_s(9, 300)
+    short = cpu_cost.prefill_s(90)  # the CPU lane's prefill: ~0.1 s
+    own, _ = policy._decode(gpu, [gpu, prefilling], 64, 300)
+    # For `short` seconds the GPU runs at 1 / 1.81 of its speed, then alone.
+    assert own == pytest.approx(alone + short * (1 - 1 / 1.81), rel=1e-6)
+    assert own < alone * 1.05  # not 1.81x
+    assert policy.place_decode(request, "gpu", [gpu, prefilling]).lane == "gpu"
+    # The same lane busy for longer than the whole decode charges every step.
+    decoding = _view("cpu", cpu_cost, batch_size=2, decode_batch=2, mean_context=300,
+                     remaining_tokens=2 * 400)
+    own, _ = policy._decode(gpu, [gpu, decoding], 64, 300)
+    assert own == pytest.approx(alone * 1.81, rel=1e-6)
+    # A lane with requests queued counts as busy throughout.
+    queued = _view("cpu", cpu_cost, batch_size=1, queue_depth=2, pending_prompt_tokens=90)
+    own, _ = policy._decode(gpu, [gpu, queued], 64, 300)
+    assert own == pytest.approx(alone * 1.81, rel=1e-6)

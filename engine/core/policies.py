@@ -81,14 +81,46 @@ class CostAwarePolicy:
         prefilling = any(o.pending_prompt_tokens for o in lanes if o.name != lane.name)
         return 1.0 + (self._cp(lane, lanes) if prefilling else self._c(lane, lanes))
 
+    @staticmethod
+    def _others_busy_s(lane: LaneView, lanes: list[LaneView]) -> float:
+        """How long the other lanes stay busy with the work they hold now
+        (their prefill backlog, then their decodes' expected tokens). A lane
+        with requests queued, or a remote one, counts as busy throughout."""
+        longest = 0.0
+        for o in lanes:
+            if o.name == lane.name or not o.is_busy:
+                continue
+            if o.queue_depth or o.is_remote or o.cost is None:
+                return math.inf
+            busy = o.cost.prefill_s(o.pending_prompt_tokens) if o.pending_prompt_tokens else 0.0
+            if o.decode_batch:
+                busy += (o.remaining_tokens / o.decode_batch
+                         * o.cost.decode_step_s(o.decode_batch, o.mean_context))
+            longest = max(longest, busy)
+        return longest
+
+    def _contended_s(self, lane: LaneView, lanes: list[LaneView], seconds: float) -> float:
+        """`seconds` of this lane's work alone, run beside the other lanes:
+        slowed by its contention factor only while they stay busy with the
+        work they hold (a short prefill beside a long decode slows a few of
+        its steps, not all of them; charging all of them made the lane that
+        the router had just given the prefill look faster than the GPU, and
+        drew more work to it)."""
+        factor = self._factor(lane, lanes)
+        if factor == 1.0:
+            return seconds
+        overlap = self._others_busy_s(lane, lanes)
+        if seconds * factor <= overlap:
+            return seconds * factor
+        return overlap + seconds - overlap / factor
+
     def _prefill(self, lane: LaneView, lanes: list[LaneView], tokens: int) -> tuple[float, float]:
         """(seconds until `tokens` more are prefilled here, delay imposed on its decodes)."""
         cost = self._cost(lane)
         backlog = lane.pending_prompt_tokens + tokens
         steps = math.ceil(backlog / max(lane.prefill_chunk, 1)) if lane.decode_batch else 0
-        own = cost.prefill_s(backlog) + steps * cost.decode_step_s(lane.decode_batch,
-                                                                   lane.mean_context)
-        own *= self._factor(lane, lanes)
+        own = self._contended_s(lane, lanes, cost.prefill_s(backlog) + steps * cost.decode_step_s(
+            lane.decode_batch, lane.mean_context))
         imposed = (lane.decode_batch * cost.prefill_s(tokens)
                    + self._waking(lane, lanes, own, prefill=True))
         return own, imposed
@@ -100,8 +132,9 @@ class CostAwarePolicy:
         others = lane.decode_batch - (0 if joining else 1)
         batch = others + 1
         ctx = (lane.mean_context * others + context) / batch
-        factor = self._factor(lane, lanes)
-        own = tokens * cost.decode_step_s(batch, ctx) * factor
+        alone = tokens * cost.decode_step_s(batch, ctx)
+        own = self._contended_s(lane, lanes, alone)
+        factor = own / alone if alone > 0 else 1.0  # the mean slowdown over these tokens
         shared = min(tokens, lane.remaining_tokens / others) if others else 0
         delta = cost.decode_step_s(batch, ctx) - cost.decode_step_s(others, ctx)
         imposed = others * shared * delta * factor
