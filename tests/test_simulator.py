@@ -395,7 +395,15 @@ def test_contention_is_charged_only_while_the_other_lane_stays_busy():
                      remaining_tokens=2 * 400)
     own, _ = policy._decode(gpu, [gpu, decoding], 64, 300)
     assert own == pytest.approx(alone * 1.81, rel=1e-6)
-    # A lane with requests queued counts as busy throughout.
-    queued = _view("cpu", cpu_cost, batch_size=1, queue_depth=2, pending_prompt_tokens=90)
+    # Prompts queued there count by their prefill (the plan that sent them may
+    # decode them elsewhere): a queued prefill once charged every step.
+    queued = _view("cpu", cpu_cost, batch_size=1, queue_depth=2, pending_prompt_tokens=270)
     own, _ = policy._decode(gpu, [gpu, queued], 64, 300)
-    assert own == pytest.approx(alone * 1.81, rel=1e-6)
+    assert own == pytest.approx(alone + cpu_cost.prefill_s(270) * (1 - 1 / 1.81), rel=1e-6)
+    assert policy.place_decode(request, "gpu", [gpu, queued]).lane == "gpu"
+    # A full batch with requests waiting stays busy the longer.
+    full = _view("cpu", cpu_cost, batch_size=2, decode_batch=2, max_batch=2, queue_depth=2,
+                 mean_context=300, remaining_tokens=2 * 4)
+    per_stream = 4 * cpu_cost.decode_step_s(2, 300)
+    own, _ = policy._decode(gpu, [gpu, full], 64, 300)
+    assert own == pytest.approx(alone + 2 * per_stream * (1 - 1 / 1.81), rel=1e-6)

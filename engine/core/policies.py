@@ -84,18 +84,24 @@ class CostAwarePolicy:
     @staticmethod
     def _others_busy_s(lane: LaneView, lanes: list[LaneView]) -> float:
         """How long the other lanes stay busy with the work they hold now
-        (their prefill backlog, then their decodes' expected tokens). A lane
-        with requests queued, or a remote one, counts as busy throughout."""
+        (their prefill backlog, queued prompts included, then their decodes'
+        expected tokens; a request queued behind a full batch adds a
+        stream's worth). A remote lane counts as busy throughout. Queued
+        prompts' own decodes are not counted: the plan that sent a prompt
+        there may decode it elsewhere (a queued prefill counted as busy
+        throughout charged a GPU decode's every step for it)."""
         longest = 0.0
         for o in lanes:
             if o.name == lane.name or not o.is_busy:
                 continue
-            if o.queue_depth or o.is_remote or o.cost is None:
+            if o.is_remote or o.cost is None:
                 return math.inf
             busy = o.cost.prefill_s(o.pending_prompt_tokens) if o.pending_prompt_tokens else 0.0
             if o.decode_batch:
-                busy += (o.remaining_tokens / o.decode_batch
-                         * o.cost.decode_step_s(o.decode_batch, o.mean_context))
+                per_stream = (o.remaining_tokens / o.decode_batch
+                              * o.cost.decode_step_s(o.decode_batch, o.mean_context))
+                waiting = o.queue_depth if o.max_batch and o.decode_batch >= o.max_batch else 0
+                busy += per_stream * (1 + waiting / o.decode_batch)
             longest = max(longest, busy)
         return longest
 
