@@ -22,10 +22,13 @@ TEXTS = ["hello world, how are you today?", "numbers 0123456789 and emoji",
          "café, naïve, 東京"]
 
 # A GPU-like lane (fast prefill, batching nearly free) and a CPU-like lane.
+# In virtual time neither slows the other: their contention is 0 and known
+# (as if stored by an earlier run), so the router trusts its predictions.
+KNOWN = dict(contention_stored=True, prefill_contention_stored=True)
 TRUTH = {"gpu": CostModel(prefill_tps=4000.0, decode_points=[(0, 60.0), (2048, 45.0)],
-                          batch_alpha=0.08),
+                          batch_alpha=0.08, **KNOWN),
          "cpu": CostModel(prefill_tps=500.0, decode_points=[(0, 40.0), (2048, 30.0)],
-                          batch_alpha=0.6)}
+                          batch_alpha=0.6, **KNOWN)}
 
 
 def chat_trace(loaded, n: int = 24, gap_s: float = 0.04) -> list[PlannedRequest]:

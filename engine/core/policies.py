@@ -11,6 +11,10 @@ from .warm_prefix import WarmPrefixPolicy  # noqa: F401  (the reference rule, na
 
 GPU_ONLY_POLICY = "gpu-only"
 FALLBACK_MARGIN = 0.15  # how much faster alone a lane must be to take a GPU lane's decodes
+# How much better a plan that takes a phase off a busy GPU lane must score than
+# the whole request on it, while the contention between them is not known yet
+# (nothing learned or stored: the plan's gain rests on a guess of 0).
+UNCERTAIN_MARGIN = 0.1
 
 
 class CostAwarePolicy:
@@ -304,12 +308,30 @@ class CostAwarePolicy:
         # contention (a server on this machine shares its cores).
         return own, imposed + self._waking(lane, lanes, own)
 
+    @staticmethod
+    def _uncertain(gpu: LaneView, lane: LaneView) -> bool:
+        """Is the contention between a busy GPU lane and `lane` still a guess
+        (neither learned from enough steps side by side nor stored by an
+        earlier run), so that work placed on `lane` may cost the GPU's
+        decodes what no prediction says? (A CPU lane prefilling beside the
+        GPU's decodes on two shared cores, believed free, lost 1.5-3%.)"""
+        if not gpu.is_busy or lane.is_remote:
+            return False
+        g, o = gpu.cost, lane.cost
+        return not (g.contention_known and g.prefill_contention_known and o.contention_known)
+
     def _local_plan(self, request: RequestView, lanes: list[LaneView], own_by_lane: dict):
         """The cheapest (prefill lane, decode lane) pair of local lanes:
-        (score, own seconds, prefill lane, decode lane, lanes left idle)."""
+        (score, own seconds, prefill lane, decode lane, lanes left idle).
+        A plan that puts a phase off the GPU lane where their contention is
+        not known yet must beat the whole request on the GPU by
+        UNCERTAIN_MARGIN (hysteresis where predictions are uncertain)."""
         uncached = request.uncached_tokens
         context = request.prompt_tokens
         best, best_score = None, math.inf
+        gpus = [lane for lane in lanes if lane.device == "gpu"]
+        gpu = gpus[0] if len(gpus) == 1 else None
+        on_gpu = None  # (score, plan) of the whole request on the GPU lane
         paying = self._decode_lanes(lanes, context)
         decode_lanes = {d.name for d in paying}
         prefill_lanes = ({p.name for p in lanes if self._prefill_pays(p, lanes, uncached)}
@@ -323,6 +345,8 @@ class CostAwarePolicy:
                 score = own + self.imposed_weight * (pre_imposed + dec_imposed)
                 if p.name == d.name:
                     own_by_lane[p.name] = own
+                    if gpu is not None and p.name == gpu.name:
+                        on_gpu = (score, (p, d, own))
                 # A prefill on a lane that does not pay for it is worth it only
                 # where the request then decodes (it spares the queue elsewhere).
                 if d.name not in decode_lanes or (p.name != d.name
@@ -331,7 +355,16 @@ class CostAwarePolicy:
                 if score < best_score:
                     best, best_score = (p, d, own), score
         p, d, own = best
-        return best_score, own, p, d, self._left_idle(lanes, paying)
+        idle = self._left_idle(lanes, paying)
+        if (on_gpu is not None and gpu.name in decode_lanes
+                and (p.name, d.name) != (gpu.name, gpu.name)):
+            off = p if p.name != gpu.name else d
+            if self._uncertain(gpu, off) and best_score > on_gpu[0] * (1 - UNCERTAIN_MARGIN):
+                gain = 1 - best_score / on_gpu[0]
+                best_score, (p, d, own) = on_gpu
+                idle += ((off.name, f"{gain:.0%} gained is within what its contention with "
+                                    f"{gpu.name.upper()}, not known yet, may cost"),)
+        return best_score, own, p, d, idle
 
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
         if len(lanes) == 1:
