@@ -407,3 +407,30 @@ def test_contention_is_charged_only_while_the_other_lane_stays_busy():
     per_stream = 4 * cpu_cost.decode_step_s(2, 300)
     own, _ = policy._decode(gpu, [gpu, full], 64, 300)
     assert own == pytest.approx(alone + 2 * per_stream * (1 - 1 / 1.81), rel=1e-6)
+
+
+def test_a_small_gain_off_a_busy_gpu_waits_until_their_contention_is_known():
+    """A warm follow-up the CPU lane would prefill for the GPU's decode, for
+    a predicted 1%: while the contention between the lanes is a guess (0,
+    nothing learned or stored), the whole request stays on the GPU and the
+    reason says why; once known, the predictions are trusted. A larger gain
+    (a faster CPU lane) is taken at once."""
+    def lanes(known, cpu_rate):
+        k = dict(contention_stored=known, prefill_contention_stored=known)
+        gpu = _view("gpu", CostModel(prefill_tps=2000, decode_points=[(0, 20)],
+                                     batch_alpha=0.3, **k),
+                    batch_size=6, decode_batch=6, mean_context=300, remaining_tokens=6 * 64)
+        cpu = _view("cpu", CostModel(prefill_tps=300, decode_points=[(0, cpu_rate)],
+                                     batch_alpha=0.3, **k))
+        return [gpu, cpu]
+
+    warm = RequestView("r1", prompt_tokens=300, cached_tokens=290, expected_output=64)
+    guess = CostAwarePolicy().place(warm, lanes(False, 5))
+    assert (guess.lane, guess.decode_lane) == ("gpu", "gpu")
+    assert "not known yet" in guess.reason
+    assert [name for name, _ in guess.left_idle] == ["cpu"]  # one entry a lane
+    trusted = CostAwarePolicy().place(warm, lanes(True, 5))
+    assert (trusted.lane, trusted.decode_lane) == ("cpu", "gpu")
+    assert "not known yet" not in trusted.reason
+    faster = CostAwarePolicy().place(warm, lanes(False, 12))
+    assert (faster.lane, faster.decode_lane) == ("cpu", "cpu")

@@ -362,8 +362,13 @@ class CostAwarePolicy:
             if self._uncertain(gpu, off) and best_score > on_gpu[0] * (1 - UNCERTAIN_MARGIN):
                 gain = 1 - best_score / on_gpu[0]
                 best_score, (p, d, own) = on_gpu
-                idle += ((off.name, f"{gain:.0%} gained is within what its contention with "
-                                    f"{gpu.name.upper()}, not known yet, may cost"),)
+                why = (f"the {gain:.0%} it would gain is within what its contention with "
+                       f"{gpu.name.upper()}, not known yet, may cost")
+                listed = [i for i, (name, _) in enumerate(idle) if name == off.name]
+                if listed:  # one entry a lane: both reasons
+                    idle = tuple((n, f"{w}; {why}" if n == off.name else w) for n, w in idle)
+                else:
+                    idle += ((off.name, why),)
         return best_score, own, p, d, idle
 
     def place(self, request: RequestView, lanes: list[LaneView]) -> Placement:
