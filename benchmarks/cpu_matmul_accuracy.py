@@ -96,18 +96,24 @@ def main() -> None:
     parser.add_argument("--integer-path", action="store_true",
                         help="the perplexity's chunks on the integer path (quantized "
                              "activations, as decode steps) instead of dequantized panels")
+    parser.add_argument("--isas", default="",
+                        help="the kernels' instruction sets to compare, e.g. avx2,avx512vnni "
+                             "(int16 vs int8 activations); default: the one detected")
     args = parser.parse_args()
     if qmm.kernels() is None:
         sys.exit(f"the kernels are not used: {qmm.status()[1]}")
+    isas = [i for i in args.isas.split(",") if i] or [qmm.kernels().isa()]
     loaded = load_model("default")
     text = "\n".join(topics.topics[k] for k in sorted(topics.topics))
     ids = loaded.tokenizer.encode(text)[:args.tokens]
     out, answers = {}, {}
     dense = load_model("default", "float32").model
-    for name in ("float32", "tandem") if args.no_mlx else ("float32", "mlx", "tandem"):
+    ours = [f"tandem-{isa}" for isa in isas]
+    for name in ["float32"] + ([] if args.no_mlx else ["mlx"]) + ours:
         model = dense if name == "float32" else loaded.model
-        if name == "tandem":
+        if name.startswith("tandem"):
             qmm.install(model)
+            qmm.kernels().force_isa(name.removeprefix("tandem-"))
             if args.integer_path:
                 qmm.kernels().set_sgemm_rows(1 << 30)
         started = time.perf_counter()
@@ -117,10 +123,11 @@ def main() -> None:
             answers[name] = [greedy(model, loaded.tokenizer, p, args.answer)
                              for p in PROMPTS[:args.prompts]]
         print(json.dumps({name: out[name]}), flush=True)
-    out["greedy_tandem_vs_float32"] = agreement(answers["float32"], answers["tandem"])
-    for name in [n for n in ("mlx", "tandem") if n in out]:
+    for name in ours:
+        out[name]["greedy_vs_float32"] = agreement(answers["float32"], answers[name])
+    for name in [n for n in ["mlx"] + ours if n in out]:
         out[name]["vs_float32"] = round(out[name]["perplexity"] / out["float32"]["perplexity"], 4)
-    print(json.dumps({"tokens": len(ids), "isa": qmm.kernels().isa(),
+    print(json.dumps({"tokens": len(ids), "isas": isas,
                       "path": "integer" if args.integer_path else "by rows",
                       "date": time.strftime("%Y-%m-%d %H:%M"), **out}))
 

@@ -26,9 +26,11 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
              "-DTK_X86=1"]
     objects = []
     avx2 = ["-mavx2", "-mfma", "-mf16c"]
+    vnni = avx2 + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
     for source, extra in (("src/kernels_generic.cpp", []), ("src/attention_generic.cpp", []),
                           ("src/pool.cpp", []), ("tests/driver.cpp", []),
-                          ("src/kernels_avx2.cpp", avx2), ("src/attention_avx2.cpp", avx2)):
+                          ("src/kernels_avx2.cpp", avx2), ("src/attention_avx2.cpp", avx2),
+                          ("src/kernels_vnni.cpp", vnni)):
         obj = tmp_path / (Path(source).stem + ".o")
         subprocess.run([CXX, *flags, *extra, "-c", str(ROOT / source), "-o", str(obj)],
                        check=True, capture_output=True, text=True, timeout=300)
@@ -44,7 +46,10 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
 
 def test_kernels_and_pool_under_address_and_undefined_sanitizers(tmp_path):
     out = build_and_run(tmp_path, "address,undefined")
-    assert out.startswith("ok: 60 cases") and "dequantized panels, quantized activations, attention" in out, out
+    # 30 cases a kernel: generic and avx2, and avx512vnni (int8) where the CPU has it.
+    vnni = ", avx512vnni" in out
+    assert out.startswith(f"ok: {90 if vnni else 60} cases"), out
+    assert "dequantized panels, quantized activations, attention" in out, out
 
 
 def test_the_pool_under_thread_sanitizer(tmp_path):

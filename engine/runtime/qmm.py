@@ -39,12 +39,23 @@ def forced() -> str | None:
     return value if value in PATHS else None
 
 
+def activations() -> str:
+    """The kernels' activations: "int16" (the default: perplexity 1.0000x the
+    float32 path on the bundled model) or "int8" (TANDEM_CPU_ACTIVATIONS=int8
+    where the CPU has AVX-512 VNNI: 1.6x faster a row, perplexity 1.017x;
+    benchmarks/RESULTS.md)."""
+    value = os.environ.get("TANDEM_CPU_ACTIVATIONS", "").strip().lower()
+    return "int8" if value == "int8" else "int16"
+
+
 def _load():
     """(the module, None) or (None, why not): for the quantized layers."""
     forced_path = forced()
     if forced_path in ("mlx", "float32"):
         return None, f"TANDEM_CPU_MATMUL={forced_path}"
     ext = extension()
+    if ext is not None and activations() == "int8" and "avx512vnni" in ext.isas():
+        ext.force_isa("avx512vnni")
     return ext, _state["ext_why"]
 
 
@@ -110,7 +121,8 @@ def status() -> tuple[str, str]:
     """("tandem", "avx2 kernels") or ("mlx", why the kernels are not used)."""
     ext = kernels()
     if ext is not None:
-        return "tandem", f"{ext.isa()} kernels"
+        int8 = " (int8 activations)" if ext.isa() == "avx512vnni" else ""
+        return "tandem", f"{ext.isa()} kernels{int8}"
     return "mlx", _state["why"]
 
 

@@ -65,7 +65,7 @@ void run(const mx::array& q, const mx::array& k, const mx::array& v, const mx::a
   const size_t per = size_t(a.L) * (size_t(a.N) + a.D);
   auto part = [&](int h0, int h1, float* scratch) {
 #ifdef TK_X86
-    if (use == Isa::Avx2) return tk::attention_avx2(a, h0, h1, scratch);
+    if (runs_avx2(use)) return tk::attention_avx2(a, h0, h1, scratch);
 #endif
     tk::attention_generic(a, h0, h1, scratch);
   };

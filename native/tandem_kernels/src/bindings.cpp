@@ -1,5 +1,6 @@
 // The Python module engine.runtime._tandem_kernels (engine/runtime/qmm.py loads it).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/vector.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/variant.h>
@@ -23,19 +24,23 @@ NB_MODULE(_tandem_kernels, m) {
   m.def("runtime_mlx_version", [] { return mx::version(); },
         "The version of the libmlx this module runs against.");
   m.def("isa", [] { return std::string(tandem::isa_name(tandem::isa())); },
-        "The kernels this process runs: 'avx2', 'neon' or 'generic'.");
+        "The kernels this process runs: 'avx512vnni', 'avx2', 'neon' or 'generic'.");
+  m.def(
+      "isas",
+      [] {
+        std::vector<std::string> out;
+        for (auto i : tandem::supported_isas()) out.emplace_back(tandem::isa_name(i));
+        return out;
+      },
+      "The kernels this CPU can run, generic first, the best last (avx512vnni: int8 activations).");
   m.def(
       "force_isa",
       [](const std::string& name) {
-        if (name == "generic") {
-          tandem::force_isa(tandem::Isa::Generic);
-        } else if (name == "avx2") {
-          tandem::force_isa(tandem::Isa::Avx2);
-        } else if (name == "neon") {
-          tandem::force_isa(tandem::Isa::Neon);
-        } else {
-          throw std::invalid_argument("unknown instruction set: " + name);
+        for (auto i : {tandem::Isa::Generic, tandem::Isa::Avx2, tandem::Isa::Avx512Vnni,
+                       tandem::Isa::Neon}) {
+          if (name == tandem::isa_name(i)) return tandem::force_isa(i);
         }
+        throw std::invalid_argument("unknown instruction set: " + name);
       },
       "name"_a, "Run these kernels from now on (never more than the CPU has).");
   m.def("sgemm_rows", &tandem::sgemm_rows,

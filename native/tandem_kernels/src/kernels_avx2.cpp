@@ -10,23 +10,7 @@ namespace tk {
 
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-
-inline float scale_at(const void* data, ScaleType type, size_t i) {
-  if (type == ScaleType::F16) return _cvtsh_ss(static_cast<const uint16_t*>(data)[i]);
-  if (type == ScaleType::BF16) {
-    const unsigned bits = unsigned(static_cast<const uint16_t*>(data)[i]) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-  return static_cast<const float*>(data)[i];
-}
+#include "x86_helpers.h"
 
 // 32 weights of a block as two vectors of 16 int16: for 4 bits (16 bytes)
 // the low nibbles (even k) then the high nibbles (odd k), the order
@@ -136,16 +120,9 @@ void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, flo
 void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, float* scale,
                         float* sum, uint8_t* bad) {
   const int blocks = K / BLOCK;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int m = 0; m < M; ++m) {
     const float* row = x + size_t(m) * K;
-    __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    for (int i = 0; i < K; i += 8) {  // x - x is 0 only where x is finite
-      const __m256 v = _mm256_loadu_ps(row + i);
-      finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(),
-                                                   _CMP_EQ_OQ));
-    }
-    bad[m] = _mm256_movemask_ps(finite) != 0xff;
+    bad[m] = !row_finite(row, K);
     int16_t* qr = q + size_t(m) * K;
     if (bad[m]) {
       for (int i = 0; i < K; ++i) qr[i] = 0;
@@ -153,29 +130,15 @@ void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, floa
       continue;
     }
     for (int b = 0; b < blocks; ++b) {
-      const float* xb = row + b * BLOCK;
-      __m256 v[4], amax = _mm256_setzero_ps(), s = _mm256_setzero_ps();
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(xb + 8 * i);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-        s = _mm256_add_ps(s, v[i]);
-      }
-      __m128 a = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-      a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-      a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
-      const float d = _mm_cvtss_f32(a) / QMAX;
-      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      __m256 v[4];
+      float amax, s;
+      block_stats(row + b * BLOCK, v, amax, s);
+      const float d = amax / QMAX;
       const size_t at = size_t(m) * blocks + b;
       scale[at] = d;
-      sum[at] = hsum(s);
+      sum[at] = s;
       alignas(32) int32_t ints[BLOCK];
-      const __m256 iv = _mm256_set1_ps(inv);
-      const __m256i lo = _mm256_set1_epi32(-32767), hi = _mm256_set1_epi32(32767);
-      for (int i = 0; i < 4; ++i) {
-        const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(ints + 8 * i),
-                           _mm256_min_epi32(_mm256_max_epi32(r, lo), hi));
-      }
+      block_ints(v, d > 0.0f ? 1.0f / d : 0.0f, int(QMAX), ints);
       int16_t* qb = qr + b * BLOCK;
       if (bits == 4) {  // the 16 even positions, then the 16 odd ones
         for (int j = 0; j < 16; ++j) {

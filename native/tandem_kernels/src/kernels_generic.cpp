@@ -178,4 +178,20 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!cpu_has_avx2()) return false;
+  unsigned a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool f = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31),
+             vnni = c & (1u << 11);
+  if (!(f && bw && vl && vnni)) return false;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xe6) == 0xe6;  // the OS saves the opmask and ZMM registers too
+#else
+  return false;
+#endif
+}
+
 }  // namespace tk

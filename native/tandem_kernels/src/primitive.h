@@ -11,7 +11,10 @@ namespace mx = mlx::core;
 
 namespace tandem {
 
-enum class Isa : int { Generic = 0, Avx2 = 1, Neon = 2 };
+enum class Isa : int { Generic = 0, Avx2 = 1, Neon = 2, Avx512Vnni = 3 };
+
+bool runs_avx2(Isa isa);   // AVX2 code: the AVX2 ISA and those above it
+std::vector<Isa> supported_isas();  // what this CPU can run, generic first
 
 Isa isa();                 // the kernels this process runs (detected at first use)
 void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allows

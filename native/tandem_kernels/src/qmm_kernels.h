@@ -20,6 +20,7 @@ namespace tk {
 
 constexpr int BLOCK = 32;      // activations per scale
 constexpr float QMAX = 32767.0f;  // activations' integer range
+constexpr float QMAX8 = 127.0f;   // the same on the int8 path (AVX-512 VNNI, kernels_vnni.cpp)
 
 enum class ScaleType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
@@ -30,6 +31,7 @@ struct QuantizedRows {
   const float* scale = nullptr;  // M x K/32
   const float* sum = nullptr;    // M x K/32: exact float sum of each block's x
   const uint8_t* bad = nullptr;  // M: the row held NaN or inf
+  const int8_t* q8 = nullptr;    // the int8 path's M x K (scale: amax / 127), same order
 };
 
 struct Weights {
@@ -46,10 +48,14 @@ void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* sc
                    float* sum, uint8_t* bad);
 void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, float* scale,
                         float* sum, uint8_t* bad);
+// The int8 path's: s = amax / 127 a block (AVX-512 VNNI CPUs only).
+void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float* scale,
+                        float* sum, uint8_t* bad);
 
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // reads q8
 void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // arm64
 
 // Many rows (a prefill chunk, a wide batch): the weights of columns [n0, n1)
@@ -64,6 +70,7 @@ void dequantize_neon(const Weights& w, int n0, int n1, float* out);  // arm64
 void qmm_reference(const float* x, int M, const Weights& w, double* y);
 
 bool cpu_has_avx2();
+bool cpu_has_avx512vnni();  // and AVX2: AVX-512 F, BW, VL and VNNI, with the OS saving their state
 
 float half_to_float(uint16_t h);  // IEEE binary16 to float, exactly (subnormals, inf, NaN)  // AVX2, FMA and F16C, with the OS saving their registers
 

@@ -41,15 +41,26 @@ Case make(std::mt19937& rng, int M, int N, int K, int bits, int group) {
 
 using Kernel = void (*)(const tk::QuantizedRows&, const tk::Weights&, float*, int, int);
 
-// The kernel's output, the columns over the pool in chunks of 5.
-std::vector<float> run(const Case& c, Kernel kernel) {
+// The kernel's output, the columns over the pool in chunks of 5 (`int8`:
+// activations quantized for the AVX-512 VNNI kernels).
+std::vector<float> run(const Case& c, Kernel kernel, bool int8 = false) {
   const int blocks = c.K / tk::BLOCK;
   std::vector<int16_t> q(size_t(c.M) * c.K);
+  std::vector<int8_t> q8(int8 ? size_t(c.M) * c.K : 0);
   std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
   std::vector<uint8_t> bad(c.M);
-  tk::quantize_rows(c.x.data(), c.M, c.K, c.bits, q.data(), sx.data(), xs.data(),
-                    bad.data());
   tk::QuantizedRows rows{c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), bad.data()};
+#ifdef TK_X86
+  if (int8) {
+    tk::quantize_rows_int8(c.x.data(), c.M, c.K, c.bits, q8.data(), sx.data(), xs.data(),
+                           bad.data());
+    rows.q = nullptr, rows.q8 = q8.data();
+  }
+#endif
+  if (!int8) {
+    tk::quantize_rows(c.x.data(), c.M, c.K, c.bits, q.data(), sx.data(), xs.data(),
+                      bad.data());
+  }
   tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
                 tk::ScaleType::F32};
   const int chunks = (c.N + 4) / 5;
@@ -57,7 +68,7 @@ std::vector<float> run(const Case& c, Kernel kernel) {
   return y;
 }
 
-bool check(const Case& c, const std::vector<float>& y, const char* what) {
+bool check(const Case& c, const std::vector<float>& y, const char* what, double qmax = 32767.0) {
   std::vector<double> ref(size_t(c.M) * c.N);
   tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
                 tk::ScaleType::F32};
@@ -70,7 +81,7 @@ bool check(const Case& c, const std::vector<float>& y, const char* what) {
         float amax = 0;
         for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
         const double s = c.scales[size_t(n) * (c.K / c.group) + k / c.group];
-        bound += std::fabs(s) * ((1 << c.bits) - 1) * (amax / 32767.0 / 2 + 1e-5 * std::fabs(c.x[size_t(m) * c.K + k]))
+        bound += std::fabs(s) * ((1 << c.bits) - 1) * (amax / qmax / 2 + 1e-5 * std::fabs(c.x[size_t(m) * c.K + k]))
                  + 1e-5 * std::fabs(c.biases[size_t(n) * (c.K / c.group) + k / c.group] * c.x[size_t(m) * c.K + k]);
       }
       const double err = std::fabs(y[size_t(m) * c.N + n] - ref[size_t(m) * c.N + n]);
@@ -222,6 +233,9 @@ int main() {
 #ifdef TK_X86
   if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
   if (tk::cpu_has_avx2()) dequantizers.push_back({tk::dequantize_avx2, "avx2"});
+  const bool vnni = tk::cpu_has_avx512vnni();
+#else
+  const bool vnni = false;
 #endif
 #ifdef TK_ARM64
   kernels.push_back({tk::qmm_neon, "neon"});
@@ -238,6 +252,12 @@ int main() {
       if (!check(c, run(c, kernel), name)) return 1;
       ++cases;
     }
+#ifdef TK_X86
+    if (vnni) {
+      if (!check(c, run(c, tk::qmm_vnni, true), "avx512vnni", tk::QMAX8)) return 1;
+      ++cases;
+    }
+#endif
     if (trial < 6) {
       for (auto& [dequantize, name] : dequantizers) {
         if (!check_dequantize(c, dequantize, name)) return 1;
@@ -268,7 +288,7 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels (%s), dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size(),
-              kernels.back().second);
+  std::printf("ok: %d cases, %zu kernels (%s%s), dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
+              kernels.back().second, vnni ? ", avx512vnni" : "");
   return 0;
 }
