@@ -4,9 +4,12 @@ Tandem's kernels (TANDEM_CPU_MATMUL=float32|mlx|tandem), each in its own
 process with a fresh engine of one CPU lane, the paths alternated round by
 round: one stream's decode tokens/s (greedy, `--tokens`, drafts off), 16
 streams' aggregate decode tokens/s, and the prefill tokens/s of a ~600-token
-prompt. Ratios are against the float32 path of the same round.
+prompt. Ratios are against the first path of the same round (float32 by
+default). `--paths tandem,tandem-int8`: "tandem-int8" is Tandem's kernels with
+TANDEM_CPU_ACTIVATIONS=int8 (the AVX-512 VNNI kernels, int8 activations).
 
 Run: .venv/bin/python benchmarks/cpu_lane_paths.py [--rounds 3] [--tokens 96]
+     [--paths float32,mlx,tandem] [--model PATH]
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ("float32", "mlx", "tandem")
+PATHS = ("float32", "mlx", "tandem", "tandem-int8")
 STORY = "Tell me a long story about a lighthouse keeper and the sea."
 PASTE = " ".join(["The tide came in over the rocks while the keeper counted the ships."] * 40)
 
@@ -61,31 +64,39 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--one", choices=PATHS)
     parser.add_argument("--model", default="default", help="a model path (a GGUF, a folder)")
+    parser.add_argument("--paths", default="float32,mlx,tandem",
+                        help=f"of {', '.join(PATHS)}; ratios against the first")
     args = parser.parse_args()
+    paths = tuple(p for p in args.paths.split(",") if p)
+    if not paths or any(p not in PATHS for p in paths):
+        parser.error(f"--paths: of {', '.join(PATHS)}")
+    base = paths[0]
     if args.one:
         print(json.dumps(one(args.tokens, args.model)))
         return
     rows = []
     for round_ in range(args.rounds):
-        order = PATHS if round_ % 2 == 0 else tuple(reversed(PATHS))
+        order = paths if round_ % 2 == 0 else tuple(reversed(paths))
         got = {}
         for path in order:
-            env = dict(os.environ, TANDEM_CPU_MATMUL=path, HF_HUB_OFFLINE="1")
+            env = dict(os.environ, TANDEM_CPU_MATMUL=path.removesuffix("-int8"),
+                       TANDEM_CPU_ACTIVATIONS="int8" if path.endswith("-int8") else "int16",
+                       HF_HUB_OFFLINE="1")
             out = subprocess.run([sys.executable, __file__, "--one", path, "--tokens",
                                   str(args.tokens), "--model", args.model], env=env, capture_output=True, text=True,
                                  timeout=1800, check=True).stdout
             got[path] = json.loads(out.strip().splitlines()[-1])
         row = {"round": round_, "order": order, **got,
-               "vs_float32": {p: {k: round(got[p][k] / got["float32"][k], 2)
+               f"vs_{base}": {p: {k: round(got[p][k] / got[base][k], 2)
                                   for k in ("decode_1", "decode_16", "prefill")}
-                              for p in PATHS}}
+                              for p in paths}}
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(json.dumps({"machine": f"{platform.machine()} {platform.node()}",
                       "date": time.strftime("%Y-%m-%d %H:%M"),
-                      "median_vs_float32": {p: {k: statistics.median(
-                          r["vs_float32"][p][k] for r in rows)
-                          for k in ("decode_1", "decode_16", "prefill")} for p in PATHS}},
+                      f"median_vs_{base}": {p: {k: statistics.median(
+                          r[f"vs_{base}"][p][k] for r in rows)
+                          for k in ("decode_1", "decode_16", "prefill")} for p in paths}},
                      indent=1))
 
 
