@@ -5,8 +5,9 @@ process with a fresh engine of one CPU lane, the paths alternated round by
 round: one stream's decode tokens/s (greedy, `--tokens`, drafts off), 16
 streams' aggregate decode tokens/s, and the prefill tokens/s of a ~600-token
 prompt. Ratios are against the first path of the same round (float32 by
-default). `--paths tandem,tandem-int8`: "tandem-int8" is Tandem's kernels with
-TANDEM_CPU_ACTIVATIONS=int8 (the AVX-512 VNNI kernels, int8 activations).
+default). `--paths tandem,tandem-int8,tandem-avx2`: "tandem-int8" is Tandem's
+kernels with TANDEM_CPU_ACTIVATIONS=int8 (the AVX-512 VNNI kernels, int8
+activations), "tandem-avx2" with TANDEM_CPU_KERNELS=avx2 (no VNNI).
 
 Run: .venv/bin/python benchmarks/cpu_lane_paths.py [--rounds 3] [--tokens 96]
      [--paths float32,mlx,tandem] [--model PATH]
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ("float32", "mlx", "tandem", "tandem-int8")
+PATHS = ("float32", "mlx", "tandem", "tandem-int8", "tandem-avx2")
 STORY = "Tell me a long story about a lighthouse keeper and the sea."
 PASTE = " ".join(["The tide came in over the rocks while the keeper counted the ships."] * 40)
 
@@ -79,8 +80,9 @@ def main() -> None:
         order = paths if round_ % 2 == 0 else tuple(reversed(paths))
         got = {}
         for path in order:
-            env = dict(os.environ, TANDEM_CPU_MATMUL=path.removesuffix("-int8"),
+            env = dict(os.environ, TANDEM_CPU_MATMUL=path.split("-")[0],
                        TANDEM_CPU_ACTIVATIONS="int8" if path.endswith("-int8") else "int16",
+                       TANDEM_CPU_KERNELS="avx2" if path.endswith("-avx2") else "",
                        HF_HUB_OFFLINE="1")
             out = subprocess.run([sys.executable, __file__, "--one", path, "--tokens",
                                   str(args.tokens), "--model", args.model], env=env, capture_output=True, text=True,

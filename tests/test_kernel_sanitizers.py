@@ -46,9 +46,10 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
 
 def test_kernels_and_pool_under_address_and_undefined_sanitizers(tmp_path):
     out = build_and_run(tmp_path, "address,undefined")
-    # 30 cases a kernel: generic and avx2, and avx512vnni (int8) where the CPU has it.
-    vnni = ", avx512vnni" in out
-    assert out.startswith(f"ok: {90 if vnni else 60} cases"), out
+    # 30 cases a kernel: generic and avx2, and avx512vnni with int16 and with
+    # int8 activations where the CPU has it.
+    vnni = ", avx512vnni-int8" in out
+    assert out.startswith(f"ok: {120 if vnni else 60} cases"), out
     assert "dequantized panels, quantized activations, attention" in out, out
 
 

@@ -6,7 +6,7 @@ both paths (few rows: int16 activations and integer dot products; many rows:
 panels of dequantized weights and sgemm), each forced on the same inputs.
 
 The kernels quantize activations per 32-element block, to int16 (s = amax/32767)
-or, on the AVX-512 VNNI path, to int8 (s = amax/127, llama.cpp's Q8 rule),
+or, where forced (avx512vnni-int8), to int8 (s = amax/127, llama.cpp's Q8 rule),
 so each output's error is bounded by what that rounding can do:
 |y - ref| <= sum_k |scale[n, k] * q[n, k]| * s(block of k) / 2 (the biases
 meet the exact sum of each block's activations), plus float rounding
@@ -35,11 +35,11 @@ EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
 def isas() -> list[str]:
-    """Every instruction set this CPU runs (avx512vnni: int8 activations)."""
+    """Every instruction set this CPU runs (avx512vnni-int8: int8 activations)."""
     return list(EXT.isas()) if EXT is not None else []
 
 
-QMAX = {"avx512vnni": 127.0}  # activations' integer range; 32767 elsewhere
+QMAX = {"avx512vnni-int8": 127.0}  # activations' integer range; 32767 elsewhere
 
 
 @pytest.fixture(autouse=True)
@@ -326,13 +326,20 @@ def test_int8_activations_run_only_where_asked_for():
     import subprocess
     import sys
 
-    assert EXT.isa() != "avx512vnni" or os.environ.get("TANDEM_CPU_ACTIVATIONS") == "int8"
+    assert not EXT.isa().endswith("-int8") or os.environ.get("TANDEM_CPU_ACTIVATIONS") == "int8"
     code = ("import engine, mlx.core; from engine.runtime import qmm; "
             "print(qmm.activations(), '|', qmm.status()[1])")
     env = {**os.environ, "TANDEM_CPU_ACTIVATIONS": "int8"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120, check=True).stdout.strip()
-    if "avx512vnni" in EXT.isas():
-        assert out == "int8 | avx512vnni kernels (int8 activations)"
+    if "avx512vnni-int8" in EXT.isas():
+        assert out == "int8 | avx512vnni-int8 kernels (int8 activations)"
     else:
-        assert out.startswith("int8 | ") and "avx512vnni" not in out
+        assert out.startswith("int8 | ") and "int8 activations" not in out
+    # TANDEM_CPU_KERNELS forces any instruction set the CPU runs; others are ignored.
+    for name in ("generic", "sse9000"):
+        env = {**os.environ, "TANDEM_CPU_KERNELS": name, "TANDEM_CPU_ACTIVATIONS": ""}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120, check=True).stdout.strip()
+        assert out == ("int16 | generic kernels" if name == "generic"
+                       else f"int16 | {EXT.isa()} kernels"), out

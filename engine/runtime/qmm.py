@@ -54,8 +54,14 @@ def _load():
     if forced_path in ("mlx", "float32"):
         return None, f"TANDEM_CPU_MATMUL={forced_path}"
     ext = extension()
-    if ext is not None and activations() == "int8" and "avx512vnni" in ext.isas():
-        ext.force_isa("avx512vnni")
+    if ext is not None:
+        # TANDEM_CPU_KERNELS forces an instruction set this CPU runs (benchmarks,
+        # bisecting: generic, avx2, avx512vnni, avx512vnni-int8, neon).
+        wanted = os.environ.get("TANDEM_CPU_KERNELS", "").strip().lower()
+        if activations() == "int8" and "avx512vnni-int8" in ext.isas():
+            wanted = "avx512vnni-int8"
+        if wanted in ext.isas():
+            ext.force_isa(wanted)
     return ext, _state["ext_why"]
 
 
@@ -121,7 +127,7 @@ def status() -> tuple[str, str]:
     """("tandem", "avx2 kernels") or ("mlx", why the kernels are not used)."""
     ext = kernels()
     if ext is not None:
-        int8 = " (int8 activations)" if ext.isa() == "avx512vnni" else ""
+        int8 = " (int8 activations)" if ext.isa().endswith("-int8") else ""
         return "tandem", f"{ext.isa()} kernels{int8}"
     return "mlx", _state["why"]
 

@@ -24,7 +24,8 @@ NB_MODULE(_tandem_kernels, m) {
   m.def("runtime_mlx_version", [] { return mx::version(); },
         "The version of the libmlx this module runs against.");
   m.def("isa", [] { return std::string(tandem::isa_name(tandem::isa())); },
-        "The kernels this process runs: 'avx512vnni', 'avx2', 'neon' or 'generic'.");
+        "The kernels this process runs: 'avx512vnni', 'avx2', 'neon' or 'generic' (or "
+        "'avx512vnni-int8', int8 activations, where forced).");
   m.def(
       "isas",
       [] {
@@ -32,12 +33,12 @@ NB_MODULE(_tandem_kernels, m) {
         for (auto i : tandem::supported_isas()) out.emplace_back(tandem::isa_name(i));
         return out;
       },
-      "The kernels this CPU can run, generic first, the best last (avx512vnni: int8 activations).");
+      "The kernels this CPU can run, generic first (avx512vnni-int8: int8 activations).");
   m.def(
       "force_isa",
       [](const std::string& name) {
         for (auto i : {tandem::Isa::Generic, tandem::Isa::Avx2, tandem::Isa::Avx512Vnni,
-                       tandem::Isa::Neon}) {
+                       tandem::Isa::Avx512VnniInt8, tandem::Isa::Neon}) {
           if (name == tandem::isa_name(i)) return tandem::force_isa(i);
         }
         throw std::invalid_argument("unknown instruction set: " + name);

@@ -39,22 +39,17 @@ constexpr int CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
 std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
 
-// The best this CPU runs. The default is the best on int16 activations
-// (`detect`): int8 (AVX-512 VNNI, 1.6x a row) lost more than the 1% of
-// perplexity the issue allows on the bundled model (1.017x), so it runs only
-// where asked for (TANDEM_CPU_ACTIVATIONS=int8, engine/runtime/qmm.py).
-Isa detect_best() {
+// The best this CPU runs on int16 activations. int8 (Avx512VnniInt8, 1.6x
+// a row) lost more than the 1% of perplexity the issue allows on the bundled
+// model (1.017x), so it runs only where asked for (TANDEM_CPU_ACTIVATIONS=int8,
+// engine/runtime/qmm.py).
+Isa detect() {
 #ifdef TK_ARM64
   return Isa::Neon;  // the architecture's baseline
 #else
   if (tk::cpu_has_avx512vnni()) return Isa::Avx512Vnni;
   return tk::cpu_has_avx2() ? Isa::Avx2 : Isa::Generic;
 #endif
-}
-
-Isa detect() {
-  const Isa best = detect_best();
-  return best == Isa::Avx512Vnni ? Isa::Avx2 : best;
 }
 
 tk::ScaleType scale_type(mx::Dtype t) {
@@ -117,7 +112,7 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   xs.resize(std::max(xs.size(), size_t(M) * blocks));
   bad.resize(std::max(bad.size(), size_t(M)));
   tk::QuantizedRows rows{M, K, weights.bits, nullptr, sx.data(), xs.data(), bad.data()};
-  if (use == Isa::Avx512Vnni) {
+  if (use == Isa::Avx512VnniInt8) {
 #ifdef TK_X86
     q8.resize(std::max(q8.size(), size_t(M) * K));
     tk::quantize_rows_int8(xf, M, K, weights.bits, q8.data(), sx.data(), xs.data(), bad.data());
@@ -126,7 +121,7 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   } else {
     q.resize(std::max(q.size(), size_t(M) * K));
 #ifdef TK_X86
-    if (use == Isa::Avx2) {
+    if (runs_avx2(use)) {
       tk::quantize_rows_avx2(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
     } else {
       tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
@@ -138,7 +133,9 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   }
   auto columns = [&](int n0, int n1) {
 #ifdef TK_X86
-    if (use == Isa::Avx512Vnni) return tk::qmm_vnni(rows, weights, y, n0, n1);
+    if (use == Isa::Avx512Vnni || use == Isa::Avx512VnniInt8) {
+      return tk::qmm_vnni(rows, weights, y, n0, n1);  // int8 where rows.q8 is set
+    }
     if (use == Isa::Avx2) return tk::qmm_avx2(rows, weights, y, n0, n1);
 #endif
 #ifdef TK_ARM64
@@ -212,13 +209,16 @@ Isa isa() {
   return static_cast<Isa>(now);
 }
 
-bool runs_avx2(Isa i) { return i == Isa::Avx2 || i == Isa::Avx512Vnni; }
+bool runs_avx2(Isa i) {
+  return i == Isa::Avx2 || i == Isa::Avx512Vnni || i == Isa::Avx512VnniInt8;
+}
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out{Isa::Generic};
-  const Isa best = detect_best();
+  const Isa best = detect();
   if (runs_avx2(best)) out.push_back(Isa::Avx2);
-  if (best != Isa::Generic && best != Isa::Avx2) out.push_back(best);
+  if (best == Isa::Avx512Vnni) out.insert(out.end(), {Isa::Avx512Vnni, Isa::Avx512VnniInt8});
+  if (best == Isa::Neon) out.push_back(best);
   return out;
 }
 
@@ -234,6 +234,7 @@ const char* isa_name(Isa i) {
   switch (i) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Avx512VnniInt8: return "avx512vnni-int8";
     case Isa::Neon: return "neon";
     default: return "generic";
   }

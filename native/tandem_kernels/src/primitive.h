@@ -11,7 +11,9 @@ namespace mx = mlx::core;
 
 namespace tandem {
 
-enum class Isa : int { Generic = 0, Avx2 = 1, Neon = 2, Avx512Vnni = 3 };
+// Avx512Vnni: int16 activations with vpdpwssd (the same integers as Avx2);
+// Avx512VnniInt8: int8 activations with vpdpbusd (TANDEM_CPU_ACTIVATIONS=int8).
+enum class Isa : int { Generic = 0, Avx2 = 1, Neon = 2, Avx512Vnni = 3, Avx512VnniInt8 = 4 };
 
 bool runs_avx2(Isa isa);   // AVX2 code: the AVX2 ISA and those above it
 std::vector<Isa> supported_isas();  // what this CPU can run, generic first

@@ -234,6 +234,7 @@ int main() {
   if (tk::cpu_has_avx2()) kernels.push_back({tk::qmm_avx2, "avx2"});
   if (tk::cpu_has_avx2()) dequantizers.push_back({tk::dequantize_avx2, "avx2"});
   const bool vnni = tk::cpu_has_avx512vnni();
+  if (vnni) kernels.push_back({tk::qmm_vnni, "avx512vnni"});  // int16 activations
 #else
   const bool vnni = false;
 #endif
@@ -254,7 +255,7 @@ int main() {
     }
 #ifdef TK_X86
     if (vnni) {
-      if (!check(c, run(c, tk::qmm_vnni, true), "avx512vnni", tk::QMAX8)) return 1;
+      if (!check(c, run(c, tk::qmm_vnni, true), "avx512vnni-int8", tk::QMAX8)) return 1;
       ++cases;
     }
 #endif
@@ -289,6 +290,6 @@ int main() {
     return 1;
   }
   std::printf("ok: %d cases, %zu kernels (%s%s), dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
-              kernels.back().second, vnni ? ", avx512vnni" : "");
+              kernels.back().second, vnni ? ", avx512vnni-int8" : "");
   return 0;
 }
