@@ -168,7 +168,7 @@ class CostAwarePolicy(LanePredictions):
                     best, best_score = (p, d, own), score
         p, d, own = best
         idle = self._left_idle(lanes, paying)
-        if (on_gpu is not None and gpu.name in decode_lanes
+        if (on_gpu is not None and on_gpu[0] > 0 and gpu.name in decode_lanes
                 and (p.name, d.name) != (gpu.name, gpu.name)):
             off = p if p.name != gpu.name else d
             if self._uncertain(gpu, off) and best_score > on_gpu[0] * (1 - UNCERTAIN_MARGIN):
