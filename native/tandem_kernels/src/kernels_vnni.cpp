@@ -69,10 +69,9 @@ void rows16(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, 
       }
     }
     for (int g = 0; g < groups; ++g) {
-      __m256 sw[C];
-      float bw[C];
+      float sw[C], bw[C];
       for (int c = 0; c < C; ++c) {
-        sw[c] = _mm256_set1_ps(scale_at(w.scales, w.type, size_t(n + c) * groups + g));
+        sw[c] = scale_at(w.scales, w.type, size_t(n + c) * groups + g);
         bw[c] = scale_at(w.biases, w.type, size_t(n + c) * groups + g);
       }
       for (int b = g * per; b < (g + 1) * per; ++b) {
@@ -83,12 +82,11 @@ void rows16(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, 
           const int16_t* q = x.q + size_t(m0 + r) * w.K + b * BLOCK;
           const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
           const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16));
-          const __m256 sx = _mm256_broadcast_ss(x.scale + at);
-          const float xs = x.sum[at];
+          const float sx = x.scale[at], xs = x.sum[at];
           for (int c = 0; c < C; ++c) {
             const __m256i dot = _mm256_dpwssd_epi32(
                 _mm256_dpwssd_epi32(_mm256_setzero_si256(), w0[c], q0), w1[c], q1);
-            acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), sx), sw[c],
+            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sx * sw[c]),
                                         acc[r][c]);
             rest[r][c] += bw[c] * xs;
           }
@@ -109,10 +107,8 @@ void rows16(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, 
 
 // R rows from m0, columns [n0, n1), C columns a pass (as kernels_avx2.cpp's
 // rows): per block and row-column pair one vpdpbusd, then its sum scaled.
-// Reads int8 activations (x.q8) where there are some, else int16 (rows16).
 template <int R, int C, int BITS>
-void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, int n1) {
-  if (x.q8 == nullptr) return rows16<R, C, BITS>(x, w, y, m0, n0, n1);
+void rows8(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, int n1) {
   const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
   const size_t row_bytes = size_t(w.K) * BITS / 8;
   int n = n0;
@@ -158,16 +154,30 @@ void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, in
     }
   }
   if constexpr (C > 1) {
-    if (n < n1) rows<R, 1, BITS>(x, w, y, m0, n, n1);
+    if (n < n1) rows8<R, 1, BITS>(x, w, y, m0, n, n1);
   }
 }
 
-// qmm_impl.h's dequantize_columns needs a dequantize_row: the many-rows path
-// runs the AVX2 one (kernels_avx2.cpp), never this.
-template <int BITS>
-void dequantize_row(const uint8_t*, const Weights&, size_t, float*) {}
+template <int R, int C, int BITS, bool INT8>
+inline void some_rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0,
+                      int n1) {
+  if constexpr (INT8) {
+    rows8<R, C, BITS>(x, w, y, m0, n0, n1);
+  } else {
+    rows16<R, C, BITS>(x, w, y, m0, n0, n1);
+  }
+}
 
-#include "qmm_impl.h"
+// Rows 3 at a time, 2 columns a pass; 2 left: 2 columns; one row alone: 4.
+// (qmm_impl.h's 4 rows and one column measured 0.9x the AVX2 kernel with
+// these instructions; 3 x 2 1.3x at 4 and 16 rows.)
+template <int BITS, bool INT8>
+void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
+  int m = 0;
+  for (; m + 3 <= x.M; m += 3) some_rows<3, 2, BITS, INT8>(x, w, y, m, n0, n1);
+  if (x.M - m == 2) some_rows<2, 2, BITS, INT8>(x, w, y, m, n0, n1);
+  if (x.M - m == 1) some_rows<1, 4, BITS, INT8>(x, w, y, m, n0, n1);
+}
 
 }  // namespace
 
@@ -206,14 +216,14 @@ void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float
   }
 }
 
-// Reads x.q8 (int8 activations) where set, else x.q (int16). On int16, only
-// a lone row runs here (1.5x the AVX2 kernel: the block's add folded into
-// vpdpwssd, where unpacking the weights sets the pace); rows in batches run
-// the AVX2 kernel, faster there on this machine (vpmaddwd issues twice a
-// cycle, vpdpwssd once: 0.9x measured at 4 and 16 rows).
+// Reads x.q8 (int8 activations) where set, else x.q (int16).
 void qmm_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  if (x.q8 == nullptr && x.M > 1) return qmm_avx2(x, w, y, n0, n1);
-  qmm_rows(x, w, y, n0, n1);
+  const bool int8 = x.q8 != nullptr;
+  if (w.bits == 4) {
+    int8 ? all_rows<4, true>(x, w, y, n0, n1) : all_rows<4, false>(x, w, y, n0, n1);
+  } else {
+    int8 ? all_rows<8, true>(x, w, y, n0, n1) : all_rows<8, false>(x, w, y, n0, n1);
+  }
 }
 
 }  // namespace tk
