@@ -1,13 +1,13 @@
-// The VNNI kernels for x86 CPUs with AVX-512 VNNI: int16 activations with
-// vpdpwssd (the default there, the same integers as kernels_avx2.cpp), and
-// the int8 kernels (compiled with -mavx2 -mfma
+// The kernels for x86 CPUs with AVX-512 VNNI (compiled with -mavx2 -mfma
 // -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni; called only where
-// cpu_has_avx512vnni() says the CPU and the OS support them). Activations are
-// quantized to int8 per 32-block (s = amax / 127, llama.cpp's Q8 rule); one
-// vpdpbusd multiplies a block's 32 unsigned weights with its 32 signed
-// activations and sums them in fours, exactly in int32 (256-bit registers,
-// the EVEX forms: 32 of them). Only our headers and the intrinsics are
-// included (see kernels_avx2.cpp).
+// cpu_has_avx512vnni() says the CPU and the OS support them), 256-bit
+// registers in their EVEX forms (32 of them), rows 3 at a time x 2 columns:
+// - int16 activations (the default there): a block's products summed by two
+//   vpdpwssd, the same integers as kernels_avx2.cpp;
+// - int8 activations (only where asked for): quantized per 32-block with
+//   s = amax / 127, llama.cpp's Q8 rule; one vpdpbusd multiplies a block's
+//   32 unsigned weights with its 32 signed activations, exactly in int32.
+// Only our headers and the intrinsics are included (see kernels_avx2.cpp).
 #include <immintrin.h>
 
 #include "qmm_kernels.h"

@@ -39,10 +39,10 @@ constexpr int CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
 std::atomic<int> chosen{-1};  // Isa, chosen at first use (force_isa may lower it)
 
-// The best this CPU runs on int16 activations. int8 (Avx512VnniInt8, 1.6x
-// a row) lost more than the 1% of perplexity the issue allows on the bundled
-// model (1.017x), so it runs only where asked for (TANDEM_CPU_ACTIVATIONS=int8,
-// engine/runtime/qmm.py).
+// The best this CPU runs on int16 activations. int8 (Avx512VnniInt8, 5-15%
+// faster than int16 on VNNI) lost more than the 1% of perplexity the issue
+// allows on the bundled model (1.017x), so it runs only where asked for
+// (TANDEM_CPU_ACTIVATIONS=int8, engine/runtime/qmm.py).
 Isa detect() {
 #ifdef TK_ARM64
   return Isa::Neon;  // the architecture's baseline
