@@ -12,78 +12,20 @@ namespace {
 
 #include "x86_helpers.h"
 
-// 32 weights of a block as two vectors of 16 int16: for 4 bits (16 bytes)
-// the low nibbles (even k) then the high nibbles (odd k), the order
-// quantize_rows gives activations; for 8 bits (32 bytes) k in order.
-template <int BITS>
-inline void unpack(const uint8_t* p, __m256i& first, __m256i& second) {
-  if constexpr (BITS == 4) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    first = _mm256_cvtepu8_epi16(_mm_and_si128(v, mask));
-    second = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mask));
-  } else {
-    first = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    second = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+// A block's products by two vpmaddwd and their sum.
+struct MaddDot {
+  using Weights = Int16Weights;
+  using Block = Int16Block;
+  static __m256i sum(const Weights& w, const Block& x) {
+    return _mm256_add_epi32(_mm256_madd_epi16(w.first, x.first),
+                            _mm256_madd_epi16(w.second, x.second));
   }
-}
+};
 
-// R rows from m0, columns [n0, n1), C columns at a time: each weight block
-// is unpacked once for R rows, each activation block loaded once for C
-// columns; R x C accumulators, independent chains (one row alone was bound
-// by the latency of a single accumulator's fma chain). A block's 32
-// products are summed exactly in int32 (madd), then scaled.
+// qmm_impl.h's rows: the shared blocking (x86_helpers.h) on vpmaddwd.
 template <int R, int C, int BITS>
 void rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int n0, int n1) {
-  const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
-  const size_t row_bytes = size_t(w.K) * BITS / 8;
-  int n = n0;
-  for (; n + C <= n1; n += C) {
-    const uint8_t* wr[C];
-    __m256 acc[R][C];
-    float rest[R][C];
-    for (int c = 0; c < C; ++c) {
-      wr[c] = reinterpret_cast<const uint8_t*>(w.w) + (n + c) * row_bytes;
-      for (int r = 0; r < R; ++r) {
-        acc[r][c] = _mm256_setzero_ps();
-        rest[r][c] = 0.0f;
-      }
-    }
-    for (int g = 0; g < groups; ++g) {
-      float sw[C], bw[C];
-      for (int c = 0; c < C; ++c) {
-        sw[c] = scale_at(w.scales, w.type, size_t(n + c) * groups + g);
-        bw[c] = scale_at(w.biases, w.type, size_t(n + c) * groups + g);
-      }
-      for (int b = g * per; b < (g + 1) * per; ++b) {
-        __m256i w0[C], w1[C];
-        for (int c = 0; c < C; ++c) unpack<BITS>(wr[c] + b * BLOCK * BITS / 8, w0[c], w1[c]);
-        for (int r = 0; r < R; ++r) {
-          const size_t at = size_t(m0 + r) * blocks + b;
-          const int16_t* q = x.q + size_t(m0 + r) * w.K + b * BLOCK;
-          const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-          const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16));
-          const float sx = x.scale[at], xs = x.sum[at];
-          for (int c = 0; c < C; ++c) {
-            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(w0[c], q0),
-                                                 _mm256_madd_epi16(w1[c], q1));
-            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sx * sw[c]),
-                                        acc[r][c]);
-            rest[r][c] += bw[c] * xs;
-          }
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        y[size_t(m0 + r) * w.N + n + c] =
-            x.bad[m0 + r] ? __builtin_nanf("") : hsum(acc[r][c]) + rest[r][c];
-      }
-    }
-  }
-  if constexpr (C > 1) {
-    if (n < n1) rows<R, 1, BITS>(x, w, y, m0, n, n1);
-  }
+  rows_of<MaddDot, R, C, BITS>(x, w, y, m0, n0, n1);
 }
 
 // One row's K weights as floats, 16 at a time (a group is 32 or more).
