@@ -8,6 +8,7 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 from engine.core.events import Finished, Token
+from engine.core.router import LaneView
 
 
 def reference_greedy(loaded, prompt_ids: list[int], max_tokens: int) -> list[int]:
@@ -82,3 +83,10 @@ def foreign_tokenizer_copy(src, dst):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     path.write_text(json.dumps(data))
     return dst
+
+
+def lane_view(name, cost, **kw) -> LaneView:
+    """A lane as the router sees it, named for its device, idle unless told."""
+    base = dict(queue_depth=0, batch_size=0, pending_prompt_tokens=0)
+    base.update(kw)
+    return LaneView(name, name, cost=cost, **base)

@@ -4,8 +4,9 @@ import pytest
 
 from engine.core.costmodel import CostModel
 from engine.core.policies import CostAwarePolicy, WarmPrefixPolicy
-from engine.core.router import LaneView, LeastLoadedPolicy, RequestView
+from engine.core.router import LeastLoadedPolicy, RequestView
 from engine.sim import Simulation, Tab, Turn, chat_workload, load_profile
+from tests.helpers import lane_view
 
 
 def _lanes(profile="m2-flat", c=0.0):
@@ -28,17 +29,11 @@ def test_profile_predictions_match_the_published_figures():
     assert contended.step_s(1, 0, 0, contended=True) == pytest.approx(1.2 / 110)
 
 
-def _view(name, cost, **kw):
-    base = dict(queue_depth=0, batch_size=0, pending_prompt_tokens=0)
-    base.update(kw)
-    return LaneView(name, name, cost=cost, **base)
-
-
 def test_warm_follow_up_goes_to_cpu_while_gpu_is_busy():
     cost = _lanes()
-    gpu = _view("gpu", cost["gpu"], batch_size=12, decode_batch=12, mean_context=900,
+    gpu = lane_view("gpu", cost["gpu"], batch_size=12, decode_batch=12, mean_context=900,
                 remaining_tokens=12 * 150)
-    cpu = _view("cpu", cost["cpu"])
+    cpu = lane_view("cpu", cost["cpu"])
     warm = RequestView("r1", prompt_tokens=845, cached_tokens=812, expected_output=150)
     placement = CostAwarePolicy().place(warm, [gpu, cpu])
     assert placement.lane == "cpu" and placement.decode_lane == "cpu"
@@ -49,9 +44,9 @@ def test_warm_follow_up_goes_to_cpu_while_gpu_is_busy():
 
 def test_cold_long_prompt_goes_to_gpu():
     cost = _lanes()
-    gpu = _view("gpu", cost["gpu"], batch_size=2, decode_batch=2, mean_context=500,
+    gpu = lane_view("gpu", cost["gpu"], batch_size=2, decode_batch=2, mean_context=500,
                 remaining_tokens=200)
-    cpu = _view("cpu", cost["cpu"])
+    cpu = lane_view("cpu", cost["cpu"])
     cold = RequestView("r2", prompt_tokens=1500, cached_tokens=0, expected_output=150)
     assert CostAwarePolicy().place(cold, [gpu, cpu]).lane == "gpu"
     assert WarmPrefixPolicy().place(cold, [gpu, cpu]).lane == "gpu"
@@ -59,7 +54,7 @@ def test_cold_long_prompt_goes_to_gpu():
 
 def test_idle_gpu_takes_everything():
     cost = _lanes()
-    gpu, cpu = _view("gpu", cost["gpu"]), _view("cpu", cost["cpu"])
+    gpu, cpu = lane_view("gpu", cost["gpu"]), lane_view("cpu", cost["cpu"])
     warm = RequestView("r3", 845, 832, 150)
     assert CostAwarePolicy().place(warm, [gpu, cpu]).lane == "gpu"
 
@@ -129,9 +124,9 @@ def test_reconsider_moves_a_decode_only_after_the_policy_gap():
     # unless it moved fewer than min_tokens_between_moves tokens ago; a lane
     # the mode no longer allows is left regardless.
     cost = _lanes()
-    gpu = _view("gpu", cost["gpu"], batch_size=40, decode_batch=40, mean_context=900,
+    gpu = lane_view("gpu", cost["gpu"], batch_size=40, decode_batch=40, mean_context=900,
                 remaining_tokens=40 * 200)
-    cpu = _view("cpu", cost["cpu"])
+    cpu = lane_view("cpu", cost["cpu"])
     policy = CostAwarePolicy(min_tokens_between_moves=32)
     request = RequestView("r4", 800, 780, expected_output=200, output_tokens=60)
     move = policy.reconsider(request, "gpu", [gpu, cpu])
@@ -141,100 +136,6 @@ def test_reconsider_moves_a_decode_only_after_the_policy_gap():
                          tokens_since_move=10)
     assert policy.reconsider(recent, "gpu", [gpu, cpu]) is None
     assert policy.reconsider(recent, "gpu", [cpu]).lane == "cpu"
-
-
-def test_cost_model_learns_contention_from_steps_run_alongside_other_lanes():
-    model = CostModel(prefill_tps=100, decode_points=[(0, 10)])  # 0.1 s a step alone
-    for _ in range(40):
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1)
-    for _ in range(200):  # with another lane running, steps take 1.5x
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.15, contended=True)
-    assert model.contention == pytest.approx(0.5, rel=0.02)
-    assert model.decode_step_s(1, 100) == pytest.approx(0.1, rel=0.02)  # base kept
-    assert model.step_s(1, 100, 0, contended=True) == pytest.approx(0.15, rel=0.02)
-    for _ in range(200):  # contended steps as fast as quiet ones: no contention
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.1, contended=True)
-    assert model.contention < 0.01
-
-
-def test_contention_beside_a_prefill_is_learned_apart_and_fast():
-    """Beside another lane's prefill (it computes flat out) a step slows
-    more than beside its decodes; the first contended steps are averaged,
-    not pulled from the 0 the model started at."""
-    model = CostModel(prefill_tps=100, decode_points=[(0, 10)])  # 0.1 s a step alone
-    for _ in range(5):
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.13, contended=True)
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.2, contended=True,
-                      beside_prefill=True)
-    assert model.contention == pytest.approx(0.3) and model.contended_samples == 5
-    assert model.prefill_contention == pytest.approx(1.0)
-    assert not model.contention_known and not model.prefill_contention_known
-    for _ in range(40):
-        model.observe(batch=1, context=100, prefill_tokens=0, seconds=0.2, contended=True,
-                      beside_prefill=True)
-    assert model.prefill_contention_known and model.contention == pytest.approx(0.3)
-
-
-def test_a_prefill_beside_busy_decodes_pays_only_if_their_prefill_contention_allows():
-    """An idle lane as fast as the GPU at prefill (a paced CPU lane) would
-    prefill for the GPU's decode: worth it while the GPU's decodes lose
-    little beside it, not where they lose as much as the prefill saves."""
-    def lanes(beside_prefill):
-        gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 20)], batch_alpha=0.3,
-                             contention=0.3, contended_samples=40,
-                             prefill_contention=beside_prefill, prefill_contended_samples=40)
-        cpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 12)], batch_alpha=0.0,
-                             contention=0.3, contended_samples=40)
-        gpu = _view("gpu", gpu_cost, batch_size=3, decode_batch=3, mean_context=300,
-                    remaining_tokens=3 * 30)
-        return [gpu, _view("cpu", cpu_cost)]
-
-    cold = RequestView("r9", prompt_tokens=320, cached_tokens=0, expected_output=32)
-    assert CostAwarePolicy().place(cold, lanes(0.1)).lane == "cpu"
-    placement = CostAwarePolicy().place(cold, lanes(1.2))
-    assert placement.lane == placement.decode_lane == "gpu"
-
-
-def test_learned_contention_keeps_a_second_lane_idle_when_it_does_not_pay():
-    # Two equal lanes that take turns on shared cores (contention 1.0: each
-    # step twice as long while both run) gain nothing from spreading; with
-    # contention unknown (0.0) spreading looks free.
-    def lanes(contention):
-        gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1,
-                             contention=contention)
-        cpu_cost = gpu_cost.copy()
-        gpu = _view("gpu", gpu_cost, batch_size=4, decode_batch=4, mean_context=300,
-                    remaining_tokens=4 * 100)
-        return [gpu, _view("cpu", cpu_cost)]
-
-    request = RequestView("r5", prompt_tokens=300, cached_tokens=288, expected_output=100)
-    assert CostAwarePolicy().place(request, lanes(0.0)).lane == "cpu"
-    placement = CostAwarePolicy().place(request, lanes(1.0))
-    assert placement.lane == placement.decode_lane == "gpu"
-    assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
-    assert placement.left_idle == (("cpu", "it would slow GPU more than it adds "
-                                           "(contention 1.0)"),)  # what the dock reads
-
-
-def test_a_lane_that_never_ran_beside_the_other_is_believed_as_contended_as_it():
-    """A CPU lane the router keeps idle learns no contention of its own (it
-    starts at 0 every run); the GPU's learned one stands for it (the shared
-    cores or bandwidth slow both ways). It was trusted at 0: on two real
-    lanes, prefills moved to the idle lane and hybrid lost 8%."""
-    gpu_cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1,
-                         contention=1.0)
-    gpu_cost.contended_samples = 40  # learned
-    gpu = _view("gpu", gpu_cost, batch_size=4, decode_batch=4, mean_context=300,
-                remaining_tokens=4 * 100)
-    cpu = _view("cpu", CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1))
-    request = RequestView("r8", prompt_tokens=300, cached_tokens=288, expected_output=100)
-    placement = CostAwarePolicy().place(request, [gpu, cpu])
-    assert placement.lane == placement.decode_lane == "gpu"
-    assert "CPU left idle" in placement.reason and "contention 1.0" in placement.reason
-    # Its own learned (or stored) value is trusted: 0 beside a GPU it does not slow.
-    cpu.cost.start_contention(0.0)
-    gpu_cost.contention = 0.0
-    assert CostAwarePolicy().place(request, [gpu, cpu]).lane == "cpu"
 
 
 def test_twin_lanes_that_only_take_turns_do_no_worse_than_one():
@@ -257,18 +158,18 @@ def test_twin_lanes_that_only_take_turns_do_no_worse_than_one():
 
 def test_a_lane_that_does_not_pay_is_drained():
     cost = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1, contention=1.0)
-    gpu = _view("gpu", cost, batch_size=4, decode_batch=4, mean_context=300,
+    gpu = lane_view("gpu", cost, batch_size=4, decode_batch=4, mean_context=300,
                 remaining_tokens=400)
-    cpu = _view("cpu", cost.copy(), batch_size=1, decode_batch=1, mean_context=300,
+    cpu = lane_view("cpu", cost.copy(), batch_size=1, decode_batch=1, mean_context=300,
                 remaining_tokens=100)
     request = RequestView("r6", 300, 288, expected_output=100, output_tokens=40)
     move = CostAwarePolicy().reconsider(request, "cpu", [gpu, cpu])
     assert move is not None and move.lane == "gpu"
     # With no contention the same second lane pays and keeps its request.
     free = CostModel(prefill_tps=300, decode_points=[(0, 15)], batch_alpha=0.1)
-    gpu0 = _view("gpu", free, batch_size=4, decode_batch=4, mean_context=300,
+    gpu0 = lane_view("gpu", free, batch_size=4, decode_batch=4, mean_context=300,
                  remaining_tokens=400)
-    cpu0 = _view("cpu", free.copy(), batch_size=1, decode_batch=1, mean_context=300,
+    cpu0 = lane_view("cpu", free.copy(), batch_size=1, decode_batch=1, mean_context=300,
                  remaining_tokens=100)
     assert CostAwarePolicy().reconsider(request, "cpu", [gpu0, cpu0]) is None
 
@@ -283,9 +184,9 @@ def test_where_no_lane_pays_beside_the_other_the_faster_alone_keeps_its_decodes(
                      contention=1.2)
     slow = CostModel(prefill_tps=250, decode_points=[(0, 6)], batch_alpha=0.0,
                      contention=0.45)
-    gpu = _view("gpu", fast, batch_size=2, decode_batch=2, mean_context=300,
+    gpu = lane_view("gpu", fast, batch_size=2, decode_batch=2, mean_context=300,
                 remaining_tokens=60)
-    cpu = _view("cpu", slow, batch_size=2, decode_batch=2, mean_context=300,
+    cpu = lane_view("cpu", slow, batch_size=2, decode_batch=2, mean_context=300,
                 remaining_tokens=60)
     request = RequestView("r7", 300, 288, expected_output=100, output_tokens=40)
     assert CostAwarePolicy().reconsider(request, "gpu", [gpu, cpu]) is None
@@ -337,9 +238,9 @@ def test_where_no_lane_pays_the_gpu_keeps_its_decodes_unless_another_is_clearly_
                         contention=1.0)
         cpu = CostModel(prefill_tps=300, decode_points=[(0, cpu_tps)], batch_alpha=0.3,
                         contention=1.0)
-        return [_view("gpu", gpu, batch_size=2, decode_batch=2, mean_context=300,
+        return [lane_view("gpu", gpu, batch_size=2, decode_batch=2, mean_context=300,
                       remaining_tokens=60),
-                _view("cpu", cpu, batch_size=1, decode_batch=1, mean_context=300,
+                lane_view("cpu", cpu, batch_size=1, decode_batch=1, mean_context=300,
                       remaining_tokens=30)]
 
     request = RequestView("r10", 300, 288, expected_output=100, output_tokens=40)
@@ -354,83 +255,12 @@ def test_a_gpu_left_idle_beside_a_lane_that_holds_the_decodes_takes_them_back():
     GPU (a paced lane kept them all, 6% slower than the GPU alone)."""
     gpu = CostModel(prefill_tps=300, decode_points=[(0, 20)], batch_alpha=0.3, contention=1.0)
     cpu = CostModel(prefill_tps=300, decode_points=[(0, 21)], batch_alpha=0.3, contention=1.0)
-    views = [_view("gpu", gpu), _view("cpu", cpu, batch_size=3, decode_batch=3,
+    views = [lane_view("gpu", gpu), lane_view("cpu", cpu, batch_size=3, decode_batch=3,
                                        mean_context=300, remaining_tokens=90)]
     request = RequestView("r11", 300, 288, expected_output=100, output_tokens=40)
     move = CostAwarePolicy().reconsider(request, "cpu", views)
     assert move is not None and move.lane == "gpu"
     fast = CostModel(prefill_tps=300, decode_points=[(0, 40)], batch_alpha=0.3, contention=1.0)
-    views[1] = _view("cpu", fast, batch_size=3, decode_batch=3, mean_context=300,
+    views[1] = lane_view("cpu", fast, batch_size=3, decode_batch=3, mean_context=300,
                      remaining_tokens=90)
     assert CostAwarePolicy().reconsider(request, "cpu", views) is None
-
-
-def test_contention_is_charged_only_while_the_other_lane_stays_busy():
-    """A GPU lane decoding 8 streams, a CPU lane busy with a short prefill
-    the router put there: the GPU's next 64 steps are slowed only while that
-    prefill lasts. Charging all of them (the learned contention 0.81 times
-    64 steps) once made the GPU look slower than the CPU lane and drew its
-    decodes there ("decode 64 tokens: GPU 16.2 s vs CPU 11.6 s"; the real
-    sweep lost 22%)."""
-    gpu_cost = CostModel(prefill_tps=900, decode_points=[(0, 9.4)], batch_alpha=0.05,
-                         contention=0.81, contended_samples=40,
-                         prefill_contention=0.81, prefill_contended_samples=40)
-    cpu_cost = CostModel(prefill_tps=900, decode_points=[(0, 4.7)], batch_alpha=0.0,
-                         contention=0.9, contended_samples=40)
-    gpu = _view("gpu", gpu_cost, batch_size=8, decode_batch=8, mean_context=300,
-                remaining_tokens=8 * 64)
-    prefilling = _view("cpu", cpu_cost, batch_size=1, pending_prompt_tokens=90)
-    policy = CostAwarePolicy()
-    request = RequestView("r1", prompt_tokens=300, cached_tokens=0, expected_output=64,
-                          output_tokens=1)
-    alone = 64 * gpu_cost.decode_step_s(9, 300)
-    short = cpu_cost.prefill_s(90)  # the CPU lane's prefill: ~0.1 s
-    own, _ = policy._decode(gpu, [gpu, prefilling], 64, 300)
-    # For `short` seconds the GPU runs at 1 / 1.81 of its speed, then alone.
-    assert own == pytest.approx(alone + short * (1 - 1 / 1.81), rel=1e-6)
-    assert own < alone * 1.05  # not 1.81x
-    assert policy.place_decode(request, "gpu", [gpu, prefilling]).lane == "gpu"
-    # The same lane busy for longer than the whole decode charges every step.
-    decoding = _view("cpu", cpu_cost, batch_size=2, decode_batch=2, mean_context=300,
-                     remaining_tokens=2 * 400)
-    own, _ = policy._decode(gpu, [gpu, decoding], 64, 300)
-    assert own == pytest.approx(alone * 1.81, rel=1e-6)
-    # Prompts queued there count by their prefill (the plan that sent them may
-    # decode them elsewhere): a queued prefill once charged every step.
-    queued = _view("cpu", cpu_cost, batch_size=1, queue_depth=2, pending_prompt_tokens=270)
-    own, _ = policy._decode(gpu, [gpu, queued], 64, 300)
-    assert own == pytest.approx(alone + cpu_cost.prefill_s(270) * (1 - 1 / 1.81), rel=1e-6)
-    assert policy.place_decode(request, "gpu", [gpu, queued]).lane == "gpu"
-    # A full batch with requests waiting stays busy the longer.
-    full = _view("cpu", cpu_cost, batch_size=2, decode_batch=2, max_batch=2, queue_depth=2,
-                 mean_context=300, remaining_tokens=2 * 4)
-    per_stream = 4 * cpu_cost.decode_step_s(2, 300)
-    own, _ = policy._decode(gpu, [gpu, full], 64, 300)
-    assert own == pytest.approx(alone + 2 * per_stream * (1 - 1 / 1.81), rel=1e-6)
-
-
-def test_a_small_gain_off_a_busy_gpu_waits_until_their_contention_is_known():
-    """A warm follow-up the CPU lane would prefill for the GPU's decode, for
-    a predicted 1%: while the contention between the lanes is a guess (0,
-    nothing learned or stored), the whole request stays on the GPU and the
-    reason says why; once known, the predictions are trusted. A larger gain
-    (a faster CPU lane) is taken at once."""
-    def lanes(known, cpu_rate):
-        k = dict(contention_stored=known, prefill_contention_stored=known)
-        gpu = _view("gpu", CostModel(prefill_tps=2000, decode_points=[(0, 20)],
-                                     batch_alpha=0.3, **k),
-                    batch_size=6, decode_batch=6, mean_context=300, remaining_tokens=6 * 64)
-        cpu = _view("cpu", CostModel(prefill_tps=300, decode_points=[(0, cpu_rate)],
-                                     batch_alpha=0.3, **k))
-        return [gpu, cpu]
-
-    warm = RequestView("r1", prompt_tokens=300, cached_tokens=290, expected_output=64)
-    guess = CostAwarePolicy().place(warm, lanes(False, 5))
-    assert (guess.lane, guess.decode_lane) == ("gpu", "gpu")
-    assert "not known yet" in guess.reason
-    assert [name for name, _ in guess.left_idle] == ["cpu"]  # one entry a lane
-    trusted = CostAwarePolicy().place(warm, lanes(True, 5))
-    assert (trusted.lane, trusted.decode_lane) == ("cpu", "gpu")
-    assert "not known yet" not in trusted.reason
-    faster = CostAwarePolicy().place(warm, lanes(False, 12))
-    assert (faster.lane, faster.decode_lane) == ("cpu", "cpu")
