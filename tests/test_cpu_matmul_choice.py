@@ -28,7 +28,8 @@ def quantized_dir(tiny_model_dir, tmp_path_factory):
 
 
 def routed(model) -> int:
-    return sum(type(m).__name__ in ("_KernelLinear", "_KernelEmbedding")
+    return sum(type(m).__name__ in ("_KernelLinear", "_KernelEmbedding", "PackedLinear",
+                                    "PackedEmbedding")
                for _, m in model.named_modules())
 
 
@@ -67,6 +68,7 @@ def test_a_format_the_kernels_do_not_take_and_weights_not_quantized(tiny_model_d
 def test_tandem_cpu_matmul_forces_a_path_and_the_plan_follows(quantized_dir, monkeypatch, path):
     monkeypatch.setenv("TANDEM_CPU_MATMUL", path)
     loaded = load_model(str(quantized_dir))
+    as_loaded = loaded_bytes(loaded)
     plan, models = plan_lanes(loaded, [LaneSpec("cpu", "cpu"), LaneSpec("cpu2", "cpu")])
     lane = plan.lane("cpu")
     assert "forced" in plan.cpu_matmul_why
@@ -76,7 +78,10 @@ def test_tandem_cpu_matmul_forces_a_path_and_the_plan_follows(quantized_dir, mon
         assert plan.matmul("cpu2") == "a float32 copy"
     else:
         assert lane.weight_format == "quantized"
-        assert plan.shared_weight_bytes == loaded_bytes(loaded)
+        assert plan.shared_weight_bytes == as_loaded
+        # Packed for the kernels (two CPU lanes, no GPU one): the same bytes
+        # but for the zero columns that pad a layer to a multiple of 8.
+        assert as_loaded <= loaded_bytes(loaded) <= as_loaded * 1.01
     if path == "tandem" and KERNELS:
         assert plan.cpu_matmul == "tandem" and routed(models["cpu"]) > 0
         assert plan.matmul("cpu") == "Tandem's kernels"

@@ -35,4 +35,4 @@ def test_neon_kernels_under_qemu(tmp_path):
                    check=True, capture_output=True, text=True, timeout=600)
     done = subprocess.run([QEMU, str(exe)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("ok: 60 cases, 2 kernels (neon)"), done.stdout
+    assert done.stdout.startswith("ok: 90 cases, 2 kernels (neon) and 1 packed"), done.stdout

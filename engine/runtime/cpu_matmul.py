@@ -23,6 +23,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import qmm
+from .qmm_packed import PackedLinear
 
 WORDS = {"tandem": "Tandem's kernels", "mlx": "MLX's op", "float32": "a float32 copy"}
 FLOAT32_MARGIN = 0.9  # a float32 copy must decode this much faster than MLX's op
@@ -43,7 +44,8 @@ def _largest(model: nn.Module):
     """The largest projection (not a tied embedding head: MLX's x86 kernel
     takes a second a row on a 49k-token vocabulary, and the choice is the
     same on any layer of the format)."""
-    layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
+    layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)
+              and not isinstance(m, PackedLinear)]  # MLX's op cannot read the packed layout
     return max(layers, key=lambda m: m.weight.size) if layers else None
 
 

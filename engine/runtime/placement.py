@@ -121,6 +121,11 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
     kernels = plan.cpu_matmul == "tandem"
     models: dict[str, object] = {}
     first = plan.lanes[0]
+    # The loaded arrays may take the kernels' packed layout only where no
+    # GPU lane reads them (MLX's kernels cannot).
+    sharers = [lane for lane in plan.lanes
+               if lane.enabled and (lane is first or lane.weight_format == "shared")]
+    cpu_only = all(lane.device == "cpu" for lane in sharers)
     if first.weight_format not in ("shared", loaded.weight_format):
         with _on(first.device):
             with_weight_format(loaded, first.weight_format)
@@ -130,7 +135,7 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
         if lane is first or lane.weight_format == "shared":
             models[lane.name] = loaded.model
             if lane.device == "cpu" and kernels:
-                qmm.install(loaded.model)  # per call: a GPU lane sharing it keeps MLX's
+                qmm.install(loaded.model, pack=cpu_only)  # else per call: a GPU lane keeps MLX's
             if lane.device == "cpu":
                 attention.install(loaded.model)  # the same: chosen per call
         else:  # its own copy: another format, or the same where memory is not shared
@@ -161,7 +166,7 @@ def _own_copy(source, weight_format: str, device: str, kernels: bool = False):
     with _on(device):
         model = load_model(source, weight_format).model
     if device == "cpu" and kernels:
-        qmm.install(model)
+        qmm.install(model, pack=True)  # its own copy: no GPU lane reads it
     if device == "cpu":
         attention.install(model)
     return model

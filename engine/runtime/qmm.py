@@ -18,6 +18,8 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import qmm_packed
+
 HERE = Path(__file__).resolve().parent
 STATUS_FILE = HERE / "_tandem_kernels.status"
 FORMATS = {(bits, group) for bits in (4, 8) for group in (32, 64, 128)}  # affine
@@ -186,21 +188,33 @@ class _KernelEmbedding(nn.QuantizedEmbedding):
                                 group_size=self.group_size, bits=self.bits, mode=self.mode)
 
 
-def install(model: nn.Module) -> int:
+def install(model: nn.Module, pack: bool = False) -> int:
     """Route `model`'s quantized layers through `quantized_matmul` (the same
     arrays: a GPU lane sharing them keeps MLX's kernels, chosen per call by
     the stream's device); how many layers now can. Nothing where the kernels
-    are not used."""
-    if kernels() is None:
+    are not used. `pack`: no GPU lane shares these arrays, so the layers
+    take the kernels' own layout where it is faster (qmm_packed.py)."""
+    ext = kernels()
+    if ext is None:
         return 0
+    packing = pack and qmm_packed.wanted(ext)
     count = 0
     for _, module in model.named_modules():
         if not (type(module) in (nn.QuantizedLinear, nn.QuantizedEmbedding) and _takes(module)):
             continue
-        module.__class__ = (_KernelLinear if type(module) is nn.QuantizedLinear
-                            else _KernelEmbedding)
+        if packing:
+            qmm_packed.pack(module)
+        else:
+            module.__class__ = (_KernelLinear if type(module) is nn.QuantizedLinear
+                                else _KernelEmbedding)
         count += 1
     return count
+
+
+def packed(model: nn.Module) -> int:
+    """How many of `model`'s layers hold the packed layout."""
+    return sum(isinstance(m, (qmm_packed.PackedLinear, qmm_packed.PackedEmbedding))
+               for _, m in model.named_modules())
 
 
 def _takes(module) -> bool:

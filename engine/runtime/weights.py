@@ -29,8 +29,7 @@ def model_shape(model: nn.Module, context_length: int) -> ModelShape:
     for _, module in model.named_modules():
         if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
             quantized = True
-            rows, packed = module.weight.shape
-            params += rows * packed * 32 // module.bits
+            params += module.weight.size * 32 // module.bits  # either layout (qmm_packed.py)
             if getattr(module, "bias", None) is not None:
                 params += module.bias.size
         elif not module.children():

@@ -55,6 +55,15 @@ void dequantize_row(const uint8_t* wr, const Weights& w, size_t first_group, flo
 
 #include "qmm_impl.h"
 
+// Packed weights: a pair's products by vpmaddwd, added to the lane's sum.
+struct MaddAcc {
+  static __m256i dot(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
+  }
+};
+
+#include "packed_impl.h"
+
 }  // namespace
 
 // As quantize_rows (kernels_generic.cpp): the same scales and integers (both
@@ -100,6 +109,14 @@ void dequantize_avx2(const Weights& w, int n0, int n1, float* out) {
 
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
   qmm_rows(x, w, y, n0, n1);
+}
+
+void qmm_packed_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
+  packed_qmm<MaddAcc>(x, w, y, n0, n1);
+}
+
+void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out) {
+  packed_dequantize(w, n0, n1, out);
 }
 
 }  // namespace tk

@@ -62,6 +62,22 @@ int weight_at(const uint8_t* row, int k, int bits) {
   return bits == 4 ? (row[k / 2] >> (4 * (k & 1))) & 0xf : row[k];
 }
 
+// Weight k of column n and the index of its group's scale, either layout.
+int weight_of(const Weights& w, int n, int k) {
+  if (!w.packed) {
+    const size_t row_bytes = size_t(w.K) * w.bits / 8;
+    return weight_at(reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes, k, w.bits);
+  }
+  const int E = 32 / w.bits, words = w.K / E;
+  const uint32_t word = w.w[(size_t(n / 8) * words + k / E) * 8 + n % 8];
+  return (word >> (w.bits * (k % E))) & ((1u << w.bits) - 1);
+}
+
+size_t scale_index(const Weights& w, int n, int g) {
+  const size_t groups = w.K / w.group;
+  return w.packed ? (size_t(n / 8) * groups + g) * 8 + n % 8 : size_t(n) * groups + g;
+}
+
 }  // namespace
 
 void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* scale,
@@ -89,6 +105,56 @@ void quantize_rows(const float* x, int M, int K, int bits, int16_t* q, float* sc
       }
       scale[at] = bad[m] ? 0.0f : d;
       sum[at] = bad[m] ? 0.0f : s;
+    }
+  }
+}
+
+void order_packed(int16_t* q, int M, int K, int bits) {
+  int16_t block[BLOCK];
+  for (size_t b = 0; b < size_t(M) * K / BLOCK; ++b) {
+    int16_t* qb = q + b * BLOCK;
+    for (int i = 0; i < BLOCK; ++i) block[i] = qb[packed_source(i, bits)];
+    std::memcpy(qb, block, sizeof(block));
+  }
+}
+
+// The scalar kernel on packed weights: the same integers as the x86 ones.
+void qmm_packed_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
+  const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
+  for (int n = n0; n < n1; ++n) {
+    for (int m = 0; m < x.M; ++m) {
+      if (x.bad[m]) {
+        y[size_t(m) * w.N + n] = NAN;
+        continue;
+      }
+      const int16_t* q = x.q + size_t(m) * w.K;
+      float acc = 0.0f, rest = 0.0f;
+      for (int g = 0; g < groups; ++g) {
+        const float sw = scalar_at(w.scales, w.type, scale_index(w, n, g));
+        const float bw = scalar_at(w.biases, w.type, scale_index(w, n, g));
+        for (int b = g * per; b < (g + 1) * per; ++b) {
+          int32_t dot = 0;
+          for (int i = 0; i < BLOCK; ++i) {
+            dot += int32_t(q[b * BLOCK + i]) * weight_of(w, n, b * BLOCK + packed_source(i, w.bits));
+          }
+          const size_t at = size_t(m) * blocks + b;
+          acc += float(dot) * (x.scale[at] * sw);
+          rest += bw * x.sum[at];
+        }
+      }
+      y[size_t(m) * w.N + n] = acc + rest;
+    }
+  }
+}
+
+void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out) {
+  const int groups = w.K / w.group;
+  for (int n = n0; n < n1; ++n) {
+    float* o = out + size_t(n - n0) * w.K;
+    for (int g = 0; g < groups; ++g) {
+      const float sw = scalar_at(w.scales, w.type, scale_index(w, n, g));
+      const float bw = scalar_at(w.biases, w.type, scale_index(w, n, g));
+      for (int k = g * w.group; k < (g + 1) * w.group; ++k) o[k] = sw * float(weight_of(w, n, k)) + bw;
     }
   }
 }
@@ -143,15 +209,12 @@ void dequantize_generic(const Weights& w, int n0, int n1, float* out) {
 }
 
 void qmm_reference(const float* x, int M, const Weights& w, double* y) {
-  const int groups = w.K / w.group;
-  const size_t row_bytes = size_t(w.K) * w.bits / 8;
   for (int n = 0; n < w.N; ++n) {
-    const uint8_t* wr = reinterpret_cast<const uint8_t*>(w.w) + n * row_bytes;
     for (int m = 0; m < M; ++m) {
       double acc = 0.0;
       for (int k = 0; k < w.K; ++k) {
-        const size_t g = size_t(n) * groups + k / w.group;
-        const double wk = double(scalar_at(w.scales, w.type, g)) * weight_at(wr, k, w.bits)
+        const size_t g = scale_index(w, n, k / w.group);
+        const double wk = double(scalar_at(w.scales, w.type, g)) * weight_of(w, n, k)
                           + double(scalar_at(w.biases, w.type, g));
         acc += wk * double(x[size_t(m) * w.K + k]);
       }

@@ -81,6 +81,13 @@ void all_rows(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
   if (x.M - m == 1) some_rows<1, 4, BITS, INT8>(x, w, y, m, n0, n1);
 }
 
+// Packed weights: a pair's products added to the lane's sum by one vpdpwssd.
+struct DpwssdAcc {
+  static __m256i dot(__m256i acc, __m256i w, __m256i x) { return _mm256_dpwssd_epi32(acc, w, x); }
+};
+
+#include "packed_impl.h"
+
 }  // namespace
 
 void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float* scale,
@@ -116,6 +123,10 @@ void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float
       }
     }
   }
+}
+
+void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
+  packed_qmm<DpwssdAcc>(x, w, y, n0, n1);
 }
 
 // Reads x.q8 (int8 activations) where set, else x.q (int16).

@@ -112,7 +112,7 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   xs.resize(std::max(xs.size(), size_t(M) * blocks));
   bad.resize(std::max(bad.size(), size_t(M)));
   tk::QuantizedRows rows{M, K, weights.bits, nullptr, sx.data(), xs.data(), bad.data()};
-  if (use == Isa::Avx512VnniInt8) {
+  if (use == Isa::Avx512VnniInt8 && !weights.packed) {
 #ifdef TK_X86
     q8.resize(std::max(q8.size(), size_t(M) * K));
     tk::quantize_rows_int8(xf, M, K, weights.bits, q8.data(), sx.data(), xs.data(), bad.data());
@@ -120,18 +120,30 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
 #endif
   } else {
     q.resize(std::max(q.size(), size_t(M) * K));
+    // Packed weights take K in order (8 bits' order), then reordered.
+    const int order = weights.packed ? 8 : weights.bits;
 #ifdef TK_X86
     if (runs_avx2(use)) {
-      tk::quantize_rows_avx2(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+      tk::quantize_rows_avx2(xf, M, K, order, q.data(), sx.data(), xs.data(), bad.data());
     } else {
-      tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+      tk::quantize_rows(xf, M, K, order, q.data(), sx.data(), xs.data(), bad.data());
     }
 #else
-    tk::quantize_rows(xf, M, K, weights.bits, q.data(), sx.data(), xs.data(), bad.data());
+    tk::quantize_rows(xf, M, K, order, q.data(), sx.data(), xs.data(), bad.data());
 #endif
+    if (weights.packed) tk::order_packed(q.data(), M, K, weights.bits);
     rows.q = q.data();
   }
   auto columns = [&](int n0, int n1) {
+    if (weights.packed) {
+#ifdef TK_X86
+      if (use == Isa::Avx512Vnni || use == Isa::Avx512VnniInt8) {
+        return tk::qmm_packed_vnni(rows, weights, y, n0, n1);
+      }
+      if (use == Isa::Avx2) return tk::qmm_packed_avx2(rows, weights, y, n0, n1);
+#endif
+      return tk::qmm_packed_generic(rows, weights, y, n0, n1);
+    }
 #ifdef TK_X86
     if (use == Isa::Avx512Vnni || use == Isa::Avx512VnniInt8) {
       return tk::qmm_vnni(rows, weights, y, n0, n1);  // int8 where rows.q8 is set
@@ -146,7 +158,7 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   if (threads <= 1) {
     columns(0, N);
   } else {
-    const int width = std::max(8, N / (threads * 4));
+    const int width = (std::max(8, N / (threads * 4)) + 7) / 8 * 8;  // whole column groups
     const int chunks = (N + width - 1) / width;
     tk::parallel_for(chunks, [&](int i) { columns(i * width, std::min(N, (i + 1) * width)); });
   }
@@ -164,6 +176,12 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
   std::vector<float> wp(size_t(panel) * K);
   auto dequantize = [&](int n0, int n1) {
     float* at = wp.data() + size_t(n0 % panel) * K;
+    if (weights.packed) {
+#ifdef TK_X86
+      if (runs_avx2(use)) return tk::dequantize_packed_avx2(weights, n0, n1, at);
+#endif
+      return tk::dequantize_packed_generic(weights, n0, n1, at);
+    }
 #ifdef TK_X86
     if (runs_avx2(use)) return tk::dequantize_avx2(weights, n0, n1, at);
 #endif
@@ -177,7 +195,7 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
     if (threads <= 1) {
       dequantize(p0, p1);
     } else {
-      const int rows = std::max(1, width / (threads * 2));
+      const int rows = (std::max(1, width / (threads * 2)) + 7) / 8 * 8;  // whole groups
       const int chunks = (width + rows - 1) / rows;
       tk::parallel_for(chunks, [&](int i) {
         dequantize(p0 + i * rows, std::min(p1, p0 + (i + 1) * rows));
@@ -241,8 +259,9 @@ const char* isa_name(Isa i) {
 }
 
 void run(const mx::array& x, const mx::array& w, const mx::array& scales,
-         const mx::array& biases, mx::array& out, int group_size, int bits, Isa use) {
-  const int K = x.shape(-1), N = w.shape(0);
+         const mx::array& biases, mx::array& out, int group_size, int bits, Isa use,
+         bool packed, int n) {
+  const int K = x.shape(-1), N = packed ? n : w.shape(0);
   const int M = static_cast<int>(x.size() / K);
   // float32 in and out: read and write MLX's buffers in place.
   std::vector<float> xf_copy, y_copy;
@@ -258,7 +277,7 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
     y = y_copy.data();
   }
   tk::Weights weights{N, K, bits, group_size, w.data<uint32_t>(), scales.data<void>(),
-                      biases.data<void>(), scale_type(scales.dtype())};
+                      biases.data<void>(), scale_type(scales.dtype()), packed};
   const int64_t work = int64_t(M) * N * K;
   const int threads = work < parallel_work_now.load() ? 1 : tk::threads();
   if (M >= sgemm_rows_now.load()) {
@@ -279,7 +298,9 @@ void TandemQuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs, mx::a
                     s = mx::array::unsafe_weak_copy(inputs[2]),
                     b = mx::array::unsafe_weak_copy(inputs[3]),
                     out = mx::array::unsafe_weak_copy(out), group = group_, bits = bits_,
-                    use = isa()]() mutable { run(x, w, s, b, out, group, bits, use); });
+                    use = isa(), packed = packed_, n = n_]() mutable {
+    run(x, w, s, b, out, group, bits, use, packed, n);
+  });
 }
 
 void TandemQuantizedMatmul::eval_gpu(const std::vector<mx::array>&, mx::array&) {
@@ -288,24 +309,28 @@ void TandemQuantizedMatmul::eval_gpu(const std::vector<mx::array>&, mx::array&) 
 
 bool TandemQuantizedMatmul::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const TandemQuantizedMatmul&>(other);
-  return group_ == o.group_ && bits_ == o.bits_;
+  return group_ == o.group_ && bits_ == o.bits_ && packed_ == o.packed_ && n_ == o.n_;
 }
 
 std::vector<mx::Shape> TandemQuantizedMatmul::output_shapes(
     const std::vector<mx::array>& inputs) {
   auto shape = inputs[0].shape();
-  shape.back() = inputs[1].shape(0);
+  shape.back() = packed_ ? n_ : inputs[1].shape(0);
   return {shape};
 }
 
-mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                           const mx::array& biases, int group_size, int bits,
-                           mx::StreamOrDevice s) {
+void check_format(const mx::array& x, int group_size, int bits) {
   if (bits != 4 && bits != 8) refuse("bits must be 4 or 8, not " + std::to_string(bits));
   if (group_size != 32 && group_size != 64 && group_size != 128) {
     refuse("group_size must be 32, 64 or 128, not " + std::to_string(group_size));
   }
   if (x.ndim() < 1 || !is_float(x.dtype())) refuse("x must be a float array");
+}
+
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits,
+                           mx::StreamOrDevice s) {
+  check_format(x, group_size, bits);
   if (w.ndim() != 2 || w.dtype() != mx::uint32) refuse("w must be a 2-D uint32 array");
   const int K = x.shape(-1), N = w.shape(0);
   if (int64_t(w.shape(1)) * 32 / bits != K) {
@@ -328,6 +353,42 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   shape.back() = N;
   return mx::array(shape, x.dtype(),
                    std::make_shared<TandemQuantizedMatmul>(stream, group_size, bits),
+                   {row_contiguous(x, stream), row_contiguous(w, stream),
+                    row_contiguous(scales, stream), row_contiguous(biases, stream)});
+}
+
+mx::array quantized_matmul_packed(const mx::array& x, const mx::array& w,
+                                  const mx::array& scales, const mx::array& biases, int n,
+                                  int group_size, int bits, mx::StreamOrDevice s) {
+  check_format(x, group_size, bits);
+  if (w.ndim() != 3 || w.dtype() != mx::uint32 || w.shape(2) != 8) {
+    refuse("packed w must be a 3-D uint32 array (column groups, words, 8)");
+  }
+  const int K = x.shape(-1), groups_of_8 = w.shape(0);
+  if (n <= 0 || (n + 7) / 8 != groups_of_8) {
+    refuse("packed w holds " + std::to_string(groups_of_8) + " groups of 8 columns, not " +
+           std::to_string(n) + " columns");
+  }
+  if (int64_t(w.shape(1)) * 32 / bits != K) {
+    refuse("w packs " + std::to_string(int64_t(w.shape(1)) * 32 / bits) +
+           " values a column, x has " + std::to_string(K));
+  }
+  if (K % group_size != 0) refuse("x's last axis is not a whole number of groups");
+  const mx::Shape groups{groups_of_8, K / group_size, 8};
+  if (scales.shape() != groups || !is_float(scales.dtype())) {
+    refuse("packed scales must be a float array of shape (column groups, K / group_size, 8)");
+  }
+  if (biases.shape() != groups || biases.dtype() != scales.dtype()) {
+    refuse("biases must have the scales' shape and dtype");
+  }
+  auto stream = mx::to_stream(s);
+  if (stream.device.type != mx::Device::DeviceType::cpu) {
+    refuse("packed weights run on a CPU stream only (a GPU lane keeps MLX's layout)");
+  }
+  auto shape = x.shape();
+  shape.back() = n;
+  return mx::array(shape, x.dtype(),
+                   std::make_shared<TandemQuantizedMatmul>(stream, group_size, bits, true, n),
                    {row_contiguous(x, stream), row_contiguous(w, stream),
                     row_contiguous(scales, stream), row_contiguous(biases, stream)});
 }

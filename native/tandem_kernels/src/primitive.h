@@ -28,8 +28,11 @@ void set_parallel_work(int64_t macs);
 
 class TandemQuantizedMatmul : public mx::UnaryPrimitive {
  public:
-  TandemQuantizedMatmul(mx::Stream stream, int group_size, int bits)
-      : mx::UnaryPrimitive(stream), group_(group_size), bits_(bits) {}
+  // packed: the weights in Tandem's packed layout (qmm_kernels.h Weights),
+  // n_ of their columns real.
+  TandemQuantizedMatmul(mx::Stream stream, int group_size, int bits, bool packed = false,
+                        int n = 0)
+      : mx::UnaryPrimitive(stream), group_(group_size), bits_(bits), packed_(packed), n_(n) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
   void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
@@ -39,6 +42,8 @@ class TandemQuantizedMatmul : public mx::UnaryPrimitive {
 
  private:
   int group_, bits_;
+  bool packed_;
+  int n_;
 };
 
 // Few-query attention (src/attention.h): q (B, Hq, L, D), k and v (B, Hkv, N, D).
@@ -68,5 +73,12 @@ void from_float(const float* y, mx::array& out, size_t n);
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const mx::array& biases, int group_size, int bits,
                            mx::StreamOrDevice s = {});
+
+// The same product on packed weights (qmm_kernels.h; engine/runtime/qmm.py
+// `pack` makes them): w (ceil(n / 8), K * bits / 32, 8) uint32, scales and
+// biases (ceil(n / 8), K / group_size, 8); CPU streams only.
+mx::array quantized_matmul_packed(const mx::array& x, const mx::array& w,
+                                  const mx::array& scales, const mx::array& biases, int n,
+                                  int group_size, int bits, mx::StreamOrDevice s = {});
 
 }  // namespace tandem

@@ -40,7 +40,22 @@ struct Weights {
   const void* scales = nullptr;  // N x K/group
   const void* biases = nullptr;  // N x K/group
   ScaleType type = ScaleType::F32;
+  // Packed (the CPU lane's own layout, engine/runtime/qmm.py `pack`): columns
+  // in groups of 8, each group's uint32 words interleaved, word t of column
+  // 8j + c at w[(j * words + t) * 8 + c] (words = K * bits / 32), scales and
+  // biases at [(j * groups + g) * 8 + c]; N padded to a multiple of 8 with
+  // zero columns, of which only the first N are written. One vector load
+  // gives 8 columns' words: the kernels scale 8 columns' sums at once.
+  bool packed = false;
 };
+
+// Packed activations: within each uint32 word's E = 32 / bits positions,
+// the pairs (s, s + E / 2) for s = 0 .. E/2 - 1, as int16 pairs; a 16-bit
+// half of a packed word shifted by bits * s and masked gives that pair.
+inline int packed_source(int i, int bits) {
+  const int E = 32 / bits, e = i % E;
+  return i - e + e / 2 + (e % 2) * (E / 2);
+}
 
 // Quantize M rows of K float activations (K a multiple of 32) into the
 // caller's buffers, laid out for `bits`.
@@ -52,11 +67,20 @@ void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, floa
 void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float* scale,
                         float* sum, uint8_t* bad);
 
+// quantize_rows' int16 (K in order: bits = 8 there) reordered in place for
+// packed weights of `bits` (packed_source).
+void order_packed(int16_t* q, int M, int K, int bits);
+
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // reads q8
 void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // arm64
+// Packed weights (Weights::packed), int16 activations in packed order; n0 a
+// multiple of 8.
+void qmm_packed_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_packed_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 
 // Many rows (a prefill chunk, a wide batch): the weights of columns [n0, n1)
 // dequantized to float32, row n - n0 of `out` (K floats each), exactly
@@ -65,13 +89,16 @@ void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
 void dequantize_generic(const Weights& w, int n0, int n1, float* out);
 void dequantize_avx2(const Weights& w, int n0, int n1, float* out);
 void dequantize_neon(const Weights& w, int n0, int n1, float* out);  // arm64
+void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out);  // n0 % 8 == 0
+void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out);
 
-// The float64 reference, for tests: the dequantized weights times x exactly.
+// The float64 reference, for tests: the dequantized weights times x exactly
+// (either layout).
 void qmm_reference(const float* x, int M, const Weights& w, double* y);
 
-bool cpu_has_avx2();
+bool cpu_has_avx2();  // AVX2, FMA and F16C, with the OS saving their registers
 bool cpu_has_avx512vnni();  // and AVX2: AVX-512 F, BW, VL and VNNI, with the OS saving their state
 
-float half_to_float(uint16_t h);  // IEEE binary16 to float, exactly (subnormals, inf, NaN)  // AVX2, FMA and F16C, with the OS saving their registers
+float half_to_float(uint16_t h);  // IEEE binary16 to float, exactly (subnormals, inf, NaN)
 
 }  // namespace tk

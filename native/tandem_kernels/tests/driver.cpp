@@ -68,6 +68,67 @@ std::vector<float> run(const Case& c, Kernel kernel, bool int8 = false) {
   return y;
 }
 
+// The case's weights in the packed layout (qmm_kernels.h Weights::packed).
+struct Packed {
+  std::vector<uint32_t> w;
+  std::vector<float> scales, biases;
+  tk::Weights of(const Case& c) const {
+    return {c.N, c.K, c.bits, c.group, w.data(), scales.data(), biases.data(),
+            tk::ScaleType::F32, true};
+  }
+};
+
+Packed pack8(const Case& c) {
+  const int words = c.K * c.bits / 32, groups = c.K / c.group, J = (c.N + 7) / 8;
+  Packed p{std::vector<uint32_t>(size_t(J) * words * 8), std::vector<float>(size_t(J) * groups * 8),
+           std::vector<float>(size_t(J) * groups * 8)};
+  for (int n = 0; n < c.N; ++n) {
+    for (int t = 0; t < words; ++t) p.w[(size_t(n / 8) * words + t) * 8 + n % 8] = c.w[size_t(n) * words + t];
+    for (int g = 0; g < groups; ++g) {
+      p.scales[(size_t(n / 8) * groups + g) * 8 + n % 8] = c.scales[size_t(n) * groups + g];
+      p.biases[(size_t(n / 8) * groups + g) * 8 + n % 8] = c.biases[size_t(n) * groups + g];
+    }
+  }
+  return p;
+}
+
+// A packed kernel's output: activations in K's order then reordered, column
+// groups over the pool one at a time.
+std::vector<float> run_packed(const Case& c, Kernel kernel) {
+  const Packed p = pack8(c);
+  const int blocks = c.K / tk::BLOCK;
+  std::vector<int16_t> q(size_t(c.M) * c.K);
+  std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
+  std::vector<uint8_t> bad(c.M);
+  tk::quantize_rows(c.x.data(), c.M, c.K, 8, q.data(), sx.data(), xs.data(), bad.data());
+  tk::order_packed(q.data(), c.M, c.K, c.bits);
+  tk::QuantizedRows rows{c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), bad.data()};
+  const tk::Weights w = p.of(c);
+  tk::parallel_for((c.N + 7) / 8, [&](int i) { kernel(rows, w, y.data(), i * 8, std::min(c.N, i * 8 + 8)); });
+  return y;
+}
+
+using Dequantize = void (*)(const tk::Weights&, int, int, float*);
+
+// Packed panels dequantized against the MLX layout's generic dequantizer.
+bool check_dequantize_packed(const Case& c, Dequantize dequantize, const char* what) {
+  const Packed p = pack8(c);
+  tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
+                tk::ScaleType::F32};
+  const int n0 = c.N / 3 / 8 * 8, n1 = c.N;
+  std::vector<float> got(size_t(n1 - n0) * c.K), want(got.size());
+  dequantize(p.of(c), n0, n1, got.data());
+  tk::dequantize_generic(w, n0, n1, want.data());
+  for (size_t i = 0; i < got.size(); ++i) {  // fma or not: within a rounding
+    if (std::fabs(got[i] - want[i]) > 1e-6 * (std::fabs(want[i]) + 1.0)) {
+      std::printf("%s packed dequantize: N=%d K=%d bits=%d at %zu: %g != %g\n", what, c.N, c.K,
+                  c.bits, i, got[i], want[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool check(const Case& c, const std::vector<float>& y, const char* what, double qmax = 32767.0) {
   std::vector<double> ref(size_t(c.M) * c.N);
   tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
@@ -94,8 +155,6 @@ bool check(const Case& c, const std::vector<float>& y, const char* what, double 
   }
   return true;
 }
-
-using Dequantize = void (*)(const tk::Weights&, int, int, float*);
 
 // A panel of columns dequantized, against scales * q + biases in double.
 bool check_dequantize(const Case& c, Dequantize dequantize, const char* what) {
@@ -242,6 +301,14 @@ int main() {
   kernels.push_back({tk::qmm_neon, "neon"});
   dequantizers.push_back({tk::dequantize_neon, "neon"});
 #endif
+  std::vector<std::pair<Kernel, const char*>> packed{{tk::qmm_packed_generic, "packed generic"}};
+  std::vector<std::pair<Dequantize, const char*>> packed_dequantizers{
+      {tk::dequantize_packed_generic, "generic"}};
+#ifdef TK_X86
+  if (tk::cpu_has_avx2()) packed.push_back({tk::qmm_packed_avx2, "packed avx2"});
+  if (tk::cpu_has_avx2()) packed_dequantizers.push_back({tk::dequantize_packed_avx2, "avx2"});
+  if (vnni) packed.push_back({tk::qmm_packed_vnni, "packed avx512vnni"});
+#endif
   tk::set_threads(3);
   const int groups[] = {32, 64, 128};
   int cases = 0;
@@ -259,10 +326,17 @@ int main() {
       ++cases;
     }
 #endif
+    for (auto& [kernel, name] : packed) {
+      if (!check(c, run_packed(c, kernel), name)) return 1;
+      ++cases;
+    }
     if (trial < 6) {
       for (auto& [dequantize, name] : dequantizers) {
         if (!check_dequantize(c, dequantize, name)) return 1;
       }
+    }
+    for (auto& [dequantize, name] : packed_dequantizers) {
+      if (!check_dequantize_packed(c, dequantize, name)) return 1;
     }
   }
   std::vector<std::pair<Attention, const char*>> attentions{{tk::attention_generic, "generic"}};
@@ -289,7 +363,7 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels (%s%s), dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
-              kernels.back().second, vnni ? ", avx512vnni-int8" : "");
+  std::printf("ok: %d cases, %zu kernels (%s%s) and %zu packed, dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
+              kernels.back().second, vnni ? ", avx512vnni-int8" : "", packed.size());
   return 0;
 }

@@ -1,0 +1,177 @@
+// The x86 kernels on packed weights (Weights::packed: 8 columns' words
+// interleaved), shared by kernels_avx2.cpp and kernels_vnni.cpp. Included
+// inside `namespace tk { namespace { ... } }` after x86_helpers.h, with the
+// file's
+//   struct Acc { static __m256i dot(__m256i acc, __m256i w, __m256i x); };
+//     // acc + the int16 pairs' products w x x, summed a 32-bit lane
+//     // (vpmaddwd + vpaddd, or vpdpwssd)
+//
+// One vector load gives a word of each of 8 columns (lane c: column 8j + c);
+// shifted by bits x s and masked a 16-bit half, it holds each column's
+// packed pair s (qmm_kernels.h packed_source), which meets the row's pair s
+// broadcast to every lane. A block's 8 sums come out in one vector, scaled
+// by 8 columns' scales at once: no horizontal sum, no per-column epilogue.
+
+// 8 scales or biases from `data` at index i (8 consecutive values).
+inline __m256 scales8(const void* data, ScaleType type, size_t i) {
+  if (type == ScaleType::F16) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(data) + i)));
+  }
+  if (type == ScaleType::BF16) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(data) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  return _mm256_loadu_ps(static_cast<const float*>(data) + i);
+}
+
+// How far ahead of its reads each column group's stream is prefetched: the
+// hardware's prefetchers alone left one row at ~24 G multiply-adds/s a
+// thread from memory (several streams at once: CG groups' weights, scales
+// and biases); 384 bytes ahead, ~40 (256 to 1024 measured within 10%).
+constexpr int PREFETCH_BYTES = 384;
+
+// The scales' (or biases') stream of a column group, prefetched ahead in
+// proportion (a 32-block's 8 scales are 16 or 32 bytes to its 128 of weights).
+inline void prefetch_ahead(const void* data, ScaleType type, size_t i) {
+  const size_t size = type == ScaleType::F32 ? 4 : 2;
+  _mm_prefetch(static_cast<const char*>(data) + i * size + PREFETCH_BYTES / 4, _MM_HINT_T0);
+}
+
+// Lanes [0, count) of v to out (the last column group of an N not a multiple of 8).
+inline void store_first(float* out, __m256 v, int count) {
+  if (count >= 8) return _mm256_storeu_ps(out, v);
+  alignas(32) float all[8];
+  _mm256_store_ps(all, v);
+  for (int i = 0; i < count; ++i) out[i] = all[i];
+}
+
+// R rows from m0 times column groups [j0, j1), CG groups a pass: R x CG x 2
+// independent integer chains a block (the latency of one would bind).
+template <class Acc, int R, int CG, int BITS>
+void packed_rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int j0, int j1) {
+  constexpr int E = 32 / BITS, PAIRS = E / 2, WORDS = BLOCK / E;  // a block's words
+  const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
+  const size_t words = size_t(w.K) / E;
+  const __m256i mask = _mm256_set1_epi16((1 << BITS) - 1);
+  for (int j = j0; j + CG <= j1; j += CG) {
+    __m256 acc[R][CG], rest[R][CG];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < CG; ++c) acc[r][c] = rest[r][c] = _mm256_setzero_ps();
+    }
+    for (int g = 0; g < groups; ++g) {
+      __m256 sw[CG], bw[CG];
+      for (int c = 0; c < CG; ++c) {
+        const size_t at = (size_t(j + c) * groups + g) * 8;
+        prefetch_ahead(w.scales, w.type, at);
+        prefetch_ahead(w.biases, w.type, at);
+        sw[c] = scales8(w.scales, w.type, at);
+        bw[c] = scales8(w.biases, w.type, at);
+      }
+      for (int b = g * per; b < (g + 1) * per; ++b) {
+        __m256i sum[R][CG][2];
+        for (int r = 0; r < R; ++r) {
+          for (int c = 0; c < CG; ++c) sum[r][c][0] = sum[r][c][1] = _mm256_setzero_si256();
+        }
+        for (int v = 0; v < WORDS; ++v) {
+          __m256i raw[CG];
+          for (int c = 0; c < CG; ++c) {
+            const uint32_t* at = w.w + ((j + c) * words + size_t(b) * WORDS + v) * 8;
+            if (v % 2 == 0) {  // a 64-byte line every two vectors
+              _mm_prefetch(reinterpret_cast<const char*>(at) + PREFETCH_BYTES, _MM_HINT_T0);
+            }
+            raw[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+          }
+          for (int s = 0; s < PAIRS; ++s) {
+            __m256i part[CG];
+            for (int c = 0; c < CG; ++c) {
+              part[c] = _mm256_and_si256(_mm256_srli_epi16(raw[c], BITS * s), mask);
+            }
+            for (int r = 0; r < R; ++r) {
+              int32_t pair;
+              __builtin_memcpy(&pair, x.q + size_t(m0 + r) * w.K + b * BLOCK + v * E + 2 * s, 4);
+              const __m256i xp = _mm256_set1_epi32(pair);
+              for (int c = 0; c < CG; ++c) {
+                sum[r][c][s & 1] = Acc::dot(sum[r][c][s & 1], part[c], xp);
+              }
+            }
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          const size_t at = size_t(m0 + r) * blocks + b;
+          const __m256 sx = _mm256_set1_ps(x.scale[at]), xs = _mm256_set1_ps(x.sum[at]);
+          for (int c = 0; c < CG; ++c) {
+            const __m256i both = _mm256_add_epi32(sum[r][c][0], sum[r][c][1]);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), _mm256_mul_ps(sx, sw[c]),
+                                        acc[r][c]);
+            rest[r][c] = _mm256_fmadd_ps(bw[c], xs, rest[r][c]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < CG; ++c) {
+        const int n = (j + c) * 8;
+        const __m256 out = x.bad[m0 + r] ? _mm256_set1_ps(__builtin_nanf(""))
+                                         : _mm256_add_ps(acc[r][c], rest[r][c]);
+        store_first(y + size_t(m0 + r) * w.N + n, out, w.N - n);
+      }
+    }
+  }
+  if constexpr (CG > 1) {
+    const int done = j0 + (j1 - j0) / CG * CG;
+    if (done < j1) packed_rows<Acc, R, 1, BITS>(x, w, y, m0, done, j1);
+  }
+}
+
+// Rows 4 at a time x 2 column groups (measured best at 4 and 16 rows), then
+// 2 x 2, one row alone: 4 groups a pass.
+template <class Acc, int BITS>
+void packed_all(const QuantizedRows& x, const Weights& w, float* y, int j0, int j1) {
+  int m = 0;
+  for (; m + 4 <= x.M; m += 4) packed_rows<Acc, 4, 2, BITS>(x, w, y, m, j0, j1);
+  for (; m + 2 <= x.M; m += 2) packed_rows<Acc, 2, 2, BITS>(x, w, y, m, j0, j1);
+  if (m < x.M) packed_rows<Acc, 1, 4, BITS>(x, w, y, m, j0, j1);
+}
+
+// Columns [n0, n1) of packed weights (n0 a multiple of 8).
+template <class Acc>
+void packed_qmm(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
+  const int j0 = n0 / 8, j1 = (n1 + 7) / 8;
+  if (w.bits == 4) {
+    packed_all<Acc, 4>(x, w, y, j0, j1);
+  } else {
+    packed_all<Acc, 8>(x, w, y, j0, j1);
+  }
+}
+
+// Columns [n0, n1) of packed weights dequantized, row n - n0 of `out`: a
+// column's word broadcast, shifted per lane and masked gives its 8 (4-bit) or
+// 4 (8-bit) values in order.
+inline void packed_dequantize(const Weights& w, int n0, int n1, float* out) {
+  const int E = 32 / w.bits, groups = w.K / w.group;
+  const size_t words = size_t(w.K) / E;
+  const __m256i shifts = w.bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)
+                                     : _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24);
+  const __m256i mask = _mm256_set1_epi32((1 << w.bits) - 1);
+  for (int n = n0; n < n1; ++n) {
+    const uint32_t* col = w.w + size_t(n / 8) * words * 8 + n % 8;
+    float* o = out + size_t(n - n0) * w.K;
+    for (int g = 0; g < groups; ++g) {
+      const size_t at = (size_t(n / 8) * groups + g) * 8 + n % 8;
+      const __m256 sw = _mm256_set1_ps(scale_at(w.scales, w.type, at));
+      const __m256 bw = _mm256_set1_ps(scale_at(w.biases, w.type, at));
+      for (int k = g * w.group; k < (g + 1) * w.group; k += 8) {
+        const size_t t = size_t(k) / E;  // 8 values: one 4-bit word, two 8-bit ones
+        const __m256i word = w.bits == 4
+            ? _mm256_set1_epi32(int(col[t * 8]))
+            : _mm256_setr_epi32(int(col[t * 8]), int(col[t * 8]), int(col[t * 8]),
+                                int(col[t * 8]), int(col[t * 8 + 8]), int(col[t * 8 + 8]),
+                                int(col[t * 8 + 8]), int(col[t * 8 + 8]));
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), mask));
+        _mm256_storeu_ps(o + k, _mm256_fmadd_ps(sw, q, bw));
+      }
+    }
+  }
+}
