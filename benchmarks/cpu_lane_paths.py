@@ -7,7 +7,8 @@ streams' aggregate decode tokens/s, and the prefill tokens/s of a ~600-token
 prompt. Ratios are against the first path of the same round (float32 by
 default). `--paths tandem,tandem-int8,tandem-avx2`: "tandem-int8" is Tandem's
 kernels with TANDEM_CPU_ACTIVATIONS=int8 (the AVX-512 VNNI kernels, int8
-activations), "tandem-avx2" with TANDEM_CPU_KERNELS=avx2 (no VNNI).
+activations), "tandem-avx2" with TANDEM_CPU_KERNELS=avx2 (no VNNI),
+"tandem-unpacked" with TANDEM_CPU_PACK=0 (MLX's layout, not the lane's packed one).
 
 Run: .venv/bin/python benchmarks/cpu_lane_paths.py [--rounds 3] [--tokens 96]
      [--paths float32,mlx,tandem] [--model PATH]
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ("float32", "mlx", "tandem", "tandem-int8", "tandem-avx2")
+PATHS = ("float32", "mlx", "tandem", "tandem-int8", "tandem-avx2", "tandem-unpacked")
 STORY = "Tell me a long story about a lighthouse keeper and the sea."
 PASTE = " ".join(["The tide came in over the rocks while the keeper counted the ships."] * 40)
 
@@ -83,6 +84,7 @@ def main() -> None:
             env = dict(os.environ, TANDEM_CPU_MATMUL=path.split("-")[0],
                        TANDEM_CPU_ACTIVATIONS="int8" if path.endswith("-int8") else "int16",
                        TANDEM_CPU_KERNELS="avx2" if path.endswith("-avx2") else "",
+                       TANDEM_CPU_PACK="0" if path.endswith("-unpacked") else "",
                        HF_HUB_OFFLINE="1")
             out = subprocess.run([sys.executable, __file__, "--one", path, "--tokens",
                                   str(args.tokens), "--model", args.model], env=env, capture_output=True, text=True,

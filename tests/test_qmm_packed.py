@@ -33,10 +33,10 @@ def _restore_settings():
     if EXT is None:
         yield
         return
-    isa, rows = EXT.isa(), EXT.sgemm_rows()
+    isa, rows = EXT.isa(), EXT.sgemm_rows(packed=True)
     yield
     EXT.force_isa(isa)
-    EXT.set_sgemm_rows(rows)
+    EXT.set_sgemm_rows(rows, packed=True)
 
 
 def packed_check(x, w, s, b, group, bits, dtype_name, isa):
@@ -73,8 +73,10 @@ def test_every_format_row_count_and_isa_within_the_bound(bits, group, dtype_name
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_the_sgemm_path_and_hostile_rows(bits):
-    """Dequantized packed panels + sgemm (K = 8192: three panels, the last
-    short, and a last column group of 3) within float32's error; a NaN or
+    """By default packed weights never take the sgemm path (the integer
+    kernels measured faster at every row count); forced, dequantized packed
+    panels + sgemm (K = 8192: three panels, the last short, and a last
+    column group of 3) are within float32's error; a NaN or
     inf in a row makes that row's outputs NaN on the integer path, the other
     rows untouched."""
     rng = np.random.default_rng(bits)
@@ -82,13 +84,14 @@ def test_the_sgemm_path_and_hostile_rows(bits):
     x = mx.array(rng.standard_normal((30, 8192)).astype(np.float32))
     ref, _, _ = reference(x, w, s, b, 32, bits)
     pw, ps, pb = qmm_packed.pack_arrays(w, s, b)
-    EXT.set_sgemm_rows(1)
+    assert EXT.sgemm_rows(packed=True) > 10 ** 6 and EXT.sgemm_rows() < 100
+    EXT.set_sgemm_rows(1, packed=True)
     for isa in INT16:
         EXT.force_isa(isa)
         with mx.stream(mx.cpu):
             y = np.array(EXT.quantized_matmul_packed(x, pw, ps, pb, 299, 32, bits))
         assert (np.abs(y - ref) <= np.abs(ref) * 2 ** -7 + 1e-3).all(), isa
-    EXT.set_sgemm_rows(10 ** 9)
+    EXT.set_sgemm_rows(10 ** 9, packed=True)
     bad = np.array(x[:4])
     bad[1, 77], bad[3, 8000] = np.nan, np.inf
     for isa in INT16:

@@ -92,7 +92,11 @@ def main(argv: list[str]) -> int:
     if not built:
         return say(f"not built: no module came out; see {log_path}",
                    f"not built (see {log_path}); MLX's own quantized matmul is used")
-    shutil.copy2(built[0], TARGET / built[0].name)
+    # A new file renamed over the old one: a running Tandem keeps the module
+    # it mapped (copying into it in place killed such a process with SIGBUS).
+    staged = TARGET / (built[0].name + ".new")
+    shutil.copy2(built[0], staged)
+    os.replace(staged, TARGET / built[0].name)
     return say(stamp, f"built ({built[0].name})")
 
 

@@ -44,9 +44,10 @@ NB_MODULE(_tandem_kernels, m) {
         throw std::invalid_argument("unknown instruction set: " + name);
       },
       "name"_a, "Run these kernels from now on (never more than the CPU has).");
-  m.def("sgemm_rows", &tandem::sgemm_rows,
-        "Rows from which a product dequantizes panels of weights and runs sgemm.");
-  m.def("set_sgemm_rows", &tandem::set_sgemm_rows, "rows"_a,
+  m.def("sgemm_rows", &tandem::sgemm_rows, "packed"_a = false,
+        "Rows from which a product dequantizes panels of weights and runs sgemm (MLX's "
+        "layout, or the packed one).");
+  m.def("set_sgemm_rows", &tandem::set_sgemm_rows, "rows"_a, "packed"_a = false,
         "Tests and benchmarks: the rows from which the sgemm path runs.");
   m.def("parallel_work", &tandem::parallel_work,
         "Multiply-adds (rows x columns x K) from which a product runs on the pool.");

@@ -115,8 +115,8 @@ void qmm_packed_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0,
   packed_qmm<MaddAcc>(x, w, y, n0, n1);
 }
 
-void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out) {
-  packed_dequantize(w, n0, n1, out);
+void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out, int ld) {
+  packed_dequantize(w, n0, n1, out, ld);
 }
 
 }  // namespace tk

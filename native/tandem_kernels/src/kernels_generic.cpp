@@ -147,14 +147,15 @@ void qmm_packed_generic(const QuantizedRows& x, const Weights& w, float* y, int 
   }
 }
 
-void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out) {
+void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out, int ld) {
   const int groups = w.K / w.group;
   for (int n = n0; n < n1; ++n) {
-    float* o = out + size_t(n - n0) * w.K;
     for (int g = 0; g < groups; ++g) {
       const float sw = scalar_at(w.scales, w.type, scale_index(w, n, g));
       const float bw = scalar_at(w.biases, w.type, scale_index(w, n, g));
-      for (int k = g * w.group; k < (g + 1) * w.group; ++k) o[k] = sw * float(weight_of(w, n, k)) + bw;
+      for (int k = g * w.group; k < (g + 1) * w.group; ++k) {
+        out[size_t(k) * ld + n - n0] = sw * float(weight_of(w, n, k)) + bw;
+      }
     }
   }
 }

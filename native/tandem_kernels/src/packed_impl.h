@@ -146,32 +146,41 @@ void packed_qmm(const QuantizedRows& x, const Weights& w, float* y, int n0, int 
   }
 }
 
-// Columns [n0, n1) of packed weights dequantized, row n - n0 of `out`: a
-// column's word broadcast, shifted per lane and masked gives its 8 (4-bit) or
-// 4 (8-bit) values in order.
-inline void packed_dequantize(const Weights& w, int n0, int n1, float* out) {
-  const int E = 32 / w.bits, groups = w.K / w.group;
+// Columns [n0, n1) of packed weights dequantized K-major, out[k * ld + n - n0]
+// (sgemm takes the panel untransposed): a column group's word, shifted and
+// masked, gives 8 columns' values at one k, scaled by their 8 scales at once.
+template <int BITS>
+void packed_dequantize_bits(const Weights& w, int n0, int n1, float* out, int ld) {
+  constexpr int E = 32 / BITS;
+  const int groups = w.K / w.group;
   const size_t words = size_t(w.K) / E;
-  const __m256i shifts = w.bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)
-                                     : _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24);
-  const __m256i mask = _mm256_set1_epi32((1 << w.bits) - 1);
-  for (int n = n0; n < n1; ++n) {
-    const uint32_t* col = w.w + size_t(n / 8) * words * 8 + n % 8;
-    float* o = out + size_t(n - n0) * w.K;
-    for (int g = 0; g < groups; ++g) {
-      const size_t at = (size_t(n / 8) * groups + g) * 8 + n % 8;
-      const __m256 sw = _mm256_set1_ps(scale_at(w.scales, w.type, at));
-      const __m256 bw = _mm256_set1_ps(scale_at(w.biases, w.type, at));
-      for (int k = g * w.group; k < (g + 1) * w.group; k += 8) {
-        const size_t t = size_t(k) / E;  // 8 values: one 4-bit word, two 8-bit ones
-        const __m256i word = w.bits == 4
-            ? _mm256_set1_epi32(int(col[t * 8]))
-            : _mm256_setr_epi32(int(col[t * 8]), int(col[t * 8]), int(col[t * 8]),
-                                int(col[t * 8]), int(col[t * 8 + 8]), int(col[t * 8 + 8]),
-                                int(col[t * 8 + 8]), int(col[t * 8 + 8]));
-        const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), mask));
-        _mm256_storeu_ps(o + k, _mm256_fmadd_ps(sw, q, bw));
+  const __m256i mask = _mm256_set1_epi32((1 << BITS) - 1);
+  // A group's rows of k across every column group, then the next group's:
+  // each output line is completed while it is in cache (column group by
+  // column group, a 4 MiB panel's rows were evicted before their neighbours
+  // came: 10% slower prefill than MLX's layout).
+  for (int g = 0; g < groups; ++g) {
+    for (int j = n0 / 8; j * 8 < n1; ++j) {
+      const int count = n1 - j * 8;  // 8 or more: a whole group
+      float* cols = out + (j * 8 - n0);
+      const __m256 sw = scales8(w.scales, w.type, (size_t(j) * groups + g) * 8);
+      const __m256 bw = scales8(w.biases, w.type, (size_t(j) * groups + g) * 8);
+      for (int t = g * w.group / E; t < (g + 1) * w.group / E; ++t) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.w + (size_t(j) * words + t) * 8));
+        for (int e = 0; e < E; ++e) {
+          const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, BITS * e), mask));
+          store_first(cols + size_t(t * E + e) * ld, _mm256_fmadd_ps(sw, q, bw), count);
+        }
       }
     }
+  }
+}
+
+inline void packed_dequantize(const Weights& w, int n0, int n1, float* out, int ld) {
+  if (w.bits == 4) {
+    packed_dequantize_bits<4>(w, n0, n1, out, ld);
+  } else {
+    packed_dequantize_bits<8>(w, n0, n1, out, ld);
   }
 }

@@ -34,6 +34,11 @@ constexpr int PANEL_FLOATS = 1 << 20;  // the many-rows path's float panel: 4 Mi
 constexpr int SGEMM_ROWS = 24;  // rows from which the many-rows path runs (measured crossover)
 
 std::atomic<int> sgemm_rows_now{SGEMM_ROWS};
+// Packed weights: the integer kernels beat dequantized panels + sgemm at every
+// row count measured (8 to 600 rows of 1536 -> 8960: 104-121 G multiply-adds/s
+// against 17-95), so only tests and benchmarks send them to sgemm.
+constexpr int SGEMM_ROWS_PACKED = 1 << 30;
+std::atomic<int> sgemm_rows_packed_now{SGEMM_ROWS_PACKED};
 
 constexpr int CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
@@ -174,13 +179,15 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
   const int K = weights.K, N = weights.N;
   const int panel = std::min(N, std::max(16, PANEL_FLOATS / K / 16 * 16));
   std::vector<float> wp(size_t(panel) * K);
+  int width = panel;  // packed panels are K-major: a row of `width` columns a k
   auto dequantize = [&](int n0, int n1) {
     float* at = wp.data() + size_t(n0 % panel) * K;
     if (weights.packed) {
+      float* cols = wp.data() + n0 % panel;
 #ifdef TK_X86
-      if (runs_avx2(use)) return tk::dequantize_packed_avx2(weights, n0, n1, at);
+      if (runs_avx2(use)) return tk::dequantize_packed_avx2(weights, n0, n1, cols, width);
 #endif
-      return tk::dequantize_packed_generic(weights, n0, n1, at);
+      return tk::dequantize_packed_generic(weights, n0, n1, cols, width);
     }
 #ifdef TK_X86
     if (runs_avx2(use)) return tk::dequantize_avx2(weights, n0, n1, at);
@@ -191,7 +198,8 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
     tk::dequantize_generic(weights, n0, n1, at);
   };
   for (int p0 = 0; p0 < N; p0 += panel) {
-    const int p1 = std::min(N, p0 + panel), width = p1 - p0;
+    const int p1 = std::min(N, p0 + panel);
+    width = p1 - p0;
     if (threads <= 1) {
       dequantize(p0, p1);
     } else {
@@ -201,8 +209,13 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
         dequantize(p0 + i * rows, std::min(p1, p0 + (i + 1) * rows));
       });
     }
-    cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, M, width, K, 1.0f, xf, K,
-                wp.data(), K, 0.0f, y + p0, N);
+    if (weights.packed) {
+      cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, M, width, K, 1.0f, xf, K,
+                  wp.data(), width, 0.0f, y + p0, N);
+    } else {
+      cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, M, width, K, 1.0f, xf, K,
+                  wp.data(), K, 0.0f, y + p0, N);
+    }
   }
 }
 
@@ -210,9 +223,11 @@ void many_rows(const float* xf, int M, const tk::Weights& weights, float* y, int
 
 void from_float(const float* y, mx::array& out, size_t n) { from_float_in(y, out, n); }
 
-int sgemm_rows() { return sgemm_rows_now.load(); }
+int sgemm_rows(bool packed) { return (packed ? sgemm_rows_packed_now : sgemm_rows_now).load(); }
 
-void set_sgemm_rows(int rows) { sgemm_rows_now.store(std::max(1, rows)); }
+void set_sgemm_rows(int rows, bool packed) {
+  (packed ? sgemm_rows_packed_now : sgemm_rows_now).store(std::max(1, rows));
+}
 
 int64_t parallel_work() { return parallel_work_now.load(); }
 
@@ -280,7 +295,7 @@ void run(const mx::array& x, const mx::array& w, const mx::array& scales,
                       biases.data<void>(), scale_type(scales.dtype()), packed};
   const int64_t work = int64_t(M) * N * K;
   const int threads = work < parallel_work_now.load() ? 1 : tk::threads();
-  if (M >= sgemm_rows_now.load()) {
+  if (M >= sgemm_rows(packed)) {
     many_rows(xf, M, weights, y, threads, use);
   } else {
     few_rows(xf, M, weights, y, threads, use);

@@ -21,8 +21,10 @@ std::vector<Isa> supported_isas();  // what this CPU can run, generic first
 Isa isa();                 // the kernels this process runs (detected at first use)
 void force_isa(Isa isa);   // tests and benchmarks: only as far as the CPU allows
 const char* isa_name(Isa isa);
-int sgemm_rows();              // rows from which the many-rows path (dequantized panels, sgemm) runs
-void set_sgemm_rows(int rows); // tests and benchmarks
+// Rows from which the many-rows path (dequantized panels, sgemm) runs, for
+// MLX's layout or the packed one; the setter for tests and benchmarks.
+int sgemm_rows(bool packed = false);
+void set_sgemm_rows(int rows, bool packed = false);
 int64_t parallel_work();       // multiply-adds from which a product runs on the pool
 void set_parallel_work(int64_t macs);
 

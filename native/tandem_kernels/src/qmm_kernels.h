@@ -89,8 +89,10 @@ void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0,
 void dequantize_generic(const Weights& w, int n0, int n1, float* out);
 void dequantize_avx2(const Weights& w, int n0, int n1, float* out);
 void dequantize_neon(const Weights& w, int n0, int n1, float* out);  // arm64
-void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out);  // n0 % 8 == 0
-void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out);
+// Packed columns [n0, n1) (n0 a multiple of 8) dequantized K-major:
+// out[k * ld + n - n0], for sgemm untransposed.
+void dequantize_packed_generic(const Weights& w, int n0, int n1, float* out, int ld);
+void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out, int ld);
 
 // The float64 reference, for tests: the dequantized weights times x exactly
 // (either layout).

@@ -109,21 +109,28 @@ std::vector<float> run_packed(const Case& c, Kernel kernel) {
 }
 
 using Dequantize = void (*)(const tk::Weights&, int, int, float*);
+using DequantizePacked = void (*)(const tk::Weights&, int, int, float*, int);
 
-// Packed panels dequantized against the MLX layout's generic dequantizer.
-bool check_dequantize_packed(const Case& c, Dequantize dequantize, const char* what) {
+// Packed panels dequantized K-major (a row 3 floats wider than the panel:
+// nothing written past its columns) against the MLX layout's generic
+// dequantizer, transposed.
+bool check_dequantize_packed(const Case& c, DequantizePacked dequantize, const char* what) {
   const Packed p = pack8(c);
   tk::Weights w{c.N, c.K, c.bits, c.group, c.w.data(), c.scales.data(), c.biases.data(),
                 tk::ScaleType::F32};
-  const int n0 = c.N / 3 / 8 * 8, n1 = c.N;
-  std::vector<float> got(size_t(n1 - n0) * c.K), want(got.size());
-  dequantize(p.of(c), n0, n1, got.data());
+  const int n0 = c.N / 3 / 8 * 8, n1 = c.N, width = n1 - n0, ld = width + 3;
+  std::vector<float> got(size_t(c.K) * ld, -7.0f), want(size_t(width) * c.K);
+  dequantize(p.of(c), n0, n1, got.data(), ld);
   tk::dequantize_generic(w, n0, n1, want.data());
-  for (size_t i = 0; i < got.size(); ++i) {  // fma or not: within a rounding
-    if (std::fabs(got[i] - want[i]) > 1e-6 * (std::fabs(want[i]) + 1.0)) {
-      std::printf("%s packed dequantize: N=%d K=%d bits=%d at %zu: %g != %g\n", what, c.N, c.K,
-                  c.bits, i, got[i], want[i]);
-      return false;
+  for (int k = 0; k < c.K; ++k) {
+    for (int i = 0; i < ld; ++i) {  // fma or not: within a rounding
+      const float g = got[size_t(k) * ld + i];
+      const float v = i < width ? want[size_t(i) * c.K + k] : -7.0f;
+      if (std::fabs(g - v) > 1e-6 * (std::fabs(v) + 1.0)) {
+        std::printf("%s packed dequantize: N=%d K=%d bits=%d at k %d column %d: %g != %g\n",
+                    what, c.N, c.K, c.bits, k, n0 + i, g, v);
+        return false;
+      }
     }
   }
   return true;
@@ -302,7 +309,7 @@ int main() {
   dequantizers.push_back({tk::dequantize_neon, "neon"});
 #endif
   std::vector<std::pair<Kernel, const char*>> packed{{tk::qmm_packed_generic, "packed generic"}};
-  std::vector<std::pair<Dequantize, const char*>> packed_dequantizers{
+  std::vector<std::pair<DequantizePacked, const char*>> packed_dequantizers{
       {tk::dequantize_packed_generic, "generic"}};
 #ifdef TK_X86
   if (tk::cpu_has_avx2()) packed.push_back({tk::qmm_packed_avx2, "packed avx2"});
