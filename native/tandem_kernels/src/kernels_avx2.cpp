@@ -103,6 +103,20 @@ void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, floa
   }
 }
 
+// order_packed by one byte shuffle per 16 values: within each 8 (4-bit)
+// int16 [0 4 1 5 2 6 3 7], within each 4 (8-bit) [0 2 1 3].
+void order_packed_avx2(int16_t* q, int M, int K, int bits) {
+  const __m256i order = bits == 4
+      ? _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                         0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
+      : _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
+                         0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+  for (size_t i = 0; i < size_t(M) * K; i += 16) {  // K is a multiple of 32
+    __m256i* at = reinterpret_cast<__m256i*>(q + i);
+    _mm256_storeu_si256(at, _mm256_shuffle_epi8(_mm256_loadu_si256(at), order));
+  }
+}
+
 void dequantize_avx2(const Weights& w, int n0, int n1, float* out) {
   dequantize_columns(w, n0, n1, out);
 }

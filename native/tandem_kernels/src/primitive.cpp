@@ -136,7 +136,17 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
 #else
     tk::quantize_rows(xf, M, K, order, q.data(), sx.data(), xs.data(), bad.data());
 #endif
-    if (weights.packed) tk::order_packed(q.data(), M, K, weights.bits);
+    if (weights.packed) {
+#ifdef TK_X86
+      if (runs_avx2(use)) {
+        tk::order_packed_avx2(q.data(), M, K, weights.bits);
+      } else {
+        tk::order_packed(q.data(), M, K, weights.bits);
+      }
+#else
+      tk::order_packed(q.data(), M, K, weights.bits);
+#endif
+    }
     rows.q = q.data();
   }
   auto columns = [&](int n0, int n1) {

@@ -70,6 +70,7 @@ void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float
 // quantize_rows' int16 (K in order: bits = 8 there) reordered in place for
 // packed weights of `bits` (packed_source).
 void order_packed(int16_t* q, int M, int K, int bits);
+void order_packed_avx2(int16_t* q, int M, int K, int bits);  // the same, AVX2
 
 // y[m, n] for n in [n0, n1), every row m; y is M x N, row-major.
 void qmm_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);

@@ -101,7 +101,17 @@ std::vector<float> run_packed(const Case& c, Kernel kernel) {
   std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
   std::vector<uint8_t> bad(c.M);
   tk::quantize_rows(c.x.data(), c.M, c.K, 8, q.data(), sx.data(), xs.data(), bad.data());
+  std::vector<int16_t> reordered = q;
   tk::order_packed(q.data(), c.M, c.K, c.bits);
+#ifdef TK_X86
+  if (tk::cpu_has_avx2()) {  // the AVX2 shuffle: the same order
+    tk::order_packed_avx2(reordered.data(), c.M, c.K, c.bits);
+    if (reordered != q) {
+      std::printf("order_packed_avx2: M=%d K=%d bits=%d differs\n", c.M, c.K, c.bits);
+      std::exit(1);
+    }
+  }
+#endif
   tk::QuantizedRows rows{c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), bad.data()};
   const tk::Weights w = p.of(c);
   tk::parallel_for((c.N + 7) / 8, [&](int i) { kernel(rows, w, y.data(), i * 8, std::min(c.N, i * 8 + 8)); });
