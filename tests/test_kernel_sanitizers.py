@@ -28,9 +28,10 @@ def build_and_run(tmp_path: Path, sanitize: str) -> str:
     avx2 = ["-mavx2", "-mfma", "-mf16c"]
     vnni = avx2 + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
     for source, extra in (("src/kernels_generic.cpp", []), ("src/attention_generic.cpp", []),
+                          ("src/elementwise_generic.cpp", []),
                           ("src/pool.cpp", []), ("tests/driver.cpp", []),
                           ("src/kernels_avx2.cpp", avx2), ("src/attention_avx2.cpp", avx2),
-                          ("src/kernels_vnni.cpp", vnni)):
+                          ("src/elementwise_avx2.cpp", avx2), ("src/kernels_vnni.cpp", vnni)):
         obj = tmp_path / (Path(source).stem + ".o")
         subprocess.run([CXX, *flags, *extra, "-c", str(ROOT / source), "-o", str(obj)],
                        check=True, capture_output=True, text=True, timeout=300)
@@ -50,7 +51,7 @@ def test_kernels_and_pool_under_address_and_undefined_sanitizers(tmp_path):
     # int8 activations where the CPU has it.
     vnni = ", avx512vnni-int8" in out
     assert out.startswith(f"ok: {210 if vnni else 120} cases"), out  # 7 or 4 kernels x 30
-    assert "dequantized panels, quantized activations, attention" in out, out
+    assert "dequantized panels, quantized activations, attention, swiglu" in out, out
 
 
 def test_the_pool_under_thread_sanitizer(tmp_path):

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "native" / "tandem_kernels"
 CXX = shutil.which("aarch64-linux-gnu-g++")
 QEMU = shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static")
-SOURCES = ("src/kernels_generic.cpp", "src/attention_generic.cpp", "src/pool.cpp",
+SOURCES = ("src/kernels_generic.cpp", "src/attention_generic.cpp", "src/elementwise_generic.cpp",
+           "src/pool.cpp",
            "src/kernels_neon.cpp", "tests/driver.cpp")
 
 pytestmark = [

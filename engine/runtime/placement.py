@@ -20,7 +20,7 @@ import mlx.core as mx
 from ..core.laneconfig import LaneConfig, LaneSpec
 from ..core.memory import LaneRequest, MemoryPlan, lane_request, plan_memory
 from ..models.loader import LoadedModel, load_model, with_weight_format
-from . import attention, qmm
+from . import attention, qmm, swiglu
 from .cpu_matmul import CpuMatmul, choose
 from .cachekinds import CacheProfile, cache_profile
 from .prefix import PrefixCache
@@ -138,6 +138,7 @@ def plan_lanes(loaded: LoadedModel, specs: list[LaneSpec], budget_bytes: int | N
                 qmm.install(loaded.model, pack=cpu_only)  # else per call: a GPU lane keeps MLX's
             if lane.device == "cpu":
                 attention.install(loaded.model)  # the same: chosen per call
+                swiglu.install(loaded.model)
         else:  # its own copy: another format, or the same where memory is not shared
             fmt = "quantized" if lane.weight_format == loaded.weight_format else lane.weight_format
             models[lane.name] = functools.partial(_own_copy, loaded.source, fmt, lane.device,
@@ -169,6 +170,7 @@ def _own_copy(source, weight_format: str, device: str, kernels: bool = False):
         qmm.install(model, pack=True)  # its own copy: no GPU lane reads it
     if device == "cpu":
         attention.install(model)
+        swiglu.install(model)
     return model
 
 

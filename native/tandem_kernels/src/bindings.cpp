@@ -68,6 +68,8 @@ NB_MODULE(_tandem_kernels, m) {
   m.def("quantized_matmul", &tandem::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
         "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
         "x @ dequantize(w, scales, biases).T for MLX's affine 4- and 8-bit formats.");
+  m.def("swiglu", &tandem::swiglu, "gate"_a, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "silu(gate) * x elementwise (same shape and float dtype) on a CPU stream.");
   m.def("quantized_matmul_packed", &tandem::quantized_matmul_packed, "x"_a, "w"_a, "scales"_a,
         "biases"_a, "n"_a, "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
         "The same product on packed weights (8 columns' words interleaved: w (ceil(n / 8), "

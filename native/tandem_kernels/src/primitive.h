@@ -69,6 +69,20 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
                     bool causal, const std::optional<mx::array>& mask,
                     mx::StreamOrDevice s = {});
 
+// silu(gate) * x elementwise (src/elementwise.h), on a CPU stream.
+class TandemSwiglu : public mx::UnaryPrimitive {
+ public:
+  explicit TandemSwiglu(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  const char* name() const override { return "TandemSwiglu"; }
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+};
+
+mx::array swiglu(const mx::array& gate, const mx::array& x, mx::StreamOrDevice s = {});
+
 // float32 results into `out`'s dtype (float16, bfloat16 or float32).
 void from_float(const float* y, mx::array& out, size_t n);
 

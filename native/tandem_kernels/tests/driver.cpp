@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../src/attention.h"
+#include "../src/elementwise.h"
 #include "../src/pool.h"
 #include "../src/qmm_kernels.h"
 
@@ -299,6 +300,50 @@ bool check_attention(std::mt19937& rng, Attention kernel, const char* what) {
   return true;
 }
 
+using Swiglu = void (*)(const void*, const void*, void*, tk::Dtype, size_t, size_t);
+
+// SwiGLU on float32 and float16 against the float64 reference: a slice
+// [i0, i1) of exactly sized buffers (the sanitizer sees overruns), hostile
+// values included.
+bool check_swiglu(std::mt19937& rng, Swiglu kernel, const char* what) {
+  std::normal_distribution<float> normal;
+  const float hostile[] = {0.0f, -0.0f, 100.0f, -100.0f, 1e-40f, INFINITY, -INFINITY, NAN, 88.0f,
+                           -88.0f};
+  for (int trial = 0; trial < 20; ++trial) {
+    const size_t n = 1 + rng() % 70, i0 = rng() % n, i1 = i0 + rng() % (n - i0 + 1);
+    std::vector<float> g(n), x(n), y(n, -3.0f);
+    for (size_t i = 0; i < n; ++i) {
+      g[i] = trial % 3 == 0 ? hostile[rng() % 10] : normal(rng) * 6.0f;
+      x[i] = normal(rng);
+    }
+    kernel(g.data(), x.data(), y.data(), tk::Dtype::F32, i0, i1);
+    for (size_t i = 0; i < n; ++i) {
+      const double want = i < i0 || i >= i1 ? -3.0 : tk::swiglu_reference(g[i], x[i]);
+      const bool ok = std::isnan(want) ? std::isnan(y[i])
+                      : std::isinf(want) ? y[i] == want
+                      : std::fabs(y[i] - want) <= 1e-6 * std::fabs(want) + 1e-30;  // exp8 flushes e^-87.4
+      if (!ok) {
+        std::printf("%s swiglu: g %g x %g: %g != %g\n", what, g[i], x[i], y[i], want);
+        return false;
+      }
+    }
+    std::vector<uint16_t> gh(n), xh(n), yh(n);  // float16: the output within its rounding
+    for (size_t i = 0; i < n; ++i) {
+      gh[i] = uint16_t(0x3c00 + rng() % 0x800) ^ (rng() % 2 ? 0x8000 : 0);
+      xh[i] = uint16_t(0x3800 + rng() % 0x800);
+    }
+    kernel(gh.data(), xh.data(), yh.data(), tk::Dtype::F16, 0, n);
+    for (size_t i = 0; i < n; ++i) {
+      const double want = tk::swiglu_reference(tk::half_to_float(gh[i]), tk::half_to_float(xh[i]));
+      if (std::fabs(tk::half_to_float(yh[i]) - want) > std::fabs(want) * 1e-3 + 1e-7) {
+        std::printf("%s swiglu float16: %g != %g\n", what, tk::half_to_float(yh[i]), want);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -361,6 +406,13 @@ int main() {
   if (tk::cpu_has_avx2()) attentions.push_back({tk::attention_avx2, "avx2"});
 #endif
   if (!check_quantize(rng)) return 1;
+  std::vector<std::pair<Swiglu, const char*>> swiglus{{tk::swiglu_generic, "generic"}};
+#ifdef TK_X86
+  if (tk::cpu_has_avx2()) swiglus.push_back({tk::swiglu_avx2, "avx2"});
+#endif
+  for (auto& [swiglu, name] : swiglus) {
+    if (!check_swiglu(rng, swiglu, name)) return 1;
+  }
   for (auto& [attention, name] : attentions) {
     if (!check_attention(rng, attention, name)) return 1;
   }
@@ -380,7 +432,7 @@ int main() {
     std::printf("the pool changed a result\n");
     return 1;
   }
-  std::printf("ok: %d cases, %zu kernels (%s%s) and %zu packed, dequantized panels, quantized activations, attention, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
+  std::printf("ok: %d cases, %zu kernels (%s%s) and %zu packed, dequantized panels, quantized activations, attention, swiglu, 400 pooled runs from two threads\n", cases, kernels.size() + vnni,
               kernels.back().second, vnni ? ", avx512vnni-int8" : "", packed.size());
   return 0;
 }
