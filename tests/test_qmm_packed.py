@@ -128,8 +128,8 @@ def test_packed_layers_answer_as_the_unpacked_ones():
     with mx.stream(mx.cpu):
         before = (lin(x), emb(ids), emb.as_linear(h))
         sizes = (lin["weight"].nbytes, emb["weight"].nbytes)
-        qmm_packed.pack(lin)
-        qmm_packed.pack(emb)
+        qmm_packed.pack(lin, EXT)
+        qmm_packed.pack(emb, EXT)
         after = (lin(x), emb(ids), emb.as_linear(h))
     assert type(lin) is qmm_packed.PackedLinear and type(emb) is qmm_packed.PackedEmbedding
     assert lin["weight"].shape == (3, 16, 8) and lin.columns == 21

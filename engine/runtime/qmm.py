@@ -203,7 +203,7 @@ def install(model: nn.Module, pack: bool = False) -> int:
         if not (type(module) in (nn.QuantizedLinear, nn.QuantizedEmbedding) and _takes(module)):
             continue
         if packing:
-            qmm_packed.pack(module)
+            qmm_packed.pack(module, ext)
         else:
             module.__class__ = (_KernelLinear if type(module) is nn.QuantizedLinear
                                 else _KernelEmbedding)

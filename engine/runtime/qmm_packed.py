@@ -53,9 +53,7 @@ class PackedLinear(nn.QuantizedLinear):
                 f"group_size={self.group_size}, bits={self.bits}, packed")
 
     def __call__(self, x):
-        from .qmm import extension
-
-        x = extension().quantized_matmul_packed(
+        x = self.ext.quantized_matmul_packed(
             x, self["weight"], self["scales"], self["biases"], self.columns,
             self.group_size, self.bits)
         return x + self["bias"] if "bias" in self else x
@@ -77,20 +75,19 @@ class PackedEmbedding(nn.QuantizedEmbedding):
                              bits=self.bits, mode=self.mode)
 
     def as_linear(self, x):
-        from .qmm import extension
-
-        return extension().quantized_matmul_packed(
+        return self.ext.quantized_matmul_packed(
             x, self["weight"], self["scales"], self["biases"], self.columns,
             self.group_size, self.bits)
 
 
-def pack(module) -> None:
-    """Pack one QuantizedLinear or QuantizedEmbedding in place (evaluated at
-    once, layer by layer: the old arrays are freed as the new ones land)."""
+def pack(module, ext) -> None:
+    """Pack one QuantizedLinear or QuantizedEmbedding in place for the
+    kernels' module `ext` (evaluated at once, layer by layer: the old arrays
+    are freed as the new ones land)."""
     columns = module["weight"].shape[0]
     with mx.stream(mx.cpu):  # never a GPU's kernels (compiled at first use)
         w, scales, biases = pack_arrays(module["weight"], module["scales"], module["biases"])
         mx.eval(w, scales, biases)
     module["weight"], module["scales"], module["biases"] = w, scales, biases
-    module.columns = columns
+    module.columns, module.ext = columns, ext
     module.__class__ = PackedLinear if isinstance(module, nn.QuantizedLinear) else PackedEmbedding
