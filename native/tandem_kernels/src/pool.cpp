@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -9,7 +10,11 @@
 #include <vector>
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace tk {
@@ -23,6 +28,29 @@ int available_cpus() {
 #endif
   const unsigned n = std::thread::hardware_concurrency();
   return n ? static_cast<int>(n) : 1;
+}
+
+// The calling thread's niceness (Linux: per thread), or 0 elsewhere.
+int own_nice() {
+#if defined(__linux__)
+  errno = 0;
+  const int n = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  return errno == 0 ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+// A helper takes at least the niceness of the lane whose job it runs (the
+// lane's threads are niced so the GUI stays smooth; a helper started by a
+// job at load, on the GUI's thread, would otherwise compete with it at 0).
+// Only ever raised: an unprivileged thread cannot lower its niceness.
+void follow_nice(int nice) {
+#if defined(__linux__)
+  if (nice > own_nice()) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+#else
+  (void)nice;
+#endif
 }
 
 inline void relax() {
@@ -66,9 +94,11 @@ class Pool {
       return;
     }
     grow(want - 1);
+    const int nice = own_nice();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       fn_ = &fn;
+      nice_ = nice;
       chunks_ = chunks;
       next_.store(0);
       helpers_ = want - 1;
@@ -101,18 +131,23 @@ class Pool {
   }
 
   void loop(int index, unsigned long seen) {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "tandem-pool");
+#endif
     while (true) {
       if (!poll(generation_, seen, spin_us_now.load(std::memory_order_relaxed))) {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_.load() != seen; });
       }
-      int wanted;
+      int wanted, nice;
       {  // the job and its generation together: one turn per job, never two
         std::lock_guard<std::mutex> lock(mutex_);
         seen = generation_.load();
         wanted = helpers_;
+        nice = nice_;
       }
       if (index < wanted) {  // the job counts on this worker (pending_)
+        follow_nice(nice);
         work();
         pending_.fetch_sub(1);
       }
@@ -125,7 +160,7 @@ class Pool {
   std::atomic<unsigned long> generation_{0};
   std::atomic<int> next_{0}, pending_{0};
   const std::function<void(int)>* fn_ = nullptr;
-  int chunks_ = 0, helpers_ = 0;
+  int chunks_ = 0, helpers_ = 0, nice_ = 0;
 };
 
 Pool& pool() {
