@@ -22,10 +22,14 @@ import mlx.nn as nn
 
 def wanted(ext) -> bool:
     """Whether layers should be packed: the kernels loaded, running x86's
-    int16 kernels (the int8 ones read MLX's layout), not switched off."""
+    kernels (int16 activations, or int8 on AVX-512 VNNI where asked for),
+    not switched off."""
     if ext is None or os.environ.get("TANDEM_CPU_PACK", "").strip() == "0":
         return False
-    return ext.isa() in ("avx2", "avx512vnni")
+    return ext.isa() in PACKED_ISAS
+
+
+PACKED_ISAS = ("avx2", "avx512vnni", "avx512vnni-int8")
 
 
 def pack_arrays(w: mx.array, scales: mx.array, biases: mx.array):

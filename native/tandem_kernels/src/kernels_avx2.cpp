@@ -126,7 +126,7 @@ void qmm_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
 }
 
 void qmm_packed_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  packed_qmm<MaddAcc>(x, w, y, n0, n1);
+  packed_qmm<Int16Packed<MaddAcc>>(x, w, y, n0, n1);
 }
 
 void dequantize_packed_avx2(const Weights& w, int n0, int n1, float* out, int ld) {

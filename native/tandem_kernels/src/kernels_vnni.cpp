@@ -88,6 +88,30 @@ struct DpwssdAcc {
 
 #include "packed_impl.h"
 
+// int8 activations (x.q8, s = amax / 127; 4-bit weights: each 8 positions
+// in the order [0 2 4 6 1 3 5 7], 8-bit: in order): a word's low nibbles
+// (or its 4 bytes) meet 4 activations in one vpdpbusd (unsigned weights x
+// signed activations, exact in int32), its high nibbles the next 4.
+struct Int8Packed {
+  template <int BITS>
+  static constexpr int parts() { return BITS == 4 ? 2 : 1; }
+  template <int BITS>
+  static __m256i part(__m256i raw, int s) {
+    if constexpr (BITS == 4) {
+      return _mm256_and_si256(_mm256_srli_epi16(raw, 4 * s), _mm256_set1_epi8(0x0f));
+    } else {
+      return raw;
+    }
+  }
+  static constexpr int PER = 4;
+  static int32_t act(const QuantizedRows& x, size_t at) {
+    int32_t quad;
+    __builtin_memcpy(&quad, x.q8 + at, 4);
+    return quad;
+  }
+  static __m256i dot(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+};
+
 }  // namespace
 
 void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float* scale,
@@ -125,8 +149,22 @@ void quantize_rows_int8(const float* x, int M, int K, int bits, int8_t* q, float
   }
 }
 
+// Reads x.q8 (int8 activations, packed order) where set, else x.q (int16).
 void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
-  packed_qmm<DpwssdAcc>(x, w, y, n0, n1);
+  if (x.q8 != nullptr) return packed_qmm<Int8Packed>(x, w, y, n0, n1);
+  packed_qmm<Int16Packed<DpwssdAcc>>(x, w, y, n0, n1);
+}
+
+// quantize_rows_int8's bytes (K in order: bits = 8 there) reordered in place
+// for packed 4-bit weights: each 8 as [0 2 4 6 1 3 5 7], one byte shuffle a
+// 32 (8-bit weights take K in order).
+void order_packed_int8(int8_t* q, int M, int K) {
+  const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  for (size_t i = 0; i < size_t(M) * K; i += 32) {
+    __m256i* at = reinterpret_cast<__m256i*>(q + i);
+    _mm256_storeu_si256(at, _mm256_shuffle_epi8(_mm256_loadu_si256(at), order));
+  }
 }
 
 // Reads x.q8 (int8 activations) where set, else x.q (int16).

@@ -1,16 +1,40 @@
 // The x86 kernels on packed weights (Weights::packed: 8 columns' words
 // interleaved), shared by kernels_avx2.cpp and kernels_vnni.cpp. Included
 // inside `namespace tk { namespace { ... } }` after x86_helpers.h, with the
-// file's
-//   struct Acc { static __m256i dot(__m256i acc, __m256i w, __m256i x); };
-//     // acc + the int16 pairs' products w x x, summed a 32-bit lane
-//     // (vpmaddwd + vpaddd, or vpdpwssd)
+// file's activation policies, each
+//   struct P {
+//     template <int BITS> static constexpr int parts();  // extractions a word
+//     template <int BITS> static __m256i part(__m256i raw, int s);
+//     static int32_t act(const QuantizedRows& x, size_t at);  // 4 bytes of
+//         // activations from element `at` of x.q (int16 pairs) or x.q8 (int8)
+//     static __m256i dot(__m256i acc, __m256i w, __m256i x);
+//   };
 //
 // One vector load gives a word of each of 8 columns (lane c: column 8j + c);
-// shifted by bits x s and masked a 16-bit half, it holds each column's
-// packed pair s (qmm_kernels.h packed_source), which meets the row's pair s
-// broadcast to every lane. A block's 8 sums come out in one vector, scaled
-// by 8 columns' scales at once: no horizontal sum, no per-column epilogue.
+// extraction s of it (shifted and masked) holds each column's next weights,
+// which meet the row's matching activations broadcast to every lane: int16
+// pairs (s, s + E/2) with vpmaddwd or vpdpwssd, or int8 quads with vpdpbusd.
+// A block's 8 sums come out in one vector, scaled by 8 columns' scales at
+// once: no horizontal sum, no per-column epilogue.
+
+// int16 activations (qmm_kernels.h packed_source): a 16-bit half of a word
+// shifted by bits x s and masked holds the pair (s, s + E/2).
+template <class Acc>
+struct Int16Packed {
+  template <int BITS>
+  static constexpr int parts() { return 16 / BITS; }
+  template <int BITS>
+  static __m256i part(__m256i raw, int s) {
+    return _mm256_and_si256(_mm256_srli_epi16(raw, BITS * s), _mm256_set1_epi16((1 << BITS) - 1));
+  }
+  static constexpr int PER = 2;  // activations a part
+  static int32_t act(const QuantizedRows& x, size_t at) {
+    int32_t pair;
+    __builtin_memcpy(&pair, x.q + at, 4);
+    return pair;
+  }
+  static __m256i dot(__m256i acc, __m256i w, __m256i x) { return Acc::dot(acc, w, x); }
+};
 
 // 8 scales or biases from `data` at index i (8 consecutive values).
 inline __m256 scales8(const void* data, ScaleType type, size_t i) {
@@ -49,12 +73,11 @@ inline void store_first(float* out, __m256 v, int count) {
 
 // R rows from m0 times column groups [j0, j1), CG groups a pass: R x CG x 2
 // independent integer chains a block (the latency of one would bind).
-template <class Acc, int R, int CG, int BITS>
+template <class P, int R, int CG, int BITS>
 void packed_rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int j0, int j1) {
-  constexpr int E = 32 / BITS, PAIRS = E / 2, WORDS = BLOCK / E;  // a block's words
+  constexpr int E = 32 / BITS, PARTS = P::template parts<BITS>(), WORDS = BLOCK / E;
   const int blocks = w.K / BLOCK, groups = w.K / w.group, per = w.group / BLOCK;
   const size_t words = size_t(w.K) / E;
-  const __m256i mask = _mm256_set1_epi16((1 << BITS) - 1);
   for (int j = j0; j + CG <= j1; j += CG) {
     __m256 acc[R][CG], rest[R][CG];
     for (int r = 0; r < R; ++r) {
@@ -83,17 +106,14 @@ void packed_rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int
             }
             raw[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
           }
-          for (int s = 0; s < PAIRS; ++s) {
+          for (int s = 0; s < PARTS; ++s) {
             __m256i part[CG];
-            for (int c = 0; c < CG; ++c) {
-              part[c] = _mm256_and_si256(_mm256_srli_epi16(raw[c], BITS * s), mask);
-            }
+            for (int c = 0; c < CG; ++c) part[c] = P::template part<BITS>(raw[c], s);
             for (int r = 0; r < R; ++r) {
-              int32_t pair;
-              __builtin_memcpy(&pair, x.q + size_t(m0 + r) * w.K + b * BLOCK + v * E + 2 * s, 4);
-              const __m256i xp = _mm256_set1_epi32(pair);
+              const __m256i xp = _mm256_set1_epi32(
+                  P::act(x, size_t(m0 + r) * w.K + b * BLOCK + v * E + P::PER * s));
               for (int c = 0; c < CG; ++c) {
-                sum[r][c][s & 1] = Acc::dot(sum[r][c][s & 1], part[c], xp);
+                sum[r][c][(v * PARTS + s) & 1] = P::dot(sum[r][c][(v * PARTS + s) & 1], part[c], xp);
               }
             }
           }
@@ -121,28 +141,28 @@ void packed_rows(const QuantizedRows& x, const Weights& w, float* y, int m0, int
   }
   if constexpr (CG > 1) {
     const int done = j0 + (j1 - j0) / CG * CG;
-    if (done < j1) packed_rows<Acc, R, 1, BITS>(x, w, y, m0, done, j1);
+    if (done < j1) packed_rows<P, R, 1, BITS>(x, w, y, m0, done, j1);
   }
 }
 
 // Rows 4 at a time x 2 column groups (measured best at 4 and 16 rows), then
 // 2 x 2, one row alone: 4 groups a pass.
-template <class Acc, int BITS>
+template <class P, int BITS>
 void packed_all(const QuantizedRows& x, const Weights& w, float* y, int j0, int j1) {
   int m = 0;
-  for (; m + 4 <= x.M; m += 4) packed_rows<Acc, 4, 2, BITS>(x, w, y, m, j0, j1);
-  for (; m + 2 <= x.M; m += 2) packed_rows<Acc, 2, 2, BITS>(x, w, y, m, j0, j1);
-  if (m < x.M) packed_rows<Acc, 1, 4, BITS>(x, w, y, m, j0, j1);
+  for (; m + 4 <= x.M; m += 4) packed_rows<P, 4, 2, BITS>(x, w, y, m, j0, j1);
+  for (; m + 2 <= x.M; m += 2) packed_rows<P, 2, 2, BITS>(x, w, y, m, j0, j1);
+  if (m < x.M) packed_rows<P, 1, 4, BITS>(x, w, y, m, j0, j1);
 }
 
 // Columns [n0, n1) of packed weights (n0 a multiple of 8).
-template <class Acc>
+template <class P>
 void packed_qmm(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1) {
   const int j0 = n0 / 8, j1 = (n1 + 7) / 8;
   if (w.bits == 4) {
-    packed_all<Acc, 4>(x, w, y, j0, j1);
+    packed_all<P, 4>(x, w, y, j0, j1);
   } else {
-    packed_all<Acc, 8>(x, w, y, j0, j1);
+    packed_all<P, 8>(x, w, y, j0, j1);
   }
 }
 

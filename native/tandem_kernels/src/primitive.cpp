@@ -117,10 +117,13 @@ void few_rows(const float* xf, int M, const tk::Weights& weights, float* y, int 
   xs.resize(std::max(xs.size(), size_t(M) * blocks));
   bad.resize(std::max(bad.size(), size_t(M)));
   tk::QuantizedRows rows{M, K, weights.bits, nullptr, sx.data(), xs.data(), bad.data()};
-  if (use == Isa::Avx512VnniInt8 && !weights.packed) {
+  if (use == Isa::Avx512VnniInt8) {
 #ifdef TK_X86
     q8.resize(std::max(q8.size(), size_t(M) * K));
-    tk::quantize_rows_int8(xf, M, K, weights.bits, q8.data(), sx.data(), xs.data(), bad.data());
+    // Packed weights take K in order (8 bits' order), then reordered for 4 bits.
+    tk::quantize_rows_int8(xf, M, K, weights.packed ? 8 : weights.bits, q8.data(), sx.data(),
+                           xs.data(), bad.data());
+    if (weights.packed && weights.bits == 4) tk::order_packed_int8(q8.data(), M, K);
     rows.q8 = q8.data();
 #endif
   } else {

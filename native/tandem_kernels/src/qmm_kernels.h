@@ -81,7 +81,9 @@ void qmm_neon(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1
 // multiple of 8.
 void qmm_packed_generic(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
 void qmm_packed_avx2(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
-void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);
+void qmm_packed_vnni(const QuantizedRows& x, const Weights& w, float* y, int n0, int n1);  // or q8
+// quantize_rows_int8's bytes (in K's order) reordered for packed 4-bit weights.
+void order_packed_int8(int8_t* q, int M, int K);
 
 // Many rows (a prefill chunk, a wide batch): the weights of columns [n0, n1)
 // dequantized to float32, row n - n0 of `out` (K floats each), exactly
