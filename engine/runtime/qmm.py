@@ -44,8 +44,8 @@ def forced() -> str | None:
 def activations() -> str:
     """The kernels' activations: "int16" (the default: perplexity 1.0000x the
     float32 path on the bundled model) or "int8" (TANDEM_CPU_ACTIVATIONS=int8
-    where the CPU has AVX-512 VNNI: 5-15% faster than int16 there, perplexity 1.017x;
-    benchmarks/RESULTS.md)."""
+    where the CPU has AVX-512 VNNI: 5-16% faster than int16 there, packed or not,
+    perplexity 1.017x; benchmarks/RESULTS.md)."""
     value = os.environ.get("TANDEM_CPU_ACTIVATIONS", "").strip().lower()
     return "int8" if value == "int8" else "int16"
 
