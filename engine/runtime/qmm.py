@@ -211,12 +211,6 @@ def install(model: nn.Module, pack: bool = False) -> int:
     return count
 
 
-def packed(model: nn.Module) -> int:
-    """How many of `model`'s layers hold the packed layout."""
-    return sum(isinstance(m, (qmm_packed.PackedLinear, qmm_packed.PackedEmbedding))
-               for _, m in model.named_modules())
-
-
 def _takes(module) -> bool:
     """The kernels' format, with arrays that agree with it (the loader
     refuses files whose tensors do not: engine/models/quantized_check.py;
