@@ -139,10 +139,12 @@ def prepare_chat(state: ServerState, job: Completion):
 TEMPLATE_REFUSED = "Cannot apply the chat template"  # engine/prompt.py's words
 
 
-def engine_refusal(e: EngineError) -> APIError:
-    """An engine's refusal to prepare or submit, as the API's error."""
+def engine_refusal(e: EngineError, param: str = "messages") -> APIError:
+    """An engine's refusal to prepare or submit, as the API's error: a prompt
+    past the context is OpenAI's 400 `context_length_exceeded` (`param`: the
+    field that holds it), which the SDKs raise as BadRequestError."""
     if e.kind == "prompt-too-long":
-        return APIError(413, str(e), code="context_length_exceeded")
+        return APIError(400, str(e), param=param, code="context_length_exceeded")
     if e.kind in ("closed", "lane-failed"):
         return APIError(503, str(e), kind="server_error", headers={"Retry-After": "5"})
     return APIError(400, str(e))
@@ -163,7 +165,7 @@ def _submit(state: ServerState, request: Request, job: Completion):
         prepared = prepare_chat(state, job)
         return engine.submit(prepared, job.params, tab_id=f"api:{who}")
     except EngineError as e:
-        raise engine_refusal(e) from None
+        raise engine_refusal(e, "prompt" if job.prompt is not None else "messages") from None
 
 
 class GuardedStream(StreamingResponse):

@@ -164,10 +164,14 @@ def test_errors_use_openai_bodies_and_codes(served, make_engine):
         client.chat.completions.create(model="tiny", messages=HELLO, temperature=-1)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="tiny", messages=HELLO, presence_penalty=0.5)
-    with pytest.raises(openai.APIStatusError) as e:
+    with pytest.raises(openai.BadRequestError) as e:  # OpenAI's 400 for a prompt too long
         client.chat.completions.create(model="tiny", messages=[
             {"role": "user", "content": " ".join(["river"] * 2000)}])
-    assert e.value.status_code == 413
+    assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
+    assert e.value.param == "messages" and "context" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt=" ".join(["river"] * 2000))
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt"
     url = served.url + "/v1/chat/completions"
     assert httpx.post(url, content=b"{not json",
                       headers={"content-type": "application/json"}).status_code == 400
