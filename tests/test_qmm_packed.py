@@ -183,3 +183,17 @@ def test_packed_arrays_are_checked_and_never_run_on_a_gpu_stream():
     if mx.metal.is_available() or mx.cuda.is_available():
         with pytest.raises(ValueError, match="CPU stream only"):
             EXT.quantized_matmul_packed(x, pw, ps, pb, 20, 32, 4, stream=mx.gpu)
+
+
+def test_a_packed_model_is_never_converted_as_if_it_were_mlxs_layout(tiny_model_dir):
+    """A later conversion to float (a plan that wants a float32 copy) refuses
+    packed weights by name instead of dequantizing that layout as MLX's."""
+    from engine.models.loader import load_model, with_weight_format
+
+    loaded = load_model(str(tiny_model_dir))
+    nn.quantize(loaded.model, group_size=32, bits=4)
+    loaded.weight_format = "quantized"
+    if not qmm.install(loaded.model, pack=True) or EXT.isa() not in qmm_packed.PACKED_ISAS:
+        pytest.skip("this CPU's kernels do not pack")
+    with pytest.raises(RuntimeError, match="packed for a CPU lane"):
+        with_weight_format(loaded, "float32")

@@ -103,6 +103,11 @@ def with_weight_format(loaded: LoadedModel, weight_format: str) -> LoadedModel:
     """Convert the model's weights in place to `weight_format`."""
     if weight_format == "quantized" or weight_format == loaded.weight_format:
         return loaded
+    if any(getattr(m, "columns", None) is not None for _, m in loaded.model.named_modules()):
+        # Packed for a CPU lane's kernels (engine/runtime/qmm_packed.py): MLX's
+        # dequantize would read that layout as its own and convert garbage.
+        raise RuntimeError("with_weight_format: the weights were packed for a CPU lane; "
+                           "load the model again")
     from mlx_lm.utils import dequantize_model
 
     dtype = getattr(mx, weight_format)
