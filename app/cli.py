@@ -21,6 +21,7 @@ from app.ui.prompt_input import PromptError, argument_text, read_prompt
 # Every line printed that may hold outside text (a model's answer, a remote's
 # error, a client's request path) goes through it: no escape code reaches the terminal.
 from app.ui.terminal import terminal_text
+from engine import CONTEXT_POLICIES
 
 MODEL_HELP = ("'default' (the bundled model; the default), a .gguf file, a model folder or a "
               "Hugging Face repo id")
@@ -118,6 +119,10 @@ def _serve_parser(sub) -> None:
                             "id, or 'default'), e.g. claude-opus-4-8=default for Claude "
                             "Code's default model; NAME may be a pattern ('claude-*=default'); "
                             "repeatable")
+    serve.add_argument("--context-overflow", default="error", choices=CONTEXT_POLICIES,
+                       help="past the model's context: refuse (error), or let the oldest "
+                            "turns after the first (truncate_middle) or of all "
+                            "(rolling_window) leave its view; a request's context_overflow wins")
     _add_engine_options(serve)
 
 def _add_engine_options(command) -> None:
@@ -186,7 +191,8 @@ def _serve(args, engine, aliases) -> int:
         app = make_app(engine, ServerConfig(
             api_key=args.api_key, host=args.host, allow_hosts=tuple(args.allow_host),
             allow_origins=tuple(args.allow_origin), aliases=aliases,
-            image_urls=ImageFetcher() if args.allow_image_urls else None),
+            image_urls=ImageFetcher() if args.allow_image_urls else None,
+            context_overflow=args.context_overflow),
             access_log=lambda line: print(terminal_text(line), flush=True))
     except ValueError as e:  # an alias to a model this server does not serve
         print(terminal_text(f"tandem: {e}"), file=sys.stderr)

@@ -37,6 +37,7 @@ from .access_log import AccessLog
 from .bodies import Completion, completion
 from .embeddings import embeddings_route
 from .errors import APIError, http_error, server_fault
+from .overflow import DroppedHeader
 from .flow import (GuardedStream, ServerConfig, ServerState, admit, check_key,  # noqa: F401
                    collect, model_ids, read_body, sse)
 from .logprobs import chat_entries, completion_logprobs
@@ -121,7 +122,7 @@ def make_app(engine, config: ServerConfig | None = None,
         Route("/v1/embeddings", embeddings, methods=["POST"]),
     ], exception_handlers={APIError: _api_error, ClientDisconnect: _client_gone,
                            HTTPException: http_error, Exception: server_fault})
-    gate = RequestGate(app, config.host, config.allow_hosts, config.allow_origins)
+    gate = RequestGate(DroppedHeader(app), config.host, config.allow_hosts, config.allow_origins)
     outer = AccessLog(gate, access_log) if access_log is not None else gate
     outer.state = state  # for tests and the app: in_flight, ids
     return outer

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from engine import EngineError, Grammar, SamplingParams
 
 from .errors import APIError
+from .overflow import policy_of
 from .image_urls import ImageFetcher, RequestImages
 # Their home is raw_body; named here too for the modules that import them from bodies.
 from .raw_body import MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES, parse_json  # noqa: F401
@@ -37,6 +38,9 @@ class Completion:
     # the messages again, for a template that refuses `messages` as they are
     # (a system message inside the conversation folded into a user turn)
     folded: list[dict] | None = None
+    # which turns leave the model's view past the context (server/overflow.py);
+    # None: the server's --context-overflow
+    context_overflow: str | None = None
 
 
 def completion(body: dict, chat: bool, defaults: dict | None = None,
@@ -64,7 +68,8 @@ def completion(body: dict, chat: bool, defaults: dict | None = None,
     tools, tool_choice = _tools(body) if chat else (None, None)
     return Completion(chat, messages, prompt, params,
                       _optional(body, "model", str, None), stream, include_usage,
-                      _optional(body, "user", str, None), tools, tool_choice)
+                      _optional(body, "user", str, None), tools, tool_choice,
+                      context_overflow=policy_of(body) if chat else None)
 
 
 def _response_format(value) -> Grammar | None:
@@ -122,7 +127,7 @@ COMMON_FIELDS = {"model", "stream", "stream_options", "max_tokens", "temperature
                  "prediction", "num_draft_tokens"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "store",
                                "metadata", "service_tier", "parallel_tool_calls", "tools",
-                               "tool_choice", "response_format"}
+                               "tool_choice", "response_format", "context_overflow"}
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "response_format"}
 NOT_YET = {  # field -> the value that changes nothing (anything else: a 400)
     "logit_bias": [None, {}],

@@ -21,6 +21,8 @@ from engine import EngineError, Finished, Token
 from .aliases import check_aliases, resolve
 from .bodies import Completion
 from .errors import APIError
+from .overflow import fitted
+from .messages_blocks import folded
 from .image_urls import ImageFetcher, ServerImages, cannot_read_images
 from .logprobs import TokenPieces
 from .raw_body import read_body  # noqa: F401 (the routes read bodies through flow)
@@ -49,6 +51,9 @@ class ServerConfig:
     # (NAME, MODEL) pairs: a model id a client asks for mapped to a served one
     # (aliases.py; `tandem serve --alias claude-opus-4-8=default`)
     aliases: tuple[tuple[str, str], ...] = ()
+    # which turns leave the model's view past the context, where a request
+    # does not say (server/overflow.py; `tandem serve --context-overflow`)
+    context_overflow: str = "error"
 
 
 def model_ids(engine, config: ServerConfig) -> tuple[str, ...]:
@@ -162,7 +167,9 @@ def _submit(state: ServerState, request: Request, job: Completion):
             prepared = engine.prepare_prompt(job.prompt, grammar=job.params.grammar)
             return engine.submit(prepared, job.params, tab_id=f"api:{who}",
                                  thinking=False)  # raw text: nothing is split out
-        prepared = prepare_chat(state, job)
+        prepared, dropped = fitted(engine, job, state.config.context_overflow,
+                                   lambda fitting: prepare_chat(state, fitting), folded)
+        request.state.context_dropped = dropped  # the response's header (overflow.py)
         return engine.submit(prepared, job.params, tab_id=f"api:{who}")
     except EngineError as e:
         raise engine_refusal(e, "prompt" if job.prompt is not None else "messages") from None

@@ -24,10 +24,12 @@ from engine import EngineError, Grammar, strict_loads
 
 from .bodies import Completion, _is_text, _optional, _params, _tools
 from .errors import APIError
+from .overflow import policy_of
 from .image_urls import ImageFetcher, RequestImages
 from .messages_blocks import assistant_turn, folded, text_blocks, user_turn
 
 FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "stream",
+          "context_overflow",
           "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking",
           "service_tier", "context_management", "output_config", "output_format",
           "cache_control", "speed", "inference_geo", "diagnostics", "user_profile_id",
@@ -76,7 +78,8 @@ def parse(body: dict, defaults: dict, fetcher: ImageFetcher | None = None,
     mid_system = any(m["role"] == "system" for m in messages[1:])
     return MessagesJob(True, messages, None, sampling, _optional(body, "model", str, None),
                        _optional(body, "stream", bool, False), False, None, tools,
-                       tool_choice, folded(messages) if mid_system else None, show_thinking)
+                       tool_choice, folded(messages) if mid_system else None,
+                       context_overflow=policy_of(body), show_thinking=show_thinking)
 
 
 def _known_fields(body: dict) -> None:

@@ -25,10 +25,12 @@ from dataclasses import dataclass, replace
 from .bodies import (Completion, _integer, _is_text, _optional, _params, _response_format,
                      _tools, read_image_part)
 from .errors import APIError
+from .overflow import policy_of
 from .image_urls import ImageFetcher, RequestImages
 
 MAX_ITEMS = 4096
 FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+          "context_overflow",
           "text", "reasoning", "max_output_tokens", "temperature", "top_p", "top_k", "min_p",
           "repetition_penalty", "seed", "stream", "stream_options", "include", "store",
           "prompt_cache_key", "service_tier", "metadata", "previous_response_id", "user",
@@ -102,7 +104,8 @@ def parse(body: dict, defaults: dict, history,
                                  "tool_choice": _tool_choice(body.get("tool_choice"))})
     stream = _optional(body, "stream", bool, False)
     job = Completion(True, messages, None, params, _optional(body, "model", str, None), stream,
-                     False, _optional(body, "user", str, None), tools, tool_choice)
+                     False, _optional(body, "user", str, None), tools, tool_choice,
+                     context_overflow=policy_of(body))
     echo = _echo(body, instructions, text, params, previous_id)
     return ResponsesJob(job, new, previous_id, echo["store"], echo, namespaces)
 
