@@ -29,6 +29,7 @@ _PUBLIC = {
     "LaneSpec": "core.laneconfig", "LaneInfo": "core.laneconfig", "LaneConfig": "core.laneconfig",
     "MemoryPlan": "core.memory", "format_bytes": "core.memory",
     "CONTEXT_POLICIES": "core.context_view", "fit_context": "core.context_view",
+    "context_text_chars": "core.context_view",
     "RemoteSpec": "core.remote", "parse_remote": "core.remote",
     "is_local_host": "core.remote",
     "Engine": "engine", "default_lanes": "engine", "gpu_available": "engine",

@@ -4,7 +4,8 @@ request's `context_overflow` (chat completions, responses, messages) or
 view (engine/core/context_view.py); "error" (the default) refuses, as
 OpenAI's 400 `context_length_exceeded` and Anthropic's 400 "prompt is too
 long". Fitted, the prompt leaves room for the answer (max_tokens, at most a
-quarter of the context). The response says how many messages left the view
+quarter of the context), and the view's start stays put while the chat grows
+by about half a context (its prefix, and the KV cached for it, reused). The response says how many messages left the view
 in the `X-Tandem-Context-Dropped` header (absent when none did; streaming
 or not, every dialect alike).
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine import CONTEXT_POLICIES as POLICIES, fit_context as fit
+import math
+
+from engine import CONTEXT_POLICIES as POLICIES, context_text_chars, fit_context as fit
 
 from .errors import APIError
 
@@ -54,8 +57,15 @@ def fitted(engine, job, default: str, prepare, refold):
         return replace(job, messages=messages,
                        folded=refold(messages) if job.folded is not None else None)
 
+    # Cells of about half the context keep the view's start still as the chat
+    # grows: the same prefix, the prefix cache's KV reused. Characters a token
+    # from this conversation, rounded down to a power of two (a rate that
+    # moved a little each request would move every cell's edge with it).
+    rate = context_text_chars(job.messages) / max(1, len(prepared.prompt_ids))
+    per_token = 2 ** math.floor(math.log2(max(rate, 1.0)))
     view, dropped = fit(job.messages, policy,
-                        lambda messages: len(prepare(with_messages(messages)).prompt_ids) <= limit)
+                        lambda messages: len(prepare(with_messages(messages)).prompt_ids) <= limit,
+                        cell_chars=context // 2 * per_token)
     return (prepare(with_messages(view)), dropped) if dropped else (prepared, 0)
 
 

@@ -95,3 +95,27 @@ def test_messages_and_responses_take_the_field_and_the_servers_default(engine):
                 model="tiny", messages=long_chat(), extra_body={"context_overflow": "error"})
     finally:
         served.stop()
+
+
+def test_a_growing_chat_keeps_the_views_start_so_its_prefix_is_reused(engine):
+    """One more exchange a request: the count of messages out of view stays
+    the same from request to request (the same view start: the prefix cache
+    serves the kept turns), and moves only now and then."""
+    served = Served(engine)
+    try:
+        client, counts = served.client(), []
+        chat = [{"role": "system", "content": "Answer briefly."}]
+        for i in range(120):  # short exchanges: half a context holds many
+            chat += [{"role": "user", "content": f"river {i}"},
+                     {"role": "assistant", "content": f"stone {i}"}]
+        assert len(engine.prepare(chat).prompt_ids) > 1.5 * engine.context_length
+        for turns in range(100, 108):
+            messages = chat[:1 + 2 * turns] + [{"role": "user", "content": "and?"}]
+            raw = client.chat.completions.with_raw_response.create(
+                model="tiny", messages=messages, max_tokens=4,
+                extra_body={"context_overflow": "rolling_window"})
+            counts.append(int(raw.headers[HEADER]))
+        assert counts == sorted(counts), counts
+        assert sum(a == b for a, b in zip(counts, counts[1:])) >= 5, counts  # of 7 steps
+    finally:
+        served.stop()

@@ -67,3 +67,27 @@ def test_an_unknown_policy_is_refused_by_name():
     assert "compact" not in POLICIES
     with pytest.raises(ValueError, match="'compact'"):
         fit(CONVO, "compact", within(5))
+
+
+def test_cells_keep_the_views_start_still_while_the_chat_grows():
+    """A chat growing a turn a request: without cells the view's start moves
+    every request (a new prefix: nothing cached is reused); with cells it
+    stays put for several requests, every view fits, and it never keeps
+    fewer turns than half the limit's worth."""
+    limit = 200
+    grown = chat(*[(f"q{i}" + "x" * 18, f"a{i}" + "y" * 18) for i in range(40)])
+    starts = {0: [], 100: []}
+    for n in range(3, 81, 2):  # one more exchange a request, ending on a question
+        convo = grown[:n] + [{"role": "user", "content": "now?"}]
+        for cells in starts:
+            view, gone = fit(convo, "rolling_window", within(limit), cell_chars=cells)
+            assert within(limit)(view)
+            assert gone == 0 or sum(len(m["content"]) for m in view) >= limit // 2 - 40
+            if gone:
+                starts[cells].append(gone)
+    moves = {cells: sum(a != b for a, b in zip(got, got[1:])) for cells, got in starts.items()}
+    assert moves[0] == len(starts[0]) - 1  # the fewest turns: a new start every request
+    # Cells of half the limit, the chat growing 40 characters a request: a new
+    # start once a cell's worth has come (every ~2.5 requests here; a real
+    # chat's turn is a far smaller share of half a context).
+    assert moves[100] <= len(starts[100]) // 2, starts[100]

@@ -35,12 +35,34 @@ def turns(messages: list[dict]) -> tuple[int, list[tuple[int, int]]]:
     return lead, list(zip(starts, starts[1:] + [len(messages)]))
 
 
-def fit(messages: list[dict], policy: str,
-        fits: Callable[[list[dict]], bool]) -> tuple[list[dict], int]:
+def text_chars(messages: list[dict]) -> int:
+    """The characters of the messages' text (what `cell_chars` counts)."""
+    return sum(_chars(m) for m in messages)
+
+
+def _chars(message: dict) -> int:
+    content = message.get("content")
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):  # parts: their text
+        return sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return 0
+
+
+def fit(messages: list[dict], policy: str, fits: Callable[[list[dict]], bool],
+        cell_chars: int = 0) -> tuple[list[dict], int]:
     """(the messages the model sees, how many left its view): the fewest
     oldest droppable turns removed for `fits` to hold. Where even the
     fewest messages the policy keeps do not fit, those are returned (the
-    engine then refuses them, saying by how much)."""
+    engine then refuses them, saying by how much).
+
+    `cell_chars` > 0 keeps the view's start still while a chat grows, so
+    its prefix (and the KV cached for it) stays the same from request to
+    request: the conversation's characters are cut in cells of that size
+    (their offsets never move as turns are appended), and the view starts
+    at the last turn that starts in the cell where the fewest-turns cut
+    starts. The next request cuts there again until that cut no longer
+    fits; then the view jumps a cell. (The server uses half the context.)"""
     if policy not in POLICIES:
         raise ValueError(f"unknown context policy {policy!r}")
     if policy == "error" or fits(messages):
@@ -64,7 +86,29 @@ def fit(messages: list[dict], policy: str,
             high = middle
         else:
             low = middle + 1
+    if cell_chars > 0:
+        low = _settled(messages, droppable, low, cell_chars)
     return without(low)
 
 
-CONTEXT_POLICIES, fit_context = POLICIES, fit  # the engine's public names (engine/__init__.py)
+def _settled(messages: list[dict], droppable: list[tuple[int, int]], k: int,
+             cell_chars: int) -> int:
+    """The most turns to drop whose view starts in the same cell as
+    dropping `k` (more dropped: it fits too), never the latest turn."""
+    offsets, at = [], 0  # each message's character offset in the whole conversation
+    for message in messages:
+        offsets.append(at)
+        at += _chars(message)
+
+    def cell(j: int) -> int:  # the cell where the view starts once j turns are gone
+        start = droppable[j][0] if j < len(droppable) else droppable[-1][1]
+        return offsets[start] // cell_chars
+
+    best = k
+    while best + 1 <= len(droppable) and cell(best + 1) == cell(k):
+        best += 1
+    return best
+
+
+# the engine's public names (engine/__init__.py)
+CONTEXT_POLICIES, fit_context, context_text_chars = POLICIES, fit, text_chars
