@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "attention.h"
+#include "qmm_kernels.h"  // half_to_float (portable code: dtype_load.h)
 
 namespace tk {
 
@@ -10,23 +11,7 @@ namespace {
 
 #include "x86_math.h"
 
-inline __m256 load8(const void* x, Dtype t, int d) {
-  if (t == Dtype::F32) return _mm256_loadu_ps(static_cast<const float*>(x) + d);
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-      static_cast<const uint16_t*>(x) + d));
-  if (t == Dtype::F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-inline float load1(const void* x, Dtype t, int d) {
-  if (t == Dtype::F32) return static_cast<const float*>(x)[d];
-  const uint16_t h = static_cast<const uint16_t*>(x)[d];
-  if (t == Dtype::F16) return _cvtsh_ss(h);
-  const unsigned bits = unsigned(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
+#include "dtype_load.h"
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

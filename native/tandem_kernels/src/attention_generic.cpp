@@ -9,15 +9,7 @@ namespace tk {
 
 namespace {
 
-inline float load1(const void* x, Dtype t, int d) {
-  if (t == Dtype::F32) return static_cast<const float*>(x)[d];
-  const uint16_t h = static_cast<const uint16_t*>(x)[d];
-  if (t == Dtype::F16) return half_to_float(h);
-  const uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+#include "dtype_load.h"
 
 inline float row_dot(const float* q, const void* k, Dtype t, int D) {
   float acc[4] = {0, 0, 0, 0};

@@ -10,14 +10,6 @@ namespace {
 
 #include "x86_math.h"
 
-inline __m256 load8(const void* p, Dtype t, size_t i) {
-  if (t == Dtype::F32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-  const __m128i h =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
-  if (t == Dtype::F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 inline void store8(void* p, Dtype t, size_t i, __m256 v) {
   if (t == Dtype::F32) return _mm256_storeu_ps(static_cast<float*>(p) + i, v);
   __m128i h;

@@ -10,15 +10,7 @@ namespace tk {
 
 namespace {
 
-float load(const void* p, Dtype t, size_t i) {
-  if (t == Dtype::F32) return static_cast<const float*>(p)[i];
-  const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  if (t == Dtype::F16) return half_to_float(h);
-  const uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+#include "dtype_load.h"
 
 uint16_t to_half(float f) {  // round to nearest even, with subnormals, inf and NaN
   uint32_t b;
@@ -56,10 +48,10 @@ void store(void* p, Dtype t, size_t i, float v) {
 
 void swiglu_generic(const void* gate, const void* x, void* y, Dtype type, size_t i0, size_t i1) {
   for (size_t i = i0; i < i1; ++i) {
-    const float g = load(gate, type, i);
+    const float g = load1(gate, type, i);
     const float e = std::exp(-std::fabs(g));
     const float sigmoid = g >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-    store(y, type, i, g * sigmoid * load(x, type, i));
+    store(y, type, i, g * sigmoid * load1(x, type, i));
   }
 }
 

@@ -70,37 +70,7 @@ struct MaddAcc {
 // round to nearest even); a block's float sum in another order.
 void quantize_rows_avx2(const float* x, int M, int K, int bits, int16_t* q, float* scale,
                         float* sum, uint8_t* bad) {
-  const int blocks = K / BLOCK;
-  for (int m = 0; m < M; ++m) {
-    const float* row = x + size_t(m) * K;
-    bad[m] = !row_finite(row, K);
-    int16_t* qr = q + size_t(m) * K;
-    if (bad[m]) {
-      for (int i = 0; i < K; ++i) qr[i] = 0;
-      for (int b = 0; b < blocks; ++b) scale[size_t(m) * blocks + b] = sum[size_t(m) * blocks + b] = 0.0f;
-      continue;
-    }
-    for (int b = 0; b < blocks; ++b) {
-      __m256 v[4];
-      float amax, s;
-      block_stats(row + b * BLOCK, v, amax, s);
-      const float d = amax / QMAX;
-      const size_t at = size_t(m) * blocks + b;
-      scale[at] = d;
-      sum[at] = s;
-      alignas(32) int32_t ints[BLOCK];
-      block_ints(v, d > 0.0f ? 1.0f / d : 0.0f, int(QMAX), ints);
-      int16_t* qb = qr + b * BLOCK;
-      if (bits == 4) {  // the 16 even positions, then the 16 odd ones
-        for (int j = 0; j < 16; ++j) {
-          qb[j] = int16_t(ints[2 * j]);
-          qb[16 + j] = int16_t(ints[2 * j + 1]);
-        }
-      } else {
-        for (int j = 0; j < BLOCK; ++j) qb[j] = int16_t(ints[j]);
-      }
-    }
-  }
+  quantize_rows_as<int16_t>(x, M, K, bits, QMAX, q, scale, sum, bad);
 }
 
 // order_packed by one byte shuffle per 16 values: within each 8 (4-bit)

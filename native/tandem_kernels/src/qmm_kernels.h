@@ -52,7 +52,7 @@ struct Weights {
 // Packed activations: within each uint32 word's E = 32 / bits positions,
 // the pairs (s, s + E / 2) for s = 0 .. E/2 - 1, as int16 pairs; a 16-bit
 // half of a packed word shifted by bits * s and masked gives that pair.
-inline int packed_source(int i, int bits) {
+static inline int packed_source(int i, int bits) {  // static: no copy compiled with ISA flags is shared
   const int E = 32 / bits, e = i % E;
   return i - e + e / 2 + (e % 2) * (E / 2);
 }

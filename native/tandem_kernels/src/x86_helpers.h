@@ -60,6 +60,46 @@ inline void block_ints(const __m256 v[4], float inv, int qmax, int32_t* ints) {
   }
 }
 
+// M rows of K activations quantized per 32-block to integers of type T in
+// [-qmax, qmax] (s = amax / qmax), laid out for `bits` (4: each block's 16
+// even positions, then its 16 odd ones; else in order); a row holding NaN or
+// inf flagged bad, its integers, scales and sums 0.
+template <class T>
+void quantize_rows_as(const float* x, int M, int K, int bits, float qmax, T* q, float* scale,
+                      float* sum, uint8_t* bad) {
+  const int blocks = K / BLOCK;
+  for (int m = 0; m < M; ++m) {
+    const float* row = x + size_t(m) * K;
+    bad[m] = !row_finite(row, K);
+    T* qr = q + size_t(m) * K;
+    if (bad[m]) {
+      for (int i = 0; i < K; ++i) qr[i] = 0;
+      for (int b = 0; b < blocks; ++b) scale[size_t(m) * blocks + b] = sum[size_t(m) * blocks + b] = 0.0f;
+      continue;
+    }
+    for (int b = 0; b < blocks; ++b) {
+      __m256 v[4];
+      float amax, s;
+      block_stats(row + b * BLOCK, v, amax, s);
+      const float d = amax / qmax;
+      const size_t at = size_t(m) * blocks + b;
+      scale[at] = d;
+      sum[at] = s;
+      alignas(32) int32_t ints[BLOCK];
+      block_ints(v, d > 0.0f ? 1.0f / d : 0.0f, int(qmax), ints);
+      T* qb = qr + b * BLOCK;
+      if (bits == 4) {  // the 16 even positions, then the 16 odd ones
+        for (int j = 0; j < 16; ++j) {
+          qb[j] = T(ints[2 * j]);
+          qb[16 + j] = T(ints[2 * j + 1]);
+        }
+      } else {
+        for (int j = 0; j < BLOCK; ++j) qb[j] = T(ints[j]);
+      }
+    }
+  }
+}
+
 // 32 weights of a block as two vectors of 16 int16: for 4 bits (16 bytes)
 // the low nibbles (even k) then the high nibbles (odd k), the order
 // quantize_rows gives activations; for 8 bits (32 bytes) k in order.

@@ -1,5 +1,5 @@
-// Vector math of the x86 kernel files compiled with AVX2 and FMA
-// (attention_avx2.cpp, elementwise_avx2.cpp). Included inside
+// Vector math and loads of the x86 kernel files compiled with AVX2, FMA and
+// F16C (attention_avx2.cpp, elementwise_avx2.cpp). Included inside
 // `namespace tk { namespace { ... } }` after <immintrin.h>, so each file
 // keeps its own copy compiled with its flags.
 
@@ -23,4 +23,13 @@ inline __m256 exp8(__m256 x) {
   const __m256i e = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+// 8 values of `t` from element d of x, as floats.
+inline __m256 load8(const void* x, Dtype t, size_t d) {
+  if (t == Dtype::F32) return _mm256_loadu_ps(static_cast<const float*>(x) + d);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+      static_cast<const uint16_t*>(x) + d));
+  if (t == Dtype::F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
