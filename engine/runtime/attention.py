@@ -23,7 +23,6 @@ sgemms run on Accelerate); TANDEM_CPU_ATTENTION=tandem|mlx forces one
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 import mlx.core as mx
@@ -31,6 +30,7 @@ import mlx.nn as nn
 from mlx_lm.models import base
 
 from . import qmm
+from .model_files import rebind
 
 MAX_QUERIES = 16  # a row's queries from which MLX's sgemms are the better path (prefill)
 MLX_MARGIN = 1.25  # MLX's path must be this much faster than the kernel to be chosen
@@ -131,12 +131,4 @@ def install(model: nn.Module) -> int:
     files compute attention another way)."""
     if not enabled():
         return 0
-    count = 0
-    for name in {type(m).__module__ for _, m in model.named_modules()}:
-        module = sys.modules.get(name)
-        found = getattr(module, "scaled_dot_product_attention", None)
-        if found is _mlx_sdpa:
-            module.scaled_dot_product_attention = scaled_dot_product_attention
-        if found in (_mlx_sdpa, scaled_dot_product_attention):
-            count += 1
-    return count
+    return rebind(model, "scaled_dot_product_attention", _mlx_sdpa, scaled_dot_product_attention)

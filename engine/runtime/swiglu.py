@@ -16,13 +16,13 @@ keeps MLX's everywhere (benchmarks, bisecting).
 from __future__ import annotations
 
 import os
-import sys
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import activations
 
 from . import qmm
+from .model_files import rebind
 
 _mlx_swiglu = activations.swiglu
 FLOATS = (mx.float32, mx.float16, mx.bfloat16)
@@ -48,12 +48,4 @@ def install(model: nn.Module) -> int:
     (0 where the kernels are not used or the model computes it another way)."""
     if not enabled():
         return 0
-    count = 0
-    for name in {type(m).__module__ for _, m in model.named_modules()}:
-        module = sys.modules.get(name)
-        found = getattr(module, "swiglu", None)
-        if found is _mlx_swiglu:
-            module.swiglu = swiglu
-        if found in (_mlx_swiglu, swiglu):
-            count += 1
-    return count
+    return rebind(model, "swiglu", _mlx_swiglu, swiglu)
