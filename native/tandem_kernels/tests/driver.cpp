@@ -95,25 +95,36 @@ Packed pack8(const Case& c) {
 
 // A packed kernel's output: activations in K's order then reordered, column
 // groups over the pool one at a time.
-std::vector<float> run_packed(const Case& c, Kernel kernel) {
+std::vector<float> run_packed(const Case& c, Kernel kernel, bool int8 = false) {
   const Packed p = pack8(c);
   const int blocks = c.K / tk::BLOCK;
-  std::vector<int16_t> q(size_t(c.M) * c.K);
+  std::vector<int16_t> q(int8 ? 0 : size_t(c.M) * c.K);
+  std::vector<int8_t> q8(int8 ? size_t(c.M) * c.K : 0);
   std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
   std::vector<uint8_t> bad(c.M);
-  tk::quantize_rows(c.x.data(), c.M, c.K, 8, q.data(), sx.data(), xs.data(), bad.data());
-  std::vector<int16_t> reordered = q;
-  tk::order_packed(q.data(), c.M, c.K, c.bits);
+  tk::QuantizedRows rows{c.M, c.K, c.bits, nullptr, sx.data(), xs.data(), bad.data()};
 #ifdef TK_X86
-  if (tk::cpu_has_avx2()) {  // the AVX2 shuffle: the same order
-    tk::order_packed_avx2(reordered.data(), c.M, c.K, c.bits);
-    if (reordered != q) {
-      std::printf("order_packed_avx2: M=%d K=%d bits=%d differs\n", c.M, c.K, c.bits);
-      std::exit(1);
-    }
+  if (int8) {  // the int8 VNNI kernel: K in order, reordered for 4 bits
+    tk::quantize_rows_int8(c.x.data(), c.M, c.K, 8, q8.data(), sx.data(), xs.data(), bad.data());
+    if (c.bits == 4) tk::order_packed_int8(q8.data(), c.M, c.K);
+    rows.q8 = q8.data();
   }
 #endif
-  tk::QuantizedRows rows{c.M, c.K, c.bits, q.data(), sx.data(), xs.data(), bad.data()};
+  if (!int8) {
+    tk::quantize_rows(c.x.data(), c.M, c.K, 8, q.data(), sx.data(), xs.data(), bad.data());
+    std::vector<int16_t> reordered = q;
+    tk::order_packed(q.data(), c.M, c.K, c.bits);
+#ifdef TK_X86
+    if (tk::cpu_has_avx2()) {  // the AVX2 shuffle: the same order
+      tk::order_packed_avx2(reordered.data(), c.M, c.K, c.bits);
+      if (reordered != q) {
+        std::printf("order_packed_avx2: M=%d K=%d bits=%d differs\n", c.M, c.K, c.bits);
+        std::exit(1);
+      }
+    }
+#endif
+    rows.q = q.data();
+  }
   const tk::Weights w = p.of(c);
   tk::parallel_for((c.N + 7) / 8, [&](int i) { kernel(rows, w, y.data(), i * 8, std::min(c.N, i * 8 + 8)); });
   return y;
@@ -121,25 +132,6 @@ std::vector<float> run_packed(const Case& c, Kernel kernel) {
 
 using Dequantize = void (*)(const tk::Weights&, int, int, float*);
 using DequantizePacked = void (*)(const tk::Weights&, int, int, float*, int);
-
-#ifdef TK_X86
-// The packed VNNI kernel on int8 activations (K in order, reordered for 4 bits).
-std::vector<float> run_packed_int8(const Case& c) {
-  const Packed p = pack8(c);
-  const int blocks = c.K / tk::BLOCK;
-  std::vector<int8_t> q8(size_t(c.M) * c.K);
-  std::vector<float> sx(size_t(c.M) * blocks), xs(sx.size()), y(size_t(c.M) * c.N);
-  std::vector<uint8_t> bad(c.M);
-  tk::quantize_rows_int8(c.x.data(), c.M, c.K, 8, q8.data(), sx.data(), xs.data(), bad.data());
-  if (c.bits == 4) tk::order_packed_int8(q8.data(), c.M, c.K);
-  tk::QuantizedRows rows{c.M, c.K, c.bits, nullptr, sx.data(), xs.data(), bad.data(), q8.data()};
-  const tk::Weights w = p.of(c);
-  tk::parallel_for((c.N + 7) / 8, [&](int i) {
-    tk::qmm_packed_vnni(rows, w, y.data(), i * 8, std::min(c.N, i * 8 + 8));
-  });
-  return y;
-}
-#endif
 
 // Packed panels dequantized K-major (a row 3 floats wider than the panel:
 // nothing written past its columns) against the MLX layout's generic
@@ -404,7 +396,10 @@ int main() {
 #ifdef TK_X86
     if (vnni) {
       if (!check(c, run(c, tk::qmm_vnni, true), "avx512vnni-int8", tk::QMAX8)) return 1;
-      if (!check(c, run_packed_int8(c), "packed avx512vnni-int8", tk::QMAX8)) return 1;
+      if (!check(c, run_packed(c, tk::qmm_packed_vnni, true), "packed avx512vnni-int8",
+                 tk::QMAX8)) {
+        return 1;
+      }
       cases += 2;
     }
 #endif
